@@ -1,0 +1,150 @@
+"""The ``bnn-zoo`` command: demo, fit, list."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import shutil
+import sys
+import warnings
+from pathlib import Path
+
+from bnn_zoo.errors import BnnZooError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, naming the fix, instead of argparse's usage dump
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def main(argv=None) -> int:
+    parser = _Parser(prog="bnn-zoo", description="Bayesian neural networks on Pyro: fit one model by SVI guides or NUTS/HMC, compare in ArviZ.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("demo", help="toy regression by mean-field SVI and NUTS side by side (the main job)",
+                       description="Heek's toy regression (N=20, y = x^3 + N(0, 3^2)), a 1-50-1 tanh BNN (fan-in prior, noise sd 3) fitted by mean-field SVI "
+                                   "and by NUTS (initialised from the SVI fit); prints one table, writes DIR/<run>/posterior.nc, "
+                                   "metrics.json and plots, and DIR/demo.png with both predictive bands.")
+    p.add_argument("--out", default="runs/demo", help="output folder (default: runs/demo)")
+    p.add_argument("--svi-steps", type=int, default=3000, help="SVI steps (default 3000)")
+    p.add_argument("--num-warmup", type=int, default=300, help="NUTS warmup draws per chain (default 300)")
+    p.add_argument("--num-samples", type=int, default=300, help="NUTS kept draws per chain (default 300)")
+    p.add_argument("--num-chains", type=int, default=2, help="NUTS chains, run one after another (default 2)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+    p = sub.add_parser("fit", help="fit one model to one dataset and write posterior.nc, metrics.json and plots",
+                       description="Fit a BNN and write DIR/posterior.nc (ArviZ InferenceData), DIR/metrics.json and plots. "
+                                   "Inputs and targets are standardised with training statistics; rmse and test_log_likelihood are "
+                                   "reported in original units.")
+    p.add_argument("--data", required=True, help="toy-cubic | uci:PATH[:split=K]")
+    p.add_argument("--model", default="mlp", help="mlp[:hidden=50,50;activation=relu] | linear (default mlp)")
+    p.add_argument("--inference", required=True, choices=["svi", "nuts", "hmc"])
+    p.add_argument("--guide", default="mean-field", help="variational family for svi (see `bnn-zoo list`)")
+    p.add_argument("--prior", default="fanin", help="fanin[:gain=1;bias_scale=1] | normal[:scale=1] (default fanin)")
+    p.add_argument("--likelihood", default="gaussian", help="gaussian[:scale=S] (learned noise without scale) | bernoulli | categorical")
+    p.add_argument("--steps", type=int, default=None, help="SVI steps (default 3000)")
+    p.add_argument("--epochs", type=int, default=None, help="SVI epochs instead of steps: steps = epochs * ceil(N / batch size)")
+    p.add_argument("--lr", type=float, default=0.01, help="SVI learning rate (Adam, default 0.01)")
+    p.add_argument("--batch-size", type=int, default=None, help="SVI minibatch size (default: full batch)")
+    p.add_argument("--num-particles", type=int, default=1, help="SVI vectorised ELBO particles (default 1)")
+    p.add_argument("--checkpoint-every", type=int, default=1000, help="SVI: write DIR/checkpoint.pt every K steps (default 1000)")
+    p.add_argument("--resume", action="store_true", help="SVI: continue from DIR/checkpoint.pt if present")
+    p.add_argument("--num-warmup", type=int, default=500, help="NUTS/HMC warmup draws per chain (default 500)")
+    p.add_argument("--num-samples", type=int, default=500, help="NUTS/HMC kept draws per chain (default 500)")
+    p.add_argument("--num-chains", type=int, default=2, help="NUTS/HMC chains (default 2)")
+    p.add_argument("--init", choices=["network", "prior", "svi"], default="network",
+                   help="NUTS/HMC start: the network's own init, a prior draw, or a quick mean-field SVI fit")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+    sub.add_parser("list", help="datasets, models, priors, likelihoods, guides and inference methods available",
+                   description="List what can be named on the command line.")
+
+    args = parser.parse_args(argv)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            return {"demo": _demo, "fit": _fit, "list": _list}[args.command](args)
+    except BnnZooError as exc:
+        print(f"bnn-zoo: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _demo(args):
+    from bnn_zoo.experiments.demo import demo
+
+    demo(args.out, args.svi_steps, args.num_warmup, args.num_samples, args.num_chains, args.seed, progress=not args.quiet)
+    return 0
+
+
+def _fit(args):
+    from bnn_zoo import SVI, NUTS, HMC, BNN, data
+    from bnn_zoo.experiments import specs
+    from bnn_zoo.experiments.demo import print_table
+    from bnn_zoo.experiments.run import run
+
+    # Everything named on the command line is resolved before the data is read or anything trains.
+    net_spec, prior, likelihood = args.model, specs.build_prior(args.prior), specs.build_likelihood(args.likelihood)
+    specs.parse(net_spec, specs.MODELS)
+    if args.steps is not None and args.epochs is not None:
+        raise BnnZooError("give --steps or --epochs, not both")
+    dataset = data.load(args.data, seed=args.seed)
+    out_features = int(dataset.y_train.max()) + 1 if likelihood.task == "classification" and type(likelihood).__name__ == "Categorical" else 1
+    model = BNN(specs.build_net(net_spec, dataset.in_features, out_features), prior, likelihood)
+    out = Path(args.out)
+    progress = not args.quiet
+    if args.inference == "svi":
+        n, batch = dataset.x_train.shape[0], args.batch_size or dataset.x_train.shape[0]
+        steps = args.epochs * math.ceil(n / batch) if args.epochs is not None else (args.steps or 3000)
+        checkpoint = out / "checkpoint.pt"
+        if not args.resume and checkpoint.exists():
+            checkpoint.unlink()
+        method = SVI(guide=args.guide, steps=steps, lr=args.lr, batch_size=args.batch_size, num_particles=args.num_particles,
+                     seed=args.seed, checkpoint=checkpoint, checkpoint_every=args.checkpoint_every, progress=progress)
+        from bnn_zoo import guides
+
+        if args.guide not in guides.GUIDES:
+            raise BnnZooError(f"unknown guide {args.guide!r}; available guides: {', '.join(sorted(guides.GUIDES))}")
+    else:
+        init = None if args.init == "network" else args.init
+        if init == "svi":
+            x, y = dataset.train
+            from bnn_zoo import fit
+
+            init = fit(model, x, y, SVI(steps=2000, lr=0.02, lr_decay=0.1, num_particles=4, seed=args.seed, progress=progress))
+        kind = NUTS if args.inference == "nuts" else HMC
+        method = kind(num_warmup=args.num_warmup, num_samples=args.num_samples, num_chains=args.num_chains, init=init, seed=args.seed,
+                      progress=progress)
+    result = run(args.inference, dataset, model, method, out)
+    if args.inference == "svi" and (out / "checkpoint.pt").exists():
+        (out / "checkpoint.pt").unlink()  # the finished result supersedes it
+    print_table([result], title=f"{dataset.name}: {args.model} by {args.inference}; files in {out}")
+    return 0
+
+
+def _list(args):
+    from rich.console import Console
+    from rich.table import Table
+
+    from bnn_zoo import guides
+    from bnn_zoo.data import DATASETS
+    from bnn_zoo.experiments import specs
+
+    table = Table(title="bnn-zoo: what can be named")
+    table.add_column("kind")
+    table.add_column("name")
+    table.add_column("what it is")
+    sections = [("dataset", DATASETS), ("model", specs.MODELS), ("prior", specs.PRIORS), ("likelihood", specs.LIKELIHOODS),
+                ("guide", guides.DESCRIPTIONS),
+                ("inference", {"svi": "stochastic VI with a guide", "nuts": "No-U-Turn sampler (Pyro)", "hmc": "Hamiltonian Monte Carlo (Pyro)"})]
+    for kind, entries in sections:
+        for name, text in entries.items():
+            table.add_row(kind, name, text)
+    Console().print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""Datasets: a train/test pair in original units, standardised with training statistics for fitting."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bnn_zoo.data.validation import as_tensor
+from bnn_zoo.errors import BnnZooError
+
+
+@dataclass
+class Dataset:
+    """Raw train/test data; ``train``/``test`` give (x, y) standardised with training mean and std.
+
+    Constant columns keep std 1. Regression metrics come back to original units through ``y_std``.
+    """
+
+    name: str
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    task: str = "regression"
+    info: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.x_mean, self.x_std = _moments(self.x_train)
+        if self.task == "regression":
+            self.y_mean, self.y_std = _moments(self.y_train)
+        else:
+            self.y_mean, self.y_std = torch.zeros(()), torch.ones(())
+
+    @property
+    def in_features(self) -> int:
+        return self.x_train.shape[1]
+
+    @property
+    def train(self):
+        return self._scaled(self.x_train, self.y_train)
+
+    @property
+    def test(self):
+        return self._scaled(self.x_test, self.y_test)
+
+    def _scaled(self, x, y):
+        return (x - self.x_mean) / self.x_std, (y - self.y_mean) / self.y_std if self.task == "regression" else y
+
+
+def _moments(t):
+    mean, std = t.mean(0), t.std(0) if t.shape[0] > 1 else torch.ones(t.shape[1:])
+    return mean, torch.where(std > 0, std, torch.ones_like(std))
+
+
+def toy_cubic(n_train: int = 20, n_test: int = 200, seed: int = 0) -> Dataset:
+    """Heek's toy regression (thesis sec. 3.2, after Hernandez-Lobato & Adams): x ~ U[-4, 4], y = x^3 + e, e ~ N(0, 3^2)."""
+    g = torch.Generator().manual_seed(seed)
+
+    def draw(n):
+        x = torch.rand(n, 1, generator=g) * 8 - 4
+        return x, x[:, 0] ** 3 + 3.0 * torch.randn(n, generator=g)
+
+    (xtr, ytr), (xte, yte) = draw(n_train), draw(n_test)
+    return Dataset("toy-cubic", xtr, ytr, xte, yte, info={"noise_scale": 3.0, "seed": seed})
+
+
+def load_uci(path: str | Path, split: int = 0) -> Dataset:
+    """A UCI regression folder in the standard MC-dropout/PBP format (see ../shared/data/README.md).
+
+    Reads data.txt, index_features.txt, index_target.txt and index_{train,test}_{split}.txt.
+    """
+    root = Path(path)
+    if not root.is_dir():
+        raise BnnZooError(f"UCI folder {root} does not exist; pass the folder holding data.txt, e.g. uci:../shared/data/uci/yacht")
+    data = _read_table(root / "data.txt", float)
+    if data.ndim == 1:
+        data = data[None, :]
+    features = _read_table(root / "index_features.txt", int).reshape(-1)
+    target = _read_table(root / "index_target.txt", int).reshape(-1)
+    available = sorted(int(p.stem.rsplit("_", 1)[1]) for p in root.glob("index_train_*.txt"))
+    if split not in available:
+        raise BnnZooError(f"split {split} not found in {root}; available splits: {available or 'none'}")
+    train = _read_table(root / f"index_train_{split}.txt", int).reshape(-1)
+    test = _read_table(root / f"index_test_{split}.txt", int).reshape(-1)
+    for name, idx, bound in [("index_features", features, data.shape[1]), ("index_target", target, data.shape[1]),
+                             (f"index_train_{split}", train, data.shape[0]), (f"index_test_{split}", test, data.shape[0])]:
+        if idx.size == 0 or idx.min() < 0 or idx.max() >= bound:
+            raise BnnZooError(f"{root / (name + '.txt')} holds indices outside 0..{bound - 1} (or none); the folder is inconsistent, re-copy it")
+    if len(target) != 1:
+        raise BnnZooError(f"{root / 'index_target.txt'} names {len(target)} target columns; bnn-zoo expects exactly one")
+    x = as_tensor(f"{root / 'data.txt'} features", torch.from_numpy(data[:, features]).float())
+    y = as_tensor(f"{root / 'data.txt'} target", torch.from_numpy(data[:, target[0]]).float())
+    return Dataset(f"uci:{root.name}", x[train], y[train], x[test], y[test], info={"path": str(root), "split": split})
+
+
+def _read_table(path: Path, dtype) -> np.ndarray:
+    if not path.is_file():
+        raise BnnZooError(f"missing file {path}; the UCI folder needs data.txt, index_features.txt, index_target.txt and index_train_K/index_test_K")
+    try:
+        # loadtxt skips blank lines, so a trailing empty line is valid.
+        arr = np.loadtxt(path, dtype=float, ndmin=1)
+    except ValueError as exc:
+        raise BnnZooError(f"{path} is truncated or corrupt ({str(exc).splitlines()[0]}); re-copy the file") from None
+    if arr.size == 0:
+        raise BnnZooError(f"{path} is empty; re-copy the file")
+    if dtype is int:
+        if not np.all(arr == np.round(arr)):
+            raise BnnZooError(f"{path} should hold whole-number indices but has fractions; re-copy the file")
+        arr = arr.astype(np.int64)
+    elif not np.isfinite(arr).all():
+        raise BnnZooError(f"{path} contains NaN or inf; clean the file before fitting")
+    return arr
+
+
+def load(spec: str, seed: int = 0) -> Dataset:
+    """Dataset from a CLI spec: ``toy-cubic`` or ``uci:PATH[:split=K]``."""
+    if spec == "toy-cubic":
+        return toy_cubic(seed=seed)
+    if spec.startswith("uci:"):
+        path, _, opts = spec[4:].partition(":")
+        split = 0
+        if opts:
+            key, _, value = opts.partition("=")
+            if key != "split" or not value.isdigit():
+                raise BnnZooError(f"bad UCI option {opts!r}; write uci:PATH:split=K with K a split number")
+            split = int(value)
+        return load_uci(path, split)
+    raise BnnZooError(f"unknown data spec {spec!r}; use one of: {', '.join(DATASETS)}")
+
+
+DATASETS = {"toy-cubic": "Heek's cubic toy regression, N=20 (embedded)", "uci:PATH[:split=K]": "UCI regression folder (standard splits)"}

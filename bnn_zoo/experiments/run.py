@@ -1,0 +1,84 @@
+"""One fit end to end: fit on the training split, score on the test split, write the result files."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import arviz as az
+import numpy as np
+
+from bnn_zoo.evaluation import classification_metrics, regression_metrics
+from bnn_zoo.inference import fit
+from bnn_zoo.io import save_inference_data, write_json
+
+
+@dataclass
+class Result:
+    name: str
+    posterior: object
+    idata: object
+    metrics: dict
+
+
+def run(name, dataset, model, method, out_dir=None, elbo_samples: int = 1000) -> Result:
+    """Fit ``model`` to ``dataset`` with ``method``; metrics and, with ``out_dir``, posterior.nc, metrics.json, plots.
+
+    rmse and test_log_likelihood are in the targets' original units; elbo and loo_elpd are on the
+    standardised training targets the model was fitted to (as is posterior.nc's log_likelihood).
+    """
+    x, y = dataset.train
+    posterior = fit(model, x, y, method)
+    x_test, y_test = dataset.test
+    pred = posterior.predict(x_test)
+    if model.likelihood.task == "regression":
+        metrics = regression_metrics(pred, model.likelihood.check_targets(y_test, model.out_features), dataset.y_std)
+    else:
+        metrics = classification_metrics(pred, y_test)
+    idata = posterior.to_inference_data()
+    metrics.update(_evidence(posterior, idata, elbo_samples))
+    metrics.update(runtime_s=posterior.runtime_s, data=dataset.name, n_train=int(x.shape[0]), n_test=int(x_test.shape[0]),
+                   settings=posterior.settings, **model.describe())
+    if posterior.info.get("stop_reason"):
+        metrics["stop_reason"] = posterior.info["stop_reason"]
+    result = Result(name, posterior, idata, metrics)
+    if out_dir is not None:
+        save(result, dataset, Path(out_dir))
+    return result
+
+
+def _evidence(posterior, idata, elbo_samples):
+    out = {}
+    if posterior.guide is not None:
+        out["elbo"], out["elbo_se"] = posterior.elbo(num_samples=elbo_samples)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loo = az.loo(idata, pointwise=True)
+    out.update(loo_elpd=float(loo.elpd_loo), loo_se=float(loo.se), loo_max_pareto_k=float(np.max(loo.pareto_k)))
+    if any("Pareto" in str(w.message) for w in caught):
+        out["loo_warning"] = "some Pareto k are high: LOO is unreliable for those points"
+    if "diverging" in posterior.sample_stats:
+        out["divergences"] = int(posterior.sample_stats["diverging"].sum())
+        if posterior.num_chains > 1:
+            out["max_rhat"] = _extreme(az.rhat(idata), max)
+        out["min_ess_bulk"] = _extreme(az.ess(idata, method="bulk"), min)
+    return out
+
+
+def _extreme(ds, pick):
+    values = [float(getattr(ds[v].values, pick.__name__)()) for v in ds.data_vars]
+    values = [v for v in values if math.isfinite(v)]
+    return pick(values) if values else float("nan")
+
+
+def save(result: Result, dataset, out_dir: Path):
+    from bnn_zoo.evaluation import plots
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    save_inference_data(result.idata, out_dir / "posterior.nc")
+    write_json(result.metrics, out_dir / "metrics.json")
+    plots.diagnostics(result, out_dir)
+    if dataset.in_features == 1 and result.posterior.model.likelihood.task == "regression":
+        plots.predictive_bands([result], dataset, out_dir / "predictive.png")

@@ -1,0 +1,138 @@
+"""NUTS and HMC: Pyro's kernels on the BNN model, chains run one after another, per-draw stats kept.
+
+Pyro's MCMC keeps only divergences; ArviZ wants per-draw tree depth, step size and energy too, so the
+kernels below record them as they sample (subclasses, because Pyro exposes no hook for these values).
+Chains run sequentially in this process: Pyro's multi-chain mode forks workers, whose kernels (and
+their stats) never come back, and on 2 cores parallel chains only contend for the same threads.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import pyro
+import pyro.infer.mcmc as pyro_mcmc
+import torch
+from pyro.infer.autoguide.initialization import init_to_sample, init_to_value
+
+from bnn_zoo.errors import BnnZooError
+from bnn_zoo.posterior import Posterior
+
+
+class _RecordStats:
+    """Mixin recording, for each post-warmup draw: diverging, leapfrog steps, step size, energy, lp."""
+
+    def setup(self, warmup_steps, *args, **kwargs):
+        self.stats = []  # not in _reset: Pyro's cleanup() resets the kernel after the run
+        super().setup(warmup_steps, *args, **kwargs)
+
+    def _sample_r(self, name):
+        r, r_unscaled = super()._sample_r(name)
+        if name.startswith("r_t="):  # the momentum of a transition (not a step-size search)
+            # The Hamiltonian at the start of the trajectory: conserved along it up to integration
+            # error, so it is the energy E-BFMI needs (Betancourt 2016).
+            self._energy = float(self._kinetic_energy(r_unscaled) + self._potential_energy_last)
+        return r, r_unscaled
+
+    def sample(self, params):
+        t, divergences, self._steps = self._t, len(self._divergences), 0
+        z = super().sample(params)
+        if t >= self._warmup_steps:
+            steps = self._steps or self.num_steps
+            self.stats.append({"diverging": len(self._divergences) > divergences, "n_steps": steps,
+                               "tree_depth": int(steps).bit_length(), "step_size": float(self.step_size),
+                               "energy": self._energy, "lp": -float(self._potential_energy_last)})
+        return z
+
+
+class _NUTSKernel(_RecordStats, pyro_mcmc.NUTS):
+    def _build_basetree(self, *args, **kwargs):
+        self._steps += 1  # one leapfrog step per base tree
+        return super()._build_basetree(*args, **kwargs)
+
+
+class _HMCKernel(_RecordStats, pyro_mcmc.HMC):
+    pass
+
+
+@dataclass
+class NUTS:
+    """No-U-Turn sampler (Pyro's NUTS) with adapted step size and diagonal (or dense) mass matrix.
+
+    ``init``: None starts each chain at the network's own initialisation (re-drawn per chain);
+    ``"prior"`` at a prior draw; a fitted :class:`Posterior` (say from SVI) at one of its draws per
+    chain; a dict of site values at those values.
+    """
+
+    num_warmup: int = 500
+    num_samples: int = 500
+    num_chains: int = 1
+    init: object = None
+    seed: int = 0
+    target_accept: float = 0.8
+    max_tree_depth: int = 10
+    dense_mass: bool = False
+    jit_compile: bool = True
+    progress: bool = True
+
+    name = "nuts"
+
+    def _kernel(self, model, init_strategy):
+        return _NUTSKernel(model, init_strategy=init_strategy, target_accept_prob=self.target_accept, max_tree_depth=self.max_tree_depth,
+                           full_mass=self.dense_mass, jit_compile=self.jit_compile, ignore_jit_warnings=True)
+
+    def settings(self) -> dict:
+        keep = ("num_warmup", "num_samples", "num_chains", "seed", "target_accept", "max_tree_depth", "dense_mass", "jit_compile")
+        out = {"method": self.name, **{k: getattr(self, k) for k in keep if hasattr(self, k)}}
+        out["init"] = "posterior" if isinstance(self.init, Posterior) else ("values" if isinstance(self.init, dict) else str(self.init))
+        return out
+
+    def run(self, model, x, y) -> Posterior:
+        for name in ("num_warmup", "num_samples", "num_chains"):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and value >= (0 if name == "num_warmup" else 1)):
+                raise BnnZooError(f"{type(self).__name__} {name} must be a {'non-negative' if name == 'num_warmup' else 'positive'} integer, got {value!r}")
+        start = time.perf_counter()
+        inits = self._inits(model)
+        chains, stats = [], []
+        for c in range(self.num_chains):
+            pyro.set_rng_seed(self.seed + c)
+            kernel = self._kernel(model, inits[c])
+            mcmc = pyro_mcmc.MCMC(kernel, num_samples=self.num_samples, warmup_steps=self.num_warmup, disable_progbar=not self.progress)
+            mcmc.run(x, y)
+            chains.append(mcmc.get_samples())
+            stats.append(kernel.stats)
+        samples = {k: torch.stack([ch[k] for ch in chains]) for k in model.latent_shapes()}
+        sample_stats = {k: torch.tensor([[s[k] for s in st] for st in stats]) for k in stats[0][0]}
+        return Posterior(model, x, y, samples, self.settings(), sample_stats=sample_stats, runtime_s=time.perf_counter() - start)
+
+    def _inits(self, model):
+        if self.init is None:
+            return [init_to_value(values=model.network_init(self.seed + c)) for c in range(self.num_chains)]
+        if isinstance(self.init, str) and self.init == "prior":
+            return [init_to_sample] * self.num_chains
+        if isinstance(self.init, Posterior):
+            draws = self.init.draws(self.num_chains)
+            return [init_to_value(values={k: v[c] for k, v in draws.items()}) for c in range(self.num_chains)]
+        if isinstance(self.init, dict):
+            return [init_to_value(values=self.init)] * self.num_chains
+        raise BnnZooError(f"init must be None, 'prior', a fitted Posterior or a dict of site values, got {type(self.init).__name__}")
+
+
+@dataclass
+class HMC(NUTS):
+    """Hamiltonian Monte Carlo with a fixed trajectory length (Pyro's HMC); step size adapted in warmup."""
+
+    trajectory_length: float = 1.0
+    step_size: float = 0.01
+
+    name = "hmc"
+
+    def _kernel(self, model, init_strategy):
+        return _HMCKernel(model, init_strategy=init_strategy, step_size=self.step_size, trajectory_length=self.trajectory_length,
+                          target_accept_prob=self.target_accept, full_mass=self.dense_mass, jit_compile=self.jit_compile,
+                          ignore_jit_warnings=True)
+
+    def settings(self) -> dict:
+        return {**super().settings(), "trajectory_length": self.trajectory_length, "step_size": self.step_size}

@@ -1,0 +1,67 @@
+"""Files: written atomically (temp file + rename), read back with clear errors, never unpickled unsafely."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+
+from bnn_zoo.errors import BnnZooError
+
+
+def _atomic(path, write):
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def atomic_torch_save(obj, path):
+    _atomic(path, lambda tmp: torch.save(obj, tmp))
+
+
+def safe_torch_load(path):
+    """torch.load with weights_only=True: tensors and plain containers only, no arbitrary unpickling."""
+    try:
+        return torch.load(path, weights_only=True, map_location="cpu")
+    except Exception as exc:  # torch raises several types for truncated or foreign files
+        raise BnnZooError(f"checkpoint {path} is unreadable ({type(exc).__name__}); delete it to start afresh") from None
+
+
+def write_json(obj, path):
+    def write(tmp):
+        with open(tmp, "w") as fh:
+            json.dump(obj, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+
+    _atomic(path, write)
+
+
+def save_inference_data(idata, path):
+    """Write an InferenceData to netCDF atomically (a crash never leaves a half-written result)."""
+    _atomic(path, lambda tmp: idata.to_netcdf(tmp, engine="h5netcdf"))
+
+
+def load_inference_data(path):
+    """Read a bnn-zoo result file, or say plainly why it cannot be read."""
+    import arviz as az
+
+    path = Path(path)
+    if not path.is_file():
+        raise BnnZooError(f"result file {path} does not exist; run `bnn-zoo fit ... --out DIR` first")
+    try:
+        idata = az.from_netcdf(path, engine="h5netcdf")
+    except Exception as exc:
+        raise BnnZooError(f"{path} is not a readable netCDF result ({type(exc).__name__}); the file is truncated or corrupt, re-run the fit") from None
+    if "posterior" not in idata.groups():
+        raise BnnZooError(f"{path} has no posterior group; it is not a bnn-zoo result file")
+    return idata

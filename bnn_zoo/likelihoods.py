@@ -1,0 +1,160 @@
+"""Likelihoods p(y | f(x; w)): each turns network outputs into a distribution over one target per datum.
+
+A likelihood may own global latent sites (the learned noise scale); their values arrive with a leading
+batch shape equal to the draws' batch shape of ``f`` minus its last two dims (data, outputs).
+"""
+
+from __future__ import annotations
+
+import pyro
+import pyro.distributions as dist
+import torch
+
+from bnn_zoo.errors import BnnZooError
+
+
+class Likelihood:
+    task = "regression"
+
+    def sample_latent(self) -> dict[str, torch.Tensor]:
+        """Sample this likelihood's own global sites (called once per model run, outside the data plate)."""
+        return {}
+
+    def latent_prior(self) -> dict[str, dist.Distribution]:
+        return {}
+
+    def distribution(self, f: torch.Tensor, latent: dict) -> dist.Distribution:
+        """Distribution of y given outputs f of shape (..., N, out); batch shape (..., N)."""
+        raise NotImplementedError
+
+    def mean(self, f: torch.Tensor, latent: dict) -> torch.Tensor:
+        """E[y | f] per draw, shape (..., N, out)."""
+        raise NotImplementedError
+
+    def noise_variance(self, f: torch.Tensor, latent: dict) -> torch.Tensor:
+        """Var[y | f] per draw, shape (..., N, out)."""
+        raise NotImplementedError
+
+    def check_targets(self, y: torch.Tensor, out_features: int) -> torch.Tensor:
+        """Validate y (already finite, N rows) and return it in this likelihood's canonical form."""
+        raise NotImplementedError
+
+
+class Gaussian(Likelihood):
+    """y ~ N(f(x), sigma^2 I) with sigma fixed (``scale=...``) or learned under ``scale_prior``.
+
+    Gal's model precision is tau = 1 / sigma^2. The learned scale is the sample site ``noise_scale``;
+    its default prior HalfNormal(1) suits standardised targets.
+    """
+
+    site = "noise_scale"
+
+    def __init__(self, scale: float | None = 1.0, scale_prior: dist.Distribution | None = None):
+        if scale is not None and not (scale > 0 and float(scale) < float("inf")):
+            raise BnnZooError(f"Gaussian noise scale must be positive and finite, got {scale}")
+        if scale is not None and scale_prior is not None:
+            raise BnnZooError("give either a fixed Gaussian scale or a scale_prior, not both")
+        self.scale = None if scale is None else float(scale)
+        self.scale_prior = scale_prior if scale_prior is not None or scale is not None else dist.HalfNormal(1.0)
+
+    @classmethod
+    def learned(cls, scale_prior: dist.Distribution | None = None) -> Gaussian:
+        return cls(scale=None, scale_prior=scale_prior)
+
+    def latent_prior(self):
+        return {} if self.scale is not None else {self.site: self.scale_prior}
+
+    def sample_latent(self):
+        return {name: pyro.sample(name, d) for name, d in self.latent_prior().items()}
+
+    def _sigma(self, latent):
+        if self.scale is not None:
+            return self.scale
+        return latent[self.site][..., None, None]  # broadcast over (N, out)
+
+    def distribution(self, f, latent):
+        return dist.Normal(f, self._sigma(latent)).to_event(1)
+
+    def mean(self, f, latent):
+        return f
+
+    def noise_variance(self, f, latent):
+        return torch.ones_like(f) * self._sigma(latent) ** 2
+
+    def check_targets(self, y, out_features):
+        if not torch.is_floating_point(y):
+            y = y.to(torch.get_default_dtype())
+        if y.dim() == 1 and out_features == 1:
+            y = y[:, None]
+        if y.dim() != 2 or y.shape[1] != out_features:
+            raise BnnZooError(
+                f"y has shape {tuple(y.shape)} but the network has {out_features} output(s); "
+                f"pass y with shape (N,) or (N, {out_features})"
+            )
+        return y
+
+    def __repr__(self):
+        return f"Gaussian(scale={self.scale})" if self.scale is not None else f"Gaussian(scale_prior={self.scale_prior})"
+
+
+class _Discrete(Likelihood):
+    task = "classification"
+
+    def _labels(self, y, num_classes):
+        if torch.is_floating_point(y) and not torch.equal(y, y.round()):
+            raise BnnZooError("class labels must be whole numbers 0..C-1; got fractional values in y")
+        y = y.long()
+        if y.dim() == 2 and y.shape[1] == 1:
+            y = y[:, 0]
+        if y.dim() != 1:
+            raise BnnZooError(f"class labels must have shape (N,), got {tuple(y.shape)}")
+        if y.numel() and (y.min() < 0 or y.max() >= num_classes):
+            raise BnnZooError(
+                f"labels must lie in 0..{num_classes - 1} for {num_classes} classes, found "
+                f"{int(y.min())}..{int(y.max())}; relabel y or give the network more outputs"
+            )
+        return y
+
+
+class Bernoulli(_Discrete):
+    """Binary y in {0, 1} with p(y = 1) = sigmoid(f); the network has one output."""
+
+    def distribution(self, f, latent):
+        return dist.Bernoulli(logits=f[..., 0])
+
+    def mean(self, f, latent):
+        return torch.sigmoid(f)
+
+    def noise_variance(self, f, latent):
+        p = torch.sigmoid(f)
+        return p * (1 - p)
+
+    def check_targets(self, y, out_features):
+        if out_features != 1:
+            raise BnnZooError(f"Bernoulli needs a network with 1 output, this one has {out_features}")
+        return self._labels(y, 2).to(torch.get_default_dtype())
+
+    def __repr__(self):
+        return "Bernoulli()"
+
+
+class Categorical(_Discrete):
+    """y in {0, ..., C-1} with class probabilities softmax(f); the network has C outputs."""
+
+    def distribution(self, f, latent):
+        return dist.Categorical(logits=f)
+
+    def mean(self, f, latent):
+        return torch.softmax(f, dim=-1)
+
+    def noise_variance(self, f, latent):
+        p = torch.softmax(f, dim=-1)
+        return p * (1 - p)
+
+    def check_targets(self, y, out_features):
+        if out_features < 2:
+            raise BnnZooError(f"Categorical needs a network with at least 2 outputs, this one has {out_features}")
+        return self._labels(y, out_features)
+
+    def __repr__(self):
+        return "Categorical()"

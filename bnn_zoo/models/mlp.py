@@ -1,0 +1,40 @@
+"""Multi-layer perceptron as a plain torch module (bnn_zoo.BNN makes it Bayesian)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from torch import nn
+
+from bnn_zoo.errors import BnnZooError
+
+ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "sigmoid": nn.Sigmoid, "elu": nn.ELU, "gelu": nn.GELU}
+
+
+class MLP(nn.Module):
+    """in_features -> hidden[0] -> ... -> out_features, with ``activation`` between layers.
+
+    ``hidden=[]`` is a single linear layer: with a Normal prior and a Gaussian likelihood of known
+    noise, the Bayesian version is Bayesian linear regression. Parameters are named
+    ``layers.{i}.weight`` (shape (out, in)) and ``layers.{i}.bias``.
+    """
+
+    def __init__(self, in_features: int, hidden: Sequence[int] = (50,), out_features: int = 1, activation: str = "tanh"):
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise BnnZooError(f"unknown activation {activation!r}; choose one of {', '.join(ACTIVATIONS)}")
+        widths = [in_features, *hidden, out_features]
+        if not all(isinstance(w, int) and w > 0 for w in widths):
+            raise BnnZooError(f"layer widths must be positive integers, got {widths}")
+        self.in_features, self.out_features, self.hidden = in_features, out_features, list(hidden)
+        self.activation = activation
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:]))
+        self.act = ACTIVATIONS[activation]()
+
+    def forward(self, x):
+        for layer in self.layers[:-1]:
+            x = self.act(layer(x))
+        return self.layers[-1](x)
+
+    def extra_repr(self):
+        return f"hidden={self.hidden}, activation={self.activation!r}"

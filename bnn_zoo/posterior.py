@@ -1,0 +1,202 @@
+"""Posterior: one type for every inference method; Prediction: draws of the network output."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import torch
+import xarray as xr
+
+from bnn_zoo.data.validation import check_data, check_inputs
+from bnn_zoo.errors import BnnZooError
+
+
+@dataclass
+class Prediction:
+    """Draws ``f`` (draws, N, outputs) of the network output, with the likelihood's latent draws.
+
+    Moments follow the law of total variance: variance = noise part E_s[Var(y|f_s)] + model part
+    Var_s[E(y|f_s)], so for a Gaussian likelihood it is Gal's 1/tau + sample variance (eq. 3.17 of his
+    thesis, with the noise averaged over draws when it is learned).
+    """
+
+    f: torch.Tensor
+    latent: dict
+    likelihood: object
+
+    @cached_property
+    def _means(self):
+        return self.likelihood.mean(self.f, self.latent)
+
+    @property
+    def mean(self) -> torch.Tensor:
+        """Predictive mean E[y | x, D], shape (N, outputs); class probabilities for classifiers."""
+        return self._means.mean(0)
+
+    @property
+    def probs(self) -> torch.Tensor:
+        """Predictive class probabilities (averaged over draws), shape (N, classes)."""
+        if self.likelihood.task != "classification":
+            raise BnnZooError("class probabilities exist only for Bernoulli and Categorical likelihoods")
+        return self.mean
+
+    @property
+    def model_variance(self) -> torch.Tensor:
+        return self._means.var(0, unbiased=False)
+
+    @property
+    def noise_variance(self) -> torch.Tensor:
+        return self.likelihood.noise_variance(self.f, self.latent).mean(0)
+
+    @property
+    def variance(self) -> torch.Tensor:
+        return self.model_variance + self.noise_variance
+
+    def sample(self) -> torch.Tensor:
+        """One y draw per posterior draw: the posterior predictive, shape (draws, N[, outputs])."""
+        return self.likelihood.distribution(self.f, self.latent).sample()
+
+    def quantiles(self, q, include_noise: bool = True) -> torch.Tensor:
+        """Quantiles over draws of y (or of f with ``include_noise=False``): shape (len(q), N, outputs)."""
+        if self.likelihood.task != "regression":
+            raise BnnZooError("quantiles are defined for regression; use probs for classifiers")
+        draws = self.sample() if include_noise else self.f
+        return torch.quantile(draws, torch.as_tensor(q, dtype=draws.dtype), dim=0)
+
+    def log_likelihood(self, y: torch.Tensor) -> torch.Tensor:
+        """Pointwise log predictive density log (1/S) sum_s p(y_n | f_s), shape (N,) (Gal eq. 3.18)."""
+        lp = self.likelihood.distribution(self.f, self.latent).log_prob(y)
+        return torch.logsumexp(lp, 0) - math.log(lp.shape[0])
+
+
+class Posterior:
+    """Draws of every latent site, stored as (chain, draw, *shape), plus the guide when there is one.
+
+    NUTS/HMC give one chain per sampler chain; SVI gives one chain of ``num_draws`` guide draws and
+    can draw afresh for larger predictions.
+    """
+
+    def __init__(self, model, x, y, samples, settings, sample_stats=None, guide=None, runtime_s=0.0, info=None):
+        self.model, self.x, self.y = model, x, y
+        self.samples = {k: v.detach() for k, v in samples.items()}
+        self.settings = settings
+        self.sample_stats = sample_stats or {}
+        self.guide = guide
+        self.runtime_s = runtime_s
+        self.info = info or {}
+        bad = [k for k, v in self.samples.items() if not torch.isfinite(v).all()]
+        if bad:
+            raise BnnZooError(f"the fit produced non-finite draws for {bad}; lower the learning rate or step size, or use a tighter prior")
+
+    @property
+    def method(self) -> str:
+        return self.settings["method"]
+
+    @property
+    def num_chains(self) -> int:
+        return next(iter(self.samples.values())).shape[0]
+
+    @property
+    def num_draws(self) -> int:
+        return next(iter(self.samples.values())).shape[1]
+
+    def draws(self, num_samples: int | None = None) -> dict[str, torch.Tensor]:
+        """Flat draws (S, *shape): all stored draws, an evenly thinned subset, or fresh guide draws."""
+        flat = {k: v.reshape(-1, *v.shape[2:]) for k, v in self.samples.items()}
+        total = self.num_chains * self.num_draws
+        if num_samples is None or num_samples == total:
+            return flat
+        if num_samples > total:
+            if self.guide is None:
+                raise BnnZooError(f"only {total} posterior draws are stored; ask for num_samples <= {total}")
+            from bnn_zoo.inference.svi import sample_guide
+
+            with torch.no_grad():
+                return sample_guide(self.guide, self.model, num_samples, self.x, self.y)
+        idx = torch.linspace(0, total - 1, num_samples).round().long()
+        return {k: v[idx] for k, v in flat.items()}
+
+    def _split(self, draws):
+        weights = {k: draws[k] for k in self.model.params}
+        return weights, {k: v for k, v in draws.items() if k not in weights}
+
+    def predict(self, x, num_samples: int | None = None) -> Prediction:
+        """Network outputs at ``x`` for ``num_samples`` posterior draws, vectorised over draws."""
+        x = check_inputs(self.model, x)
+        weights, latent = self._split(self.draws(num_samples))
+        with torch.no_grad():
+            return Prediction(self.model.forward(weights, x), latent, self.model.likelihood)
+
+    def log_likelihood(self, x=None, y=None) -> torch.Tensor:
+        """Pointwise log p(y_n | x_n, w_s) for every stored draw: (chain, draw, N). Training data by default."""
+        x, y = (self.x, self.y) if x is None else check_data(self.model, x, y)
+        weights, latent = self._split(self.draws())
+        with torch.no_grad():
+            lp = self.model.likelihood.distribution(self.model.forward(weights, x), latent).log_prob(y)
+        return lp.reshape(self.num_chains, self.num_draws, -1)
+
+    def elbo(self, x=None, y=None, num_samples: int = 1000) -> tuple[float, float]:
+        """ELBO = E_q[log p(y, w | x) - log q(w)] on the full data, with its Monte Carlo standard error."""
+        if self.guide is None:
+            raise BnnZooError(f"the ELBO needs a variational guide; this posterior came from {self.method.upper()}")
+        from bnn_zoo.inference.svi import log_weights
+
+        x, y = (self.x, self.y) if x is None else check_data(self.model, x, y)
+        with torch.no_grad():
+            lw = log_weights(self.guide, self.model, x, y, num_samples)
+        return lw.mean().item(), (lw.std() / math.sqrt(num_samples)).item()
+
+    def to_inference_data(self):
+        """ArviZ InferenceData: posterior, posterior_predictive, log_likelihood, observed_data,
+        constant_data (x), sample_stats and attrs naming model, prior, likelihood, method and versions."""
+        import arviz as az
+
+        chain_draw = {"chain": np.arange(self.num_chains), "draw": np.arange(self.num_draws)}
+        posterior = xr.Dataset({k: (("chain", "draw", *_dims(k, v.shape[2:])), v.numpy()) for k, v in self.samples.items()}, coords=chain_draw)
+        pred = self.predict(self.x)
+        y_dims = ("obs", *(f"y_dim_{i}" for i in range(1, self.y.dim())))
+        y_rep = pred.sample().reshape(self.num_chains, self.num_draws, *self.y.shape)
+        groups = {
+            "posterior": posterior,
+            "posterior_predictive": xr.Dataset({"y": (("chain", "draw", *y_dims), y_rep.numpy())}, coords=chain_draw),
+            "log_likelihood": xr.Dataset({"y": (("chain", "draw", "obs"), self.log_likelihood().numpy())}, coords=chain_draw),
+            "observed_data": xr.Dataset({"y": (y_dims, self.y.numpy())}),
+            "constant_data": xr.Dataset({"x": (("obs", "feature"), self.x.numpy())}),
+        }
+        if self.sample_stats:
+            stats = {}
+            for k, v in self.sample_stats.items():
+                stats[k] = (("step",) if v.dim() == 1 else ("chain", "draw"), v.numpy())  # SVI: loss per step
+            groups["sample_stats"] = xr.Dataset(stats)
+        attrs = self.attrs()
+        for ds in groups.values():
+            ds.attrs.update(attrs)
+        return az.InferenceData(**groups)
+
+    def attrs(self) -> dict:
+        import arviz
+        import pyro
+
+        import bnn_zoo
+
+        return {**self.model.describe(), "method": self.method, "settings": json.dumps(self.settings, sort_keys=True, default=str),
+                "seed": int(self.settings.get("seed", 0)), "runtime_s": float(self.runtime_s),
+                "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "inference_library": "pyro", "inference_library_version": pyro.__version__, "torch_version": str(torch.__version__),
+                "arviz_version": arviz.__version__, "bnn_zoo_version": bnn_zoo.__version__,
+                **{k: str(v) for k, v in self.info.items()}}
+
+
+def _dims(name: str, shape) -> tuple[str, ...]:
+    """Dimension names: a layer's (out, in) for 2-D weights and out for its bias, else name_dim_i."""
+    module, _, kind = name.rpartition(".")
+    if module and kind == "weight" and len(shape) == 2:
+        return (f"{module}.out", f"{module}.in")
+    if module and kind == "bias" and len(shape) == 1:
+        return (f"{module}.out",)
+    return tuple(f"{name}_dim_{i}" for i in range(len(shape)))
