@@ -88,7 +88,8 @@ def load_uci(path: str | Path, split: int = 0) -> Dataset:
     for name, idx, bound in [("index_features", features, data.shape[1]), ("index_target", target, data.shape[1]),
                              (f"index_train_{split}", train, data.shape[0]), (f"index_test_{split}", test, data.shape[0])]:
         if idx.size == 0 or idx.min() < 0 or idx.max() >= bound:
-            raise BnnZooError(f"{root / (name + '.txt')} holds indices outside 0..{bound - 1} (or none); the folder is inconsistent, re-copy it")
+            raise BnnZooError(f"{root / (name + '.txt')} holds indices outside 0..{bound - 1} (or none): data.txt may be truncated "
+                              "or the folder inconsistent; re-copy it")
     if len(target) != 1:
         raise BnnZooError(f"{root / 'index_target.txt'} names {len(target)} target columns; bnn-zoo expects exactly one")
     x = as_tensor(f"{root / 'data.txt'} features", torch.from_numpy(data[:, features]).float())

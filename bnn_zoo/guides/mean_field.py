@@ -7,12 +7,19 @@ Built on Pyro's AutoNormal; with a Normal prior, ``TraceMeanField_ELBO`` uses th
 
 from __future__ import annotations
 
+import torch
 from pyro.infer.autoguide import AutoNormal
 from pyro.infer.autoguide.initialization import init_to_value
 
 from bnn_zoo.guides import register
 
 
+class MeanField(AutoNormal):
+    def loc_and_scale(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """Variational mean and standard deviation of site ``name`` (unconstrained space)."""
+        return self._get_loc_and_scale(name)
+
+
 @register("mean-field", "diagonal Gaussian over every weight (Bayes by Backprop)")
 def mean_field(model, init_values, init_scale: float = 1e-2):
-    return AutoNormal(model, init_loc_fn=init_to_value(values=init_values), init_scale=float(init_scale))
+    return MeanField(model, init_loc_fn=init_to_value(values=init_values), init_scale=float(init_scale))

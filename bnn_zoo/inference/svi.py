@@ -25,7 +25,7 @@ class SVI:
 
     ``num_particles`` draws are vectorised; ``batch_size`` subsamples the data plate (likelihood scaled
     by N/M); the learning rate decays geometrically to ``lr * lr_decay`` at the last step.
-    ``checkpoint`` is a path written every ``checkpoint_every`` steps; an existing one is resumed.
+    ``checkpoint`` is a path written every ``checkpoint_every`` steps and on Ctrl-C; an existing one is resumed.
     ``num_draws`` guide draws are kept for prediction and the InferenceData.
     """
 
@@ -71,26 +71,33 @@ class SVI:
         losses, first, stop_reason, last_finite = [], 0, None, None
         if self.checkpoint is not None and Path(self.checkpoint).exists():
             first, losses = _resume(self.checkpoint, guide, optim, sched)
-        params = [p for p in guide.parameters()]
+        params = list(guide.parameters())
         bar = tqdm(range(first, self.steps), desc=f"SVI {self.guide}", disable=not self.progress, initial=first, total=self.steps)
-        for step in bar:
-            loss = elbo.differentiable_loss(model, guide, x, y, batch_size)
-            if not torch.isfinite(loss):
-                stop_reason = f"loss became {loss.item()} at step {step}"
-                break
-            optim.zero_grad()
-            loss.backward()
-            if not all(torch.isfinite(p.grad).all() for p in params if p.grad is not None):
-                stop_reason = f"gradient became non-finite at step {step}"
-                break
-            last_finite = [p.detach().clone() for p in params]  # the state whose loss was finite
-            optim.step()
-            sched.step()
-            losses.append(loss.item())
-            if step % 50 == 0:
-                bar.set_postfix(loss=f"{loss.item():.4g}")
-            if self.checkpoint is not None and (step + 1) % self.checkpoint_every == 0:
-                _save(self.checkpoint, step + 1, guide, optim, sched, losses)
+        try:
+            for step in bar:
+                rng = torch.get_rng_state()  # a checkpoint taken mid-step restarts this step exactly
+                loss = _loss(elbo, model, guide, x, y, batch_size)
+                if not torch.isfinite(loss):
+                    stop_reason = f"loss became {loss.item()} at step {step}"
+                    break
+                optim.zero_grad()
+                loss.backward()
+                if not all(torch.isfinite(p.grad).all() for p in params if p.grad is not None):
+                    stop_reason = f"gradient became non-finite at step {step}"
+                    break
+                last_finite = [p.detach().clone() for p in params]  # the state whose loss was finite
+                optim.step()
+                sched.step()
+                losses.append(loss.item())
+                if step % 50 == 0:
+                    bar.set_postfix(loss=f"{loss.item():.4g}")
+                if self.checkpoint is not None and (step + 1) % self.checkpoint_every == 0:
+                    _save(self.checkpoint, step + 1, guide, optim, sched, losses, torch.get_rng_state())
+        except KeyboardInterrupt:
+            if self.checkpoint is not None:
+                _save(self.checkpoint, len(losses), guide, optim, sched, losses, rng)
+                print(f"interrupted: checkpoint at step {len(losses)} saved to {self.checkpoint}; run again to resume")
+            raise
         if stop_reason:
             if last_finite is not None:
                 with torch.no_grad():
@@ -102,6 +109,16 @@ class SVI:
             samples = {k: v[None] for k, v in sample_guide(guide, model, self.num_draws, x, y).items()}
         return Posterior(model, x, y, samples, self.settings(), sample_stats={"loss": torch.tensor(losses)},
                          guide=guide, runtime_s=time.perf_counter() - start, info={"stop_reason": stop_reason or ""})
+
+
+def _loss(elbo, model, guide, *args):
+    try:
+        return elbo.differentiable_loss(model, guide, *args)
+    except ValueError as exc:
+        # torch.distributions refuses NaN parameters before a loss exists: the same failure as a NaN loss
+        if "invalid values" in str(exc) or "Expected parameter" in str(exc):
+            return torch.tensor(float("nan"))
+        raise
 
 
 def sample_guide(guide, model, num_samples: int, *args) -> dict[str, torch.Tensor]:
@@ -132,9 +149,9 @@ def _per_draw_log_prob(trace, size):
     return total
 
 
-def _save(path, step, guide, optim, sched, losses):
+def _save(path, step, guide, optim, sched, losses, rng):
     atomic_torch_save({"step": step, "guide": guide.state_dict(), "optim": optim.state_dict(), "sched": sched.state_dict(),
-                       "losses": torch.tensor(losses), "rng": torch.get_rng_state()}, path)
+                       "losses": torch.tensor(losses), "rng": rng}, path)
 
 
 def _resume(path, guide, optim, sched):

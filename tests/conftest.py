@@ -1,0 +1,37 @@
+import warnings
+
+import pytest
+import torch
+
+warnings.filterwarnings("ignore", category=FutureWarning)
+
+import bnn_zoo as bz  # noqa: E402
+from bnn_zoo.evaluation.exact import linear_regression  # noqa: E402
+
+NOISE = 0.5
+
+
+@pytest.fixture(scope="session")
+def blr_data():
+    """30 points, 3 inputs with two strongly correlated (so mean-field variances differ from the marginals)."""
+    g = torch.Generator().manual_seed(1)
+    z = torch.randn(30, 3, generator=g)
+    x = z.clone()
+    x[:, 1] = 0.9 * z[:, 0] + 0.44 * z[:, 1]
+    y = x @ torch.tensor([1.0, -0.5, 0.3]) + 0.2 + NOISE * torch.randn(30, generator=g)
+    return x, y
+
+
+@pytest.fixture(scope="session")
+def blr_model():
+    return bz.BNN(bz.models.MLP(3, [], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(NOISE))
+
+
+@pytest.fixture(scope="session")
+def blr_exact(blr_data):
+    return linear_regression(*blr_data, weight_scale=1.0, bias_scale=1.0, noise_scale=NOISE)
+
+
+def flat(sites: dict) -> torch.Tensor:
+    """Weights then bias, matching the exact posterior's ordering."""
+    return torch.cat([sites["layers.0.weight"].reshape(*sites["layers.0.weight"].shape[:-2], -1), sites["layers.0.bias"]], -1)

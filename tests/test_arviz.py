@@ -1,0 +1,89 @@
+"""One model object fitted by SVI and by NUTS; both results go through ArviZ and netCDF."""
+
+import json
+
+import arviz as az
+import numpy as np
+import pytest
+import torch
+import xarray as xr
+
+import bnn_zoo as bz
+from bnn_zoo.io import load_inference_data, save_inference_data
+
+
+@pytest.fixture(scope="module")
+def two_fits():
+    g = torch.Generator().manual_seed(3)
+    x = torch.rand(25, 1, generator=g) * 4 - 2
+    y = 0.5 * x[:, 0] + 0.3 * torch.sin(2 * x[:, 0]) + 0.3 * torch.randn(25, generator=g)
+    model = bz.BNN(bz.models.MLP(1, [4], 1), bz.priors.FanInNormal(), bz.likelihoods.Gaussian.learned())
+    svi = bz.fit(model, x, y, bz.SVI(steps=800, lr=0.03, num_particles=2, num_draws=400, seed=1, progress=False))
+    nuts = bz.fit(model, x, y, bz.NUTS(num_warmup=100, num_samples=100, num_chains=2, init=svi, seed=1, progress=False))
+    return model, svi, nuts
+
+
+def test_same_model_object_through_summary_loo_and_compare(two_fits):
+    model, svi, nuts = two_fits
+    assert svi.model is model and nuts.model is model
+    data = {"svi": svi.to_inference_data(), "nuts": nuts.to_inference_data()}
+    for name, idata in data.items():
+        summary = az.summary(idata)
+        n_weights = sum(p.numel() for p in model.params.values())
+        assert len(summary) == n_weights + 1  # every weight and the noise scale
+        loo = az.loo(idata)
+        assert np.isfinite(loo.elpd_loo) and loo.se > 0
+    table = az.compare(data)
+    assert set(table.index) == {"svi", "nuts"} and np.isfinite(table["elpd_loo"]).all()
+    assert float(az.rhat(data["nuts"])["noise_scale"]) < 1.2
+
+
+def test_inference_data_groups_dims_and_attrs(two_fits):
+    model, svi, nuts = two_fits
+    idata = nuts.to_inference_data()
+    assert set(idata.groups()) >= {"posterior", "posterior_predictive", "log_likelihood", "observed_data", "sample_stats"}
+    assert idata.posterior["layers.0.weight"].dims == ("chain", "draw", "layers.0.out", "layers.0.in")
+    assert idata.posterior["layers.0.bias"].dims == ("chain", "draw", "layers.0.out")
+    assert idata.posterior.sizes["chain"] == 2 and idata.posterior.sizes["draw"] == 100
+    assert idata.log_likelihood["y"].shape == (2, 100, 25)
+    np.testing.assert_allclose(idata.log_likelihood["y"].values, nuts.log_likelihood().numpy())
+    for stat in ("diverging", "tree_depth", "n_steps", "step_size", "energy", "lp"):
+        assert idata.sample_stats[stat].dims == ("chain", "draw")
+    assert idata.sample_stats["diverging"].dtype == bool
+    attrs = idata.posterior.attrs
+    assert attrs["method"] == "nuts" and attrs["seed"] == 1 and "FanInNormal" in attrs["prior"] and "Gaussian" in attrs["likelihood"]
+    assert "MLP" in attrs["model"] and attrs["inference_library_version"] and attrs["torch_version"] and attrs["arviz_version"]
+    assert json.loads(attrs["settings"])["num_chains"] == 2
+    svi_data = svi.to_inference_data()
+    assert svi_data.sample_stats["loss"].dims == ("step",) and svi_data.sample_stats.sizes["step"] == 800
+
+
+@pytest.mark.parametrize("which", ["svi", "nuts"])
+def test_netcdf_round_trip_is_lossless(two_fits, tmp_path, which):
+    post = two_fits[1] if which == "svi" else two_fits[2]
+    idata = post.to_inference_data()
+    save_inference_data(idata, tmp_path / "posterior.nc")
+    back = load_inference_data(tmp_path / "posterior.nc")
+    assert set(back.groups()) == set(idata.groups())
+    for group in idata.groups():
+        xr.testing.assert_identical(idata[group], back[group].load())
+    assert not list(tmp_path.glob(".*tmp"))  # the atomic write left nothing behind
+
+
+def test_elbo_only_for_variational_posteriors(two_fits):
+    _, svi, nuts = two_fits
+    value, se = svi.elbo(num_samples=300)
+    assert np.isfinite(value) and se > 0
+    with pytest.raises(bz.BnnZooError, match="needs a variational guide"):
+        nuts.elbo()
+
+
+def test_predict_thins_stored_draws_or_draws_afresh_from_the_guide(two_fits):
+    _, svi, nuts = two_fits
+    x = torch.linspace(-2, 2, 5)[:, None]
+    assert nuts.predict(x, num_samples=50).f.shape == (50, 5, 1)
+    assert svi.predict(x, num_samples=1000).f.shape == (1000, 5, 1)  # more than the 400 stored
+    with pytest.raises(bz.BnnZooError, match="only 200 posterior draws"):
+        nuts.predict(x, num_samples=201)
+    q = nuts.predict(x).quantiles([0.05, 0.5, 0.95])
+    assert q.shape == (3, 5, 1) and torch.all(q[0] <= q[1]) and torch.all(q[1] <= q[2])

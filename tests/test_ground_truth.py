@@ -1,0 +1,78 @@
+"""BNN(hidden=[]) with a Normal prior and known Gaussian noise is Bayesian linear regression: compare
+NUTS and mean-field SVI with the closed-form posterior and evidence."""
+
+import arviz as az
+import numpy as np
+import pytest
+import torch
+from conftest import flat
+
+import bnn_zoo as bz
+
+
+@pytest.fixture(scope="module")
+def nuts_fit(blr_model, blr_data):
+    return bz.fit(blr_model, *blr_data, bz.NUTS(num_warmup=300, num_samples=1000, num_chains=2, seed=0, progress=False))
+
+
+@pytest.fixture(scope="module")
+def svi_fit(blr_model, blr_data):
+    method = bz.SVI(steps=3000, lr=0.05, lr_decay=0.02, num_particles=16, seed=0, progress=False)
+    return bz.fit(blr_model, *blr_data, method)
+
+
+def test_nuts_matches_exact_posterior_within_4_mcse(nuts_fit, blr_exact):
+    idata = nuts_fit.to_inference_data()
+    draws = flat({k: v.double() for k, v in nuts_fit.samples.items()}).reshape(-1, 4)
+    mcse_mean = flat({k: torch.as_tensor(az.mcse(idata, method="mean")[k].values) for k in nuts_fit.samples}).reshape(-1)
+    mcse_sd = flat({k: torch.as_tensor(az.mcse(idata, method="sd")[k].values) for k in nuts_fit.samples}).reshape(-1)
+    exact_sd = blr_exact.cov.diagonal().sqrt()
+    assert torch.all((draws.mean(0) - blr_exact.mean).abs() < 4 * mcse_mean.double()), (draws.mean(0), blr_exact.mean, mcse_mean)
+    assert torch.all((draws.std(0) - exact_sd).abs() < 4 * mcse_sd.double()), (draws.std(0), exact_sd, mcse_sd)
+
+
+def test_nuts_sample_stats_are_consistent(nuts_fit):
+    stats = nuts_fit.sample_stats
+    assert stats["diverging"].shape == (2, 1000) and stats["diverging"].dtype == torch.bool
+    # tree depth is the number of doublings: n_steps in [2^(d-1), 2^d - 1]
+    assert torch.all(2 ** (stats["tree_depth"] - 1) <= stats["n_steps"]) and torch.all(stats["n_steps"] < 2 ** stats["tree_depth"])
+    # energy is H = U + K at the start of each trajectory, i.e. at the previous draw, and K >= 0
+    assert torch.all(stats["energy"][:, 1:] >= -stats["lp"][:, :-1])
+    assert len(torch.unique(stats["step_size"][0])) == 1  # adapted in warmup, then fixed
+
+
+def _mean_field(svi_fit):
+    pairs = [svi_fit.guide.loc_and_scale(k) for k in ("layers.0.weight", "layers.0.bias")]
+    return flat({"layers.0.weight": pairs[0][0], "layers.0.bias": pairs[1][0]}).detach().double(), \
+        flat({"layers.0.weight": pairs[0][1], "layers.0.bias": pairs[1][1]}).detach().double()
+
+
+def test_mean_field_converges_to_the_exact_mean_field_solution(svi_fit, blr_exact):
+    loc, scale = _mean_field(svi_fit)
+    exact_sd = blr_exact.cov.diagonal().sqrt()
+    assert torch.all((loc - blr_exact.mean).abs() < 0.1 * exact_sd), (loc, blr_exact.mean)
+    ratio = scale**2 / blr_exact.mean_field_variance
+    assert torch.all((ratio - 1).abs() < 0.10), ratio
+    # and not to the true marginals, which the correlated inputs make ~5x larger for two weights
+    assert torch.all(blr_exact.mean_field_variance[:2] < 0.3 * blr_exact.cov.diagonal()[:2])
+
+
+def test_elbo_is_below_the_evidence_and_equals_its_closed_form(svi_fit, blr_exact):
+    elbo, se = svi_fit.elbo(num_samples=4000)
+    loc, scale = _mean_field(svi_fit)
+    exact_elbo = blr_exact.log_evidence - blr_exact.kl_from(loc, scale)
+    assert 0 < se < 0.05
+    assert abs(elbo - exact_elbo) < 4 * se, (elbo, exact_elbo, se)
+    assert elbo + 4 * se < blr_exact.log_evidence
+
+
+def test_prediction_matches_exact_predictive(nuts_fit, blr_exact):
+    x_new = torch.tensor([[0.5, -1.0, 2.0], [0.0, 0.0, 0.0]])
+    pred = nuts_fit.predict(x_new)
+    phi = torch.cat([x_new.double(), torch.ones(2, 1, dtype=torch.float64)], 1)
+    exact_mean = phi @ blr_exact.mean
+    exact_model_var = torch.einsum("ni,ij,nj->n", phi, blr_exact.cov, phi)
+    assert pred.f.shape == (2000, 2, 1)
+    np.testing.assert_allclose(pred.mean[:, 0], exact_mean, atol=4 * float(exact_model_var.max().sqrt()) / np.sqrt(200))
+    np.testing.assert_allclose(pred.noise_variance[:, 0], 0.25, rtol=1e-6)
+    np.testing.assert_allclose(pred.variance[:, 0], exact_model_var + 0.25, rtol=0.15)

@@ -1,0 +1,97 @@
+"""The BNN model: sites, minibatch scaling, vectorised evaluation, priors, predictions on a hand case."""
+
+import math
+
+import pyro
+import pyro.poutine as poutine
+import pytest
+import torch
+
+import bnn_zoo as bz
+from bnn_zoo.likelihoods import Gaussian
+
+
+def _mlp_model(**kw):
+    return bz.BNN(bz.models.MLP(2, [4, 3], 1, activation="relu"), **kw)
+
+
+def test_sites_are_named_after_parameters_and_minibatch_scales_only_the_likelihood():
+    model = _mlp_model()
+    x, y = torch.randn(10, 2), torch.randn(10, 1)
+    tr = poutine.trace(model).get_trace(x, y, batch_size=4)
+    latent = [n for n, s in tr.nodes.items() if s["type"] == "sample" and not s["is_observed"] and n != "data"]  # data: the subsample
+    assert latent == [n for n, _ in model.net.named_parameters()]
+    assert tr.nodes["layers.0.weight"]["value"].shape == (4, 2)
+    assert tr.nodes["y"]["scale"] == pytest.approx(10 / 4)
+    assert tr.nodes["y"]["value"].shape == (4, 1)
+    assert tr.nodes["layers.0.weight"]["scale"] == 1.0
+
+
+def test_vectorised_forward_equals_a_loop_over_draws():
+    model = _mlp_model()
+    x = torch.randn(7, 2)
+    draws = {k: torch.randn(5, *p.shape) for k, p in model.params.items()}
+    batched = model.forward(draws, x)
+    looped = torch.stack([model.forward({k: v[s] for k, v in draws.items()}, x) for s in range(5)])
+    assert batched.shape == (5, 7, 1)
+    torch.testing.assert_close(batched, looped)
+
+
+def test_model_runs_under_vectorised_particles():
+    model = _mlp_model(likelihood=Gaussian.learned())
+    x, y = torch.randn(10, 2), torch.randn(10, 1)
+    with pyro.plate("particles", 3, dim=-2):
+        tr = poutine.trace(model).get_trace(x, y)
+    tr.compute_log_prob()
+    assert tr.nodes["y"]["log_prob"].shape == (3, 10)
+    assert tr.nodes["noise_scale"]["value"].shape == (3, 1)
+
+
+def test_priors():
+    w = torch.zeros(8, 32)
+    assert bz.priors.FanInNormal(gain=2.0).scale_of("l.weight", w) == pytest.approx(2 / math.sqrt(32))
+    assert bz.priors.FanInNormal(bias_scale=0.3).scale_of("l.bias", torch.zeros(8)) == 0.3
+    prior = bz.priors.Normal(1.0, layer_scales={"layers.1": 0.5, "layers.1.bias": 0.1})
+    assert prior.scale_of("layers.1.weight", w) == 0.5
+    assert prior.scale_of("layers.1.bias", w) == 0.1
+    assert prior.scale_of("layers.10.weight", w) == 1.0  # prefix match is per name component
+    assert bz.priors.Normal.from_length_scale(4.0).scale == 0.25  # Gal: p(w) = N(0, l^-2 I)
+    d = prior("layers.1.weight", w)
+    assert d.event_shape == w.shape and d.log_prob(w).item() == pytest.approx(256 * (math.log(2) - 0.5 * math.log(2 * math.pi)))
+
+
+def test_prediction_moments_and_log_likelihood_on_a_hand_case():
+    # two draws of f at one point, learned noise scales 1 and 2
+    f = torch.tensor([[[1.0]], [[3.0]]])
+    pred = bz.Prediction(f, {"noise_scale": torch.tensor([1.0, 2.0])}, Gaussian.learned())
+    assert pred.mean.item() == pytest.approx(2.0)
+    assert pred.model_variance.item() == pytest.approx(1.0)  # ((1-2)^2 + (3-2)^2) / 2
+    assert pred.noise_variance.item() == pytest.approx(2.5)  # (1 + 4) / 2
+    assert pred.variance.item() == pytest.approx(3.5)
+    y = torch.tensor([[2.0]])
+    n = lambda m, s: math.exp(-0.5 * ((2 - m) / s) ** 2) / (s * math.sqrt(2 * math.pi))  # noqa: E731
+    assert pred.log_likelihood(y).item() == pytest.approx(math.log((n(1, 1) + n(3, 2)) / 2), rel=1e-6)
+
+
+def test_gal_mc_dropout_predictive_with_fixed_precision():
+    # Gal eq. 3.18: logsumexp_t(-tau/2 ||y - f_t||^2) - log T - 1/2 log 2pi + 1/2 log tau, tau = 1/sigma^2
+    f = torch.tensor([[[0.0]], [[1.0]], [[4.0]]])
+    tau = 4.0
+    pred = bz.Prediction(f, {}, Gaussian(scale=tau**-0.5))
+    expected = torch.logsumexp(-tau / 2 * (1.0 - f[:, 0, 0]) ** 2, 0) - math.log(3) - 0.5 * math.log(2 * math.pi) + 0.5 * math.log(tau)
+    assert pred.log_likelihood(torch.tensor([[1.0]])).item() == pytest.approx(expected.item(), rel=1e-6)
+    assert pred.variance.item() == pytest.approx(1 / tau + f.var(0, unbiased=False).item())
+
+
+def test_classification_fits_and_predicts_probabilities():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(80, 2, generator=g)
+    labels = (x[:, 0] > 0).long() + (x[:, 1] > 0).long()  # three classes
+    model = bz.BNN(bz.models.MLP(2, [16], 3), bz.priors.Normal(1.0), bz.likelihoods.Categorical())
+    post = bz.fit(model, x, labels, bz.SVI(steps=600, lr=0.05, progress=False, num_draws=200))
+    pred = post.predict(x)
+    torch.testing.assert_close(pred.probs.sum(-1), torch.ones(80))
+    assert (pred.probs.argmax(-1) == labels).float().mean() > 0.85
+    bern = bz.BNN(bz.models.MLP(2, [8], 1), likelihood=bz.likelihoods.Bernoulli())
+    post = bz.fit(bern, x, (x[:, 0] > 0).float(), bz.SVI(steps=400, lr=0.05, progress=False, num_draws=100))
+    assert ((post.predict(x).probs[:, 0] > 0.5) == (x[:, 0] > 0)).float().mean() > 0.9

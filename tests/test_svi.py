@@ -1,0 +1,86 @@
+"""The SVI loop: minibatches, a non-finite loss stops with the last finite state, checkpoints resume exactly."""
+
+import pyro
+import pytest
+import torch
+
+import bnn_zoo as bz
+
+
+def _data():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(40, 2, generator=g)
+    return x, x.sum(1) + 0.1 * torch.randn(40, generator=g)
+
+
+class Poisoned(bz.BNN):
+    """Its log joint turns NaN from the ``at``-th call on."""
+
+    def __init__(self, at):
+        super().__init__(bz.models.MLP(2, [4], 1))
+        self.calls, self.at = 0, at
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        out = super().__call__(*args, **kwargs)
+        if self.calls >= self.at:
+            pyro.factor("poison", torch.tensor(float("nan")))
+        return out
+
+
+def test_non_finite_loss_stops_and_keeps_the_last_finite_state():
+    x, y = _data()
+    # call 1 is the guide's initialisation; calls 2..11 are steps 0..9; step 10 (call 12) is NaN
+    with pytest.warns(UserWarning, match="SVI stopped early: loss became nan at step 10; kept the last parameters"):
+        stopped = bz.fit(Poisoned(at=12), x, y, bz.SVI(steps=50, lr=0.01, seed=0, progress=False, num_draws=10))
+    # the parameters that produced the last finite loss (step 9's) are those a clean 9-step fit ends at
+    clean = bz.fit(Poisoned(at=10**9), x, y, bz.SVI(steps=9, lr=0.01, seed=0, progress=False, num_draws=10))
+    assert stopped.info["stop_reason"] == "loss became nan at step 10"
+    assert len(stopped.sample_stats["loss"]) == 10
+    for (name, a), b in zip(stopped.guide.named_parameters(), clean.guide.parameters()):
+        assert torch.isfinite(a).all() and torch.equal(a, b), name
+
+
+def test_minibatch_fit_runs_and_learns():
+    x, y = _data()
+    model = bz.BNN(bz.models.MLP(2, [], 1), likelihood=bz.likelihoods.Gaussian(0.1))
+    post = bz.fit(model, x, y, bz.SVI(steps=1500, lr=0.05, batch_size=8, seed=0, progress=False, num_draws=200))
+    assert torch.allclose(post.samples["layers.0.weight"].mean((0, 1)), torch.ones(1, 2), atol=0.1)
+
+
+class Interrupted(bz.BNN):
+    """Raises KeyboardInterrupt (as Ctrl-C would) on its ``at``-th call."""
+
+    def __init__(self, at):
+        super().__init__(bz.models.MLP(2, [4], 1), likelihood=bz.likelihoods.Gaussian(0.3))
+        self.calls, self.at = 0, at
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        if self.calls == self.at:
+            raise KeyboardInterrupt
+        return super().__call__(*args, **kwargs)
+
+
+def test_resume_after_an_interrupt_ends_where_an_uninterrupted_fit_ends(tmp_path):
+    x, y = _data()
+    ckpt = tmp_path / "ckpt.pt"
+    settings = dict(steps=90, lr=0.02, lr_decay=0.1, seed=5, num_particles=2, batch_size=16, progress=False, num_draws=10,
+                    checkpoint_every=25)
+    full = bz.fit(Interrupted(at=0), x, y, bz.SVI(**settings))
+    with pytest.raises(KeyboardInterrupt):  # call 1 initialises the guide; call 62 is step 60, mid-way
+        bz.fit(Interrupted(at=62), x, y, bz.SVI(checkpoint=ckpt, **settings))
+    assert ckpt.exists()
+    resumed = bz.fit(Interrupted(at=0), x, y, bz.SVI(checkpoint=ckpt, **settings))
+    assert len(resumed.sample_stats["loss"]) == 90
+    torch.testing.assert_close(resumed.sample_stats["loss"], full.sample_stats["loss"], rtol=0, atol=0)
+    for a, b in zip(resumed.guide.parameters(), full.guide.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_a_checkpoint_of_another_model_is_refused(tmp_path):
+    x, y = _data()
+    ckpt = tmp_path / "ckpt.pt"
+    bz.fit(bz.BNN(bz.models.MLP(2, [4], 1)), x, y, bz.SVI(steps=10, checkpoint=ckpt, checkpoint_every=5, progress=False, num_draws=5))
+    with pytest.raises(bz.BnnZooError, match="does not match this model and guide"):
+        bz.fit(bz.BNN(bz.models.MLP(2, [7], 1)), x, y, bz.SVI(steps=20, checkpoint=ckpt, progress=False, num_draws=5))
