@@ -85,7 +85,8 @@ class BNN:
         return values
 
     def describe(self) -> dict[str, str]:
-        return {"model": repr(self.net).replace("\n", " "), "prior": repr(self.prior), "likelihood": repr(self.likelihood)}
+        net = f"{type(self.net).__name__}({self.net.extra_repr()})"
+        return {"model": net, "prior": repr(self.prior), "likelihood": repr(self.likelihood)}
 
 
 @contextmanager

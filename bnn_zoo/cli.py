@@ -80,7 +80,7 @@ def _demo(args):
 
 
 def _fit(args):
-    from bnn_zoo import SVI, NUTS, HMC, BNN, data
+    from bnn_zoo import BNN, HMC, NUTS, SVI, data, likelihoods
     from bnn_zoo.experiments import specs
     from bnn_zoo.experiments.demo import print_table
     from bnn_zoo.experiments.run import run
@@ -91,7 +91,7 @@ def _fit(args):
     if args.steps is not None and args.epochs is not None:
         raise BnnZooError("give --steps or --epochs, not both")
     dataset = data.load(args.data, seed=args.seed)
-    out_features = int(dataset.y_train.max()) + 1 if likelihood.task == "classification" and type(likelihood).__name__ == "Categorical" else 1
+    out_features = int(dataset.y_train.max()) + 1 if isinstance(likelihood, likelihoods.Categorical) else 1
     model = BNN(specs.build_net(net_spec, dataset.in_features, out_features), prior, likelihood)
     out = Path(args.out)
     progress = not args.quiet
@@ -103,10 +103,6 @@ def _fit(args):
             checkpoint.unlink()
         method = SVI(guide=args.guide, steps=steps, lr=args.lr, batch_size=args.batch_size, num_particles=args.num_particles,
                      seed=args.seed, checkpoint=checkpoint, checkpoint_every=args.checkpoint_every, progress=progress)
-        from bnn_zoo import guides
-
-        if args.guide not in guides.GUIDES:
-            raise BnnZooError(f"unknown guide {args.guide!r}; available guides: {', '.join(sorted(guides.GUIDES))}")
     else:
         init = None if args.init == "network" else args.init
         if init == "svi":

@@ -9,7 +9,7 @@ their stats) never come back, and on 2 cores parallel chains only contend for th
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import pyro
 import pyro.infer.mcmc as pyro_mcmc
@@ -57,13 +57,8 @@ class _HMCKernel(_RecordStats, pyro_mcmc.HMC):
 
 
 @dataclass
-class NUTS:
-    """No-U-Turn sampler (Pyro's NUTS) with adapted step size and diagonal (or dense) mass matrix.
-
-    ``init``: None starts each chain at the network's own initialisation (re-drawn per chain);
-    ``"prior"`` at a prior draw; a fitted :class:`Posterior` (say from SVI) at one of its draws per
-    chain; a dict of site values at those values.
-    """
+class _MCMC:
+    """Settings shared by NUTS and HMC; ``init`` as documented on :class:`NUTS`."""
 
     num_warmup: int = 500
     num_samples: int = 500
@@ -71,28 +66,27 @@ class NUTS:
     init: object = None
     seed: int = 0
     target_accept: float = 0.8
-    max_tree_depth: int = 10
     dense_mass: bool = False
     jit_compile: bool = True
     progress: bool = True
 
-    name = "nuts"
+    name = "mcmc"
 
-    def _kernel(self, model, init_strategy):
-        return _NUTSKernel(model, init_strategy=init_strategy, target_accept_prob=self.target_accept, max_tree_depth=self.max_tree_depth,
-                           full_mass=self.dense_mass, jit_compile=self.jit_compile, ignore_jit_warnings=True)
+    def __post_init__(self):
+        for name, least in (("num_warmup", 0), ("num_samples", 1), ("num_chains", 1)):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and value >= least):
+                raise BnnZooError(f"{type(self).__name__} {name} must be an integer >= {least}, got {value!r}")
+        if not (isinstance(self.init, (dict, Posterior)) or self.init in (None, "prior")):
+            raise BnnZooError(f"init must be None, 'prior', a fitted Posterior or a dict of site values, got {self.init!r}")
 
     def settings(self) -> dict:
-        keep = ("num_warmup", "num_samples", "num_chains", "seed", "target_accept", "max_tree_depth", "dense_mass", "jit_compile")
-        out = {"method": self.name, **{k: getattr(self, k) for k in keep if hasattr(self, k)}}
+        skip = {"init", "progress"}
+        out = {"method": self.name, **{f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}}
         out["init"] = "posterior" if isinstance(self.init, Posterior) else ("values" if isinstance(self.init, dict) else str(self.init))
         return out
 
     def run(self, model, x, y) -> Posterior:
-        for name in ("num_warmup", "num_samples", "num_chains"):
-            value = getattr(self, name)
-            if not (isinstance(value, int) and value >= (0 if name == "num_warmup" else 1)):
-                raise BnnZooError(f"{type(self).__name__} {name} must be a {'non-negative' if name == 'num_warmup' else 'positive'} integer, got {value!r}")
         start = time.perf_counter()
         inits = self._inits(model)
         chains, stats = [], []
@@ -110,18 +104,34 @@ class NUTS:
     def _inits(self, model):
         if self.init is None:
             return [init_to_value(values=model.network_init(self.seed + c)) for c in range(self.num_chains)]
-        if isinstance(self.init, str) and self.init == "prior":
-            return [init_to_sample] * self.num_chains
         if isinstance(self.init, Posterior):
             draws = self.init.draws(self.num_chains)
             return [init_to_value(values={k: v[c] for k, v in draws.items()}) for c in range(self.num_chains)]
         if isinstance(self.init, dict):
             return [init_to_value(values=self.init)] * self.num_chains
-        raise BnnZooError(f"init must be None, 'prior', a fitted Posterior or a dict of site values, got {type(self.init).__name__}")
+        return [init_to_sample] * self.num_chains  # "prior"
 
 
 @dataclass
-class HMC(NUTS):
+class NUTS(_MCMC):
+    """No-U-Turn sampler (Pyro's NUTS) with adapted step size and diagonal (or dense) mass matrix.
+
+    ``init``: None starts each chain at the network's own initialisation (re-drawn per chain);
+    ``"prior"`` at a prior draw; a fitted :class:`Posterior` (say from SVI) at one of its draws per
+    chain; a dict of site values at those values.
+    """
+
+    max_tree_depth: int = 10
+
+    name = "nuts"
+
+    def _kernel(self, model, init_strategy):
+        return _NUTSKernel(model, init_strategy=init_strategy, target_accept_prob=self.target_accept, max_tree_depth=self.max_tree_depth,
+                           full_mass=self.dense_mass, jit_compile=self.jit_compile, ignore_jit_warnings=True)
+
+
+@dataclass
+class HMC(_MCMC):
     """Hamiltonian Monte Carlo with a fixed trajectory length (Pyro's HMC); step size adapted in warmup."""
 
     trajectory_length: float = 1.0
@@ -133,6 +143,3 @@ class HMC(NUTS):
         return _HMCKernel(model, init_strategy=init_strategy, step_size=self.step_size, trajectory_length=self.trajectory_length,
                           target_accept_prob=self.target_accept, full_mass=self.dense_mass, jit_compile=self.jit_compile,
                           ignore_jit_warnings=True)
-
-    def settings(self) -> dict:
-        return {**super().settings(), "trajectory_length": self.trajectory_length, "step_size": self.step_size}

@@ -49,7 +49,7 @@ class SVI:
                 "num_particles": self.num_particles, "seed": self.seed, "lr_decay": self.lr_decay,
                 "guide_options": dict(self.guide_options), "num_draws": self.num_draws}
 
-    def _check(self, n):
+    def __post_init__(self):
         for name in ("steps", "num_particles", "num_draws", "checkpoint_every"):
             if not (isinstance(getattr(self, name), int) and getattr(self, name) > 0):
                 raise BnnZooError(f"SVI {name} must be a positive integer, got {getattr(self, name)!r}")
@@ -57,10 +57,11 @@ class SVI:
             raise BnnZooError(f"SVI needs lr > 0 and 0 < lr_decay <= 1, got lr={self.lr}, lr_decay={self.lr_decay}")
         if self.batch_size is not None and not (isinstance(self.batch_size, int) and 0 < self.batch_size):
             raise BnnZooError(f"batch_size must be a positive integer, got {self.batch_size!r}")
-        return None if self.batch_size is None or self.batch_size >= n else self.batch_size
+        if self.guide not in guides.GUIDES:
+            raise BnnZooError(f"unknown guide {self.guide!r}; available guides: {', '.join(sorted(guides.GUIDES))}")
 
     def run(self, model, x, y) -> Posterior:
-        batch_size = self._check(x.shape[0])
+        batch_size = None if self.batch_size is None or self.batch_size >= x.shape[0] else self.batch_size
         start = time.perf_counter()
         pyro.set_rng_seed(self.seed)
         guide = guides.build(self.guide, model, model.network_init(self.seed), **self.guide_options)
@@ -142,7 +143,7 @@ def log_weights(guide, model, x, y, num_samples: int, chunk: int = 256) -> torch
 
 def _per_draw_log_prob(trace, size):
     trace.compute_log_prob()
-    total = torch.zeros(size)
+    total = 0.0
     for site in trace.nodes.values():
         if site["type"] == "sample" and "log_prob" in site:
             total = total + site["log_prob"].expand(size, *site["log_prob"].shape[1:]).reshape(size, -1).sum(-1)

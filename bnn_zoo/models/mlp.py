@@ -37,4 +37,4 @@ class MLP(nn.Module):
         return self.layers[-1](x)
 
     def extra_repr(self):
-        return f"hidden={self.hidden}, activation={self.activation!r}"
+        return f"in_features={self.in_features}, hidden={self.hidden}, out_features={self.out_features}, activation={self.activation!r}"

@@ -1,0 +1,66 @@
+"""The command line: the demo end to end at reduced size, fit on a UCI-format folder, list, --help."""
+
+import json
+
+import pytest
+from test_bad_input import _uci_folder
+
+from bnn_zoo.cli import main
+from bnn_zoo.io import load_inference_data
+
+
+def test_demo_end_to_end_at_reduced_size(tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert main(["demo", "--out", str(out), "--svi-steps", "200", "--num-warmup", "20", "--num-samples", "20", "--quiet"]) == 0
+    table = capsys.readouterr().out
+    for header in ("test RMSE", "test LL", "ELBO", "LOO elpd", "time s", "max R-hat", "min bulk ESS"):
+        assert header in table
+    assert (out / "demo.png").stat().st_size > 10_000
+    for run, method in (("svi", "svi"), ("nuts", "nuts")):
+        idata = load_inference_data(out / run / "posterior.nc")
+        assert idata.posterior.attrs["method"] == method
+        metrics = json.loads((out / run / "metrics.json").read_text())
+        assert metrics["rmse"] > 0 and metrics["runtime_s"] > 0 and "loo_elpd" in metrics and "loo_se" in metrics
+    assert "elbo" in json.loads((out / "svi" / "metrics.json").read_text())
+    nuts = json.loads((out / "nuts" / "metrics.json").read_text())
+    assert {"max_rhat", "min_ess_bulk", "divergences"} <= set(nuts) and nuts["settings"]["init"] == "posterior"
+    assert (out / "svi" / "loss.png").exists() and (out / "nuts" / "energy.png").exists()
+
+
+@pytest.mark.parametrize("inference", ["svi", "nuts", "hmc"])
+def test_fit_on_a_uci_folder_writes_results_in_original_units(tmp_path, inference):
+    _uci_folder(tmp_path / "uci", rows=40)
+    out = tmp_path / "out"
+    extra = ["--steps", "150", "--batch-size", "16"] if inference == "svi" else ["--num-warmup", "20", "--num-samples", "20", "--num-chains", "1"]
+    argv = ["fit", "--data", f"uci:{tmp_path / 'uci'}:split=0", "--model", "mlp:hidden=8;activation=relu", "--inference", inference,
+            "--out", str(out), "--quiet", *extra]
+    assert main(argv) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    for key in ("rmse", "test_log_likelihood", "loo_elpd", "loo_se", "runtime_s", "settings"):
+        assert key in metrics
+    assert metrics["settings"]["method"] == inference and metrics["data"] == "uci:uci" and metrics["n_train"] == 36
+    assert ("elbo" in metrics and "elbo_se" in metrics) == (inference == "svi")
+    idata = load_inference_data(out / "posterior.nc")
+    assert idata.posterior["layers.0.weight"].shape[-2:] == (8, 2)
+    assert not (out / "checkpoint.pt").exists()  # superseded by the result
+
+
+def test_linear_model_on_toy_data_and_epochs(tmp_path):
+    out = tmp_path / "lin"
+    assert main(["fit", "--data", "toy-cubic", "--model", "linear", "--inference", "svi", "--epochs", "30", "--batch-size", "5",
+                 "--prior", "normal:scale=2", "--likelihood", "gaussian:scale=0.5", "--out", str(out), "--quiet"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["settings"]["steps"] == 30 * 4 and "Normal(scale=2.0)" in metrics["prior"]
+    assert (out / "predictive.png").exists()
+
+
+def test_list_and_help(capsys):
+    assert main(["list"]) == 0
+    listing = capsys.readouterr().out
+    for name in ("toy-cubic", "uci:PATH", "mlp", "linear", "fanin", "gaussian", "mean-field", "nuts", "hmc"):
+        assert name in listing
+    for command in (["--help"], ["demo", "--help"], ["fit", "--help"], ["list", "--help"]):
+        with pytest.raises(SystemExit) as exc:
+            main(command)
+        assert exc.value.code == 0
+        assert "usage: bnn-zoo" in capsys.readouterr().out
