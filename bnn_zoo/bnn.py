@@ -35,12 +35,9 @@ class BNN:
             raise ValueError("the network has no parameters to put a prior on")
 
     @property
-    def out_features(self) -> int:
-        return self.net.out_features
-
-    @property
-    def in_features(self) -> int:
-        return self.net.in_features
+    def in_features(self) -> int | None:
+        """Input width when the network declares it (``net.in_features``), else None."""
+        return getattr(self.net, "in_features", None)
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor | None = None, batch_size: int | None = None):
         weights = {name: pyro.sample(name, self.prior(name, p)) for name, p in self.params.items()}

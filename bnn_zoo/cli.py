@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import shutil
 import sys
 import warnings
 from pathlib import Path
@@ -91,6 +90,9 @@ def _fit(args):
     if args.steps is not None and args.epochs is not None:
         raise BnnZooError("give --steps or --epochs, not both")
     dataset = data.load(args.data, seed=args.seed)
+    if likelihood.task != dataset.task:
+        raise BnnZooError(f"--likelihood {args.likelihood} is for {likelihood.task} but {dataset.name} is a {dataset.task} dataset; "
+                          f"use {'gaussian' if dataset.task == 'regression' else 'bernoulli or categorical'}")
     out_features = int(dataset.y_train.max()) + 1 if isinstance(likelihood, likelihoods.Categorical) else 1
     model = BNN(specs.build_net(net_spec, dataset.in_features, out_features), prior, likelihood)
     out = Path(args.out)

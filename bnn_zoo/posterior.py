@@ -158,9 +158,10 @@ class Posterior:
 
         chain_draw = {"chain": np.arange(self.num_chains), "draw": np.arange(self.num_draws)}
         posterior = xr.Dataset({k: (("chain", "draw", *_dims(k, v.shape[2:])), v.numpy()) for k, v in self.samples.items()}, coords=chain_draw)
-        pred = self.predict(self.x)
         y_dims = ("obs", *(f"y_dim_{i}" for i in range(1, self.y.dim())))
-        y_rep = pred.sample().reshape(self.num_chains, self.num_draws, *self.y.shape)
+        with torch.random.fork_rng():  # the same fit always writes the same file
+            torch.manual_seed(int(self.settings.get("seed", 0)))
+            y_rep = self.predict(self.x).sample().reshape(self.num_chains, self.num_draws, *self.y.shape)
         groups = {
             "posterior": posterior,
             "posterior_predictive": xr.Dataset({"y": (("chain", "draw", *y_dims), y_rep.numpy())}, coords=chain_draw),

@@ -27,7 +27,7 @@ def test_same_model_object_through_summary_loo_and_compare(two_fits):
     model, svi, nuts = two_fits
     assert svi.model is model and nuts.model is model
     data = {"svi": svi.to_inference_data(), "nuts": nuts.to_inference_data()}
-    for name, idata in data.items():
+    for idata in data.values():
         summary = az.summary(idata)
         n_weights = sum(p.numel() for p in model.params.values())
         assert len(summary) == n_weights + 1  # every weight and the noise scale

@@ -128,6 +128,7 @@ def test_corrupt_and_missing_result_files(tmp_path):
         (["fit", "--data", "toy-cubic", "--guide", "nope", "--inference", "svi", "--out", "o"], "unknown guide 'nope'"),
         (["fit", "--data", "uci:/no/such/dir", "--inference", "svi", "--out", "o"], "does not exist"),
         (["fit", "--data", "toy-cubic", "--inference", "mh", "--out", "o"], "invalid choice: 'mh'"),
+        (["fit", "--data", "toy-cubic", "--likelihood", "categorical", "--inference", "svi", "--out", "o"], "is a regression dataset; use gaussian"),
         (["frobnicate"], "invalid choice: 'frobnicate'"),
     ],
 )

@@ -95,3 +95,19 @@ def test_classification_fits_and_predicts_probabilities():
     bern = bz.BNN(bz.models.MLP(2, [8], 1), likelihood=bz.likelihoods.Bernoulli())
     post = bz.fit(bern, x, (x[:, 0] > 0).float(), bz.SVI(steps=400, lr=0.05, progress=False, num_draws=100))
     assert ((post.predict(x).probs[:, 0] > 0.5) == (x[:, 0] > 0)).float().mean() > 0.9
+
+
+def test_any_torch_module_becomes_a_bnn():
+    from torch import nn
+
+    net = nn.Sequential(nn.Linear(2, 5), nn.Tanh(), nn.Linear(5, 1))  # declares no in/out_features
+    model = bz.BNN(net, bz.priors.FanInNormal(), Gaussian(0.3))
+    x = torch.randn(30, 2)
+    y = x[:, 0] - x[:, 1]
+    post = bz.fit(model, x, y, bz.SVI(steps=300, lr=0.03, progress=False, num_draws=50))
+    assert set(post.samples) == {"0.weight", "0.bias", "2.weight", "2.bias"}
+    assert post.to_inference_data().posterior["2.weight"].dims == ("chain", "draw", "2.out", "2.in")
+    nuts = bz.fit(model, x, y, bz.NUTS(num_warmup=20, num_samples=20, progress=False))
+    assert nuts.predict(x[:3]).f.shape == (20, 3, 1)
+    with pytest.raises(bz.BnnZooError, match=r"the network cannot take x of shape \(30, 3\) .* check the number of features"):
+        bz.fit(model, torch.randn(30, 3), y, bz.SVI(steps=1, progress=False))

@@ -47,12 +47,13 @@ class Dataset:
         return self._scaled(self.x_test, self.y_test)
 
     def _scaled(self, x, y):
-        return (x - self.x_mean) / self.x_std, (y - self.y_mean) / self.y_std if self.task == "regression" else y
+        y = (y - self.y_mean) / self.y_std if self.task == "regression" else y
+        return (x - self.x_mean) / self.x_std, y
 
 
 def _moments(t):
-    mean, std = t.mean(0), t.std(0) if t.shape[0] > 1 else torch.ones(t.shape[1:])
-    return mean, torch.where(std > 0, std, torch.ones_like(std))
+    std = t.std(0) if t.shape[0] > 1 else torch.ones(t.shape[1:])
+    return t.mean(0), torch.where(std > 0, std, torch.ones_like(std))
 
 
 def toy_cubic(n_train: int = 20, n_test: int = 200, seed: int = 0) -> Dataset:

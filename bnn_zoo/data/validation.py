@@ -35,7 +35,7 @@ def as_tensor(name: str, value) -> torch.Tensor:
 def check_inputs(model, x) -> torch.Tensor:
     """x as a float tensor of shape (N, in_features) that the network accepts."""
     x = as_tensor("x", x).to(torch.get_default_dtype())
-    expected = getattr(model.net, "in_features", None)
+    expected = model.in_features
     if x.dim() != 2:
         hint = f"(N, {expected})" if expected else "(N, features)"
         raise BnnZooError(f"x has shape {tuple(x.shape)}; expected {hint}; reshape it, e.g. x.reshape(len(x), -1)")
@@ -44,10 +44,23 @@ def check_inputs(model, x) -> torch.Tensor:
     return x
 
 
+def output_width(model, x: torch.Tensor) -> int:
+    """The network's number of outputs: declared (``net.out_features``) or read off one forward pass."""
+    declared = getattr(model.net, "out_features", None)
+    if declared is not None:
+        return declared
+    try:
+        with torch.no_grad():
+            return model.forward(model.params, x[:1]).shape[-1]
+    except RuntimeError as exc:
+        raise BnnZooError(f"the network cannot take x of shape {tuple(x.shape)} ({str(exc).splitlines()[0]}); "
+                          "check the number of features") from None
+
+
 def check_data(model, x, y) -> tuple[torch.Tensor, torch.Tensor]:
     """Validated (x, y): matching lengths, finite values, targets in the likelihood's canonical form."""
     x = check_inputs(model, x)
     y = as_tensor("y", y)
     if y.shape[0] != x.shape[0]:
         raise BnnZooError(f"x has {x.shape[0]} rows but y has {y.shape[0]}; pass one target per input row")
-    return x, model.likelihood.check_targets(y, model.out_features)
+    return x, model.likelihood.check_targets(y, output_width(model, x))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +33,7 @@ def run(name, dataset, model, method, out_dir=None, elbo_samples: int = 1000) ->
     x_test, y_test = dataset.test
     pred = posterior.predict(x_test)
     if model.likelihood.task == "regression":
-        metrics = regression_metrics(pred, model.likelihood.check_targets(y_test, model.out_features), dataset.y_std)
+        metrics = regression_metrics(pred, model.likelihood.check_targets(y_test, pred.f.shape[-1]), dataset.y_std)
     else:
         metrics = classification_metrics(pred, y_test)
     idata = posterior.to_inference_data()
@@ -62,15 +61,14 @@ def _evidence(posterior, idata, elbo_samples):
     if "diverging" in posterior.sample_stats:
         out["divergences"] = int(posterior.sample_stats["diverging"].sum())
         if posterior.num_chains > 1:
-            out["max_rhat"] = _extreme(az.rhat(idata), max)
-        out["min_ess_bulk"] = _extreme(az.ess(idata, method="bulk"), min)
+            out["max_rhat"] = _over_sites(az.rhat(idata), np.nanmax)
+        out["min_ess_bulk"] = _over_sites(az.ess(idata, method="bulk"), np.nanmin)
     return out
 
 
-def _extreme(ds, pick):
-    values = [float(getattr(ds[v].values, pick.__name__)()) for v in ds.data_vars]
-    values = [v for v in values if math.isfinite(v)]
-    return pick(values) if values else float("nan")
+def _over_sites(ds, reduce):
+    """Worst value of a per-parameter diagnostic across every site and element."""
+    return float(reduce(np.concatenate([ds[v].values.ravel() for v in ds.data_vars])))
 
 
 def save(result: Result, dataset, out_dir: Path):
