@@ -39,7 +39,8 @@ def main(argv=None) -> int:
     p.add_argument("--data", required=True, help="toy-cubic | uci:PATH[:split=K]")
     p.add_argument("--model", default="mlp", help="mlp[:hidden=50,50;activation=relu] | linear (default mlp)")
     p.add_argument("--inference", required=True, choices=["svi", "nuts", "hmc"])
-    p.add_argument("--guide", default="mean-field", help="variational family for svi (see `bnn-zoo list`)")
+    p.add_argument("--guide", default="mean-field", help="variational family for svi, with options: mean-field[:init_scale=0.01] | "
+                   "matrix-normal[:rank=K;init_scale=0.01] (see `bnn-zoo list`)")
     p.add_argument("--prior", default="fanin", help="fanin[:gain=1;bias_scale=1] | normal[:scale=1] (default fanin)")
     p.add_argument("--likelihood", default="gaussian", help="gaussian[:scale=S] (learned noise without scale) | bernoulli | categorical")
     p.add_argument("--steps", type=int, default=None, help="SVI steps (default 3000)")
@@ -86,6 +87,7 @@ def _fit(args):
 
     # Everything named on the command line is resolved before the data is read or anything trains.
     net_spec, prior, likelihood = args.model, specs.build_prior(args.prior), specs.build_likelihood(args.likelihood)
+    guide, guide_options = specs.guide_options(args.guide)
     specs.parse(net_spec, specs.MODELS)
     if args.steps is not None and args.epochs is not None:
         raise BnnZooError("give --steps or --epochs, not both")
@@ -103,7 +105,7 @@ def _fit(args):
         checkpoint = out / "checkpoint.pt"
         if not args.resume and checkpoint.exists():
             checkpoint.unlink()
-        method = SVI(guide=args.guide, steps=steps, lr=args.lr, batch_size=args.batch_size, num_particles=args.num_particles,
+        method = SVI(guide=guide, guide_options=guide_options, steps=steps, lr=args.lr, batch_size=args.batch_size, num_particles=args.num_particles,
                      seed=args.seed, checkpoint=checkpoint, checkpoint_every=args.checkpoint_every, progress=progress)
     else:
         init = None if args.init == "network" else args.init

@@ -55,7 +55,7 @@ def test_labels_out_of_range_and_fractional():
 def test_bad_method_settings(reg):
     with pytest.raises(bz.BnnZooError, match="SVI steps must be a positive integer"):
         bz.fit(reg, torch.randn(5, 2), torch.randn(5), bz.SVI(steps=0))
-    with pytest.raises(bz.BnnZooError, match="unknown guide 'low-rank'; available guides: mean-field"):
+    with pytest.raises(bz.BnnZooError, match="unknown guide 'low-rank'; available guides: matrix-normal, mean-field"):
         bz.fit(reg, torch.randn(5, 2), torch.randn(5), bz.SVI(guide="low-rank", progress=False))
     with pytest.raises(bz.BnnZooError, match="method must be bnn_zoo.SVI"):
         bz.fit(reg, torch.randn(5, 2), torch.randn(5), "nuts")
@@ -125,7 +125,8 @@ def test_corrupt_and_missing_result_files(tmp_path):
         (["fit", "--data", "mnist", "--inference", "svi", "--out", "o"], "unknown data spec 'mnist'"),
         (["fit", "--data", "toy-cubic", "--prior", "laplace", "--inference", "svi", "--out", "o"], "unknown name 'laplace'"),
         (["fit", "--data", "toy-cubic", "--likelihood", "poisson", "--inference", "svi", "--out", "o"], "unknown name 'poisson'"),
-        (["fit", "--data", "toy-cubic", "--guide", "nope", "--inference", "svi", "--out", "o"], "unknown guide 'nope'"),
+        (["fit", "--data", "toy-cubic", "--guide", "nope", "--inference", "svi", "--out", "o"], "unknown name 'nope'"),
+        (["fit", "--data", "toy-cubic", "--guide", "matrix-normal:ranks=2", "--inference", "svi", "--out", "o"], "bad options for guide"),
         (["fit", "--data", "uci:/no/such/dir", "--inference", "svi", "--out", "o"], "does not exist"),
         (["fit", "--data", "toy-cubic", "--inference", "mh", "--out", "o"], "invalid choice: 'mh'"),
         (["fit", "--data", "toy-cubic", "--likelihood", "categorical", "--inference", "svi", "--out", "o"], "is a regression dataset; use gaussian"),

@@ -27,11 +27,13 @@ def test_demo_end_to_end_at_reduced_size(tmp_path, capsys):
     assert (out / "svi" / "loss.png").exists() and (out / "nuts" / "energy.png").exists()
 
 
-@pytest.mark.parametrize("inference", ["svi", "nuts", "hmc"])
+@pytest.mark.parametrize("inference", ["svi", "svi:matrix-normal:rank=2", "nuts", "hmc"])
 def test_fit_on_a_uci_folder_writes_results_in_original_units(tmp_path, inference):
     _uci_folder(tmp_path / "uci", rows=40)
     out = tmp_path / "out"
-    extra = ["--steps", "150", "--batch-size", "16"] if inference == "svi" else ["--num-warmup", "20", "--num-samples", "20", "--num-chains", "1"]
+    inference, _, guide = inference.partition(":")
+    extra = ["--steps", "150", "--batch-size", "16", "--guide", guide or "mean-field"] if inference == "svi" else \
+        ["--num-warmup", "20", "--num-samples", "20", "--num-chains", "1"]
     argv = ["fit", "--data", f"uci:{tmp_path / 'uci'}:split=0", "--model", "mlp:hidden=8;activation=relu", "--inference", inference,
             "--out", str(out), "--quiet", *extra]
     assert main(argv) == 0
@@ -43,6 +45,8 @@ def test_fit_on_a_uci_folder_writes_results_in_original_units(tmp_path, inferenc
     idata = load_inference_data(out / "posterior.nc")
     assert idata.posterior["layers.0.weight"].shape[-2:] == (8, 2)
     assert not (out / "checkpoint.pt").exists()  # superseded by the result
+    if guide:
+        assert metrics["settings"]["guide"] == "matrix-normal" and metrics["settings"]["guide_options"] == {"rank": 2}
 
 
 def test_linear_model_on_toy_data_and_epochs(tmp_path):
@@ -57,7 +61,7 @@ def test_linear_model_on_toy_data_and_epochs(tmp_path):
 def test_list_and_help(capsys):
     assert main(["list"]) == 0
     listing = capsys.readouterr().out
-    for name in ("toy-cubic", "uci:PATH", "mlp", "linear", "fanin", "gaussian", "mean-field", "nuts", "hmc"):
+    for name in ("toy-cubic", "uci:PATH", "mlp", "linear", "fanin", "gaussian", "mean-field", "matrix-normal", "nuts", "hmc"):
         assert name in listing
     for command in (["--help"], ["demo", "--help"], ["fit", "--help"], ["list", "--help"]):
         with pytest.raises(SystemExit) as exc:

@@ -62,6 +62,23 @@ def build_prior(spec: str):
     return prior
 
 
+def guide_options(spec: str) -> tuple[str, dict]:
+    """``name[:key=value;...]`` for a registered guide; values become int, float or str."""
+    from bnn_zoo import guides
+
+    name, opts = parse(spec, guides.DESCRIPTIONS)
+    return name, {k: _number(v) for k, v in opts.items()}
+
+
+def _number(value: str):
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    return value
+
+
 def build_likelihood(spec: str):
     name, opts = parse(spec, LIKELIHOODS)
     if name == "gaussian":
