@@ -27,7 +27,7 @@ def test_demo_end_to_end_at_reduced_size(tmp_path, capsys):
     assert (out / "svi" / "loss.png").exists() and (out / "nuts" / "energy.png").exists()
 
 
-@pytest.mark.parametrize("inference", ["svi", "svi:matrix-normal:rank=2", "nuts", "hmc"])
+@pytest.mark.parametrize("inference", ["svi", "svi:matrix-normal:rank=2", "svi:flow:transform=spline;scope=layer", "nuts", "hmc"])
 def test_fit_on_a_uci_folder_writes_results_in_original_units(tmp_path, inference):
     _uci_folder(tmp_path / "uci", rows=40)
     out = tmp_path / "out"
@@ -46,7 +46,9 @@ def test_fit_on_a_uci_folder_writes_results_in_original_units(tmp_path, inferenc
     assert idata.posterior["layers.0.weight"].shape[-2:] == (8, 2)
     assert not (out / "checkpoint.pt").exists()  # superseded by the result
     if guide:
-        assert metrics["settings"]["guide"] == "matrix-normal" and metrics["settings"]["guide_options"] == {"rank": 2}
+        name, _, options = guide.partition(":")
+        assert metrics["settings"]["guide"] == name
+        assert metrics["settings"]["guide_options"] == dict(kv.split("=") for kv in options.split(";")) | ({"rank": 2} if "rank" in options else {})
 
 
 def test_linear_model_on_toy_data_and_epochs(tmp_path):
@@ -61,7 +63,7 @@ def test_linear_model_on_toy_data_and_epochs(tmp_path):
 def test_list_and_help(capsys):
     assert main(["list"]) == 0
     listing = capsys.readouterr().out
-    for name in ("toy-cubic", "uci:PATH", "mlp", "linear", "fanin", "gaussian", "mean-field", "matrix-normal", "nuts", "hmc"):
+    for name in ("toy-cubic", "uci:PATH", "mlp", "linear", "fanin", "gaussian", "mean-field", "matrix-normal", "flow", "nuts", "hmc"):
         assert name in listing
     for command in (["--help"], ["demo", "--help"], ["fit", "--help"], ["list", "--help"]):
         with pytest.raises(SystemExit) as exc:

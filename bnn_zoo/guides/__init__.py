@@ -33,6 +33,6 @@ def build(name: str, model, init_values: dict, **options):
         raise BnnZooError(f"bad options for guide {name!r}: {exc}") from None
 
 
-from bnn_zoo.guides import matrix_normal, mean_field  # noqa: E402,F401  (they register themselves)
+from bnn_zoo.guides import flow, matrix_normal, mean_field  # noqa: E402,F401  (they register themselves)
 
 __all__ = ["GUIDES", "build", "register"]
