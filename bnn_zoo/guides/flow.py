@@ -32,11 +32,12 @@ TRANSFORMS = ("affine", "spline")
 class Flow(AutoContinuous):
     """A flow over the flattened unconstrained latents of ``model``, started at ``init_values``."""
 
-    def __init__(self, model, init_values, transform="affine", num_flows=2, init_scale=1e-2, hidden=None):
+    def __init__(self, model, init_values, transform="affine", num_flows=2, init_scale=1e-2, hidden=None, name="Flow"):
         if transform not in TRANSFORMS:
             raise BnnZooError(f"unknown flow transform {transform!r}; choose one of {', '.join(TRANSFORMS)}")
         self._spec = (transform, int(num_flows), float(init_scale), hidden)
         super().__init__(model, init_loc_fn=init_to_value(values=init_values))
+        self._pyro_name = name  # names the auxiliary site _{name}_latent: one per flow in LayerFlows
 
     def _setup_prototype(self, *args, **kwargs):
         super()._setup_prototype(*args, **kwargs)
@@ -46,7 +47,7 @@ class Flow(AutoContinuous):
             raise BnnZooError("spline coupling needs at least 2 latent dimensions; use transform=affine")
         hidden_dims = [int(hidden)] * 2 if hidden else [max(2 * d, 8)] * 2
         layers = []
-        for k in range(num_flows):
+        for _ in range(num_flows):
             if transform == "affine":
                 layers.append(affine_autoregressive(d, hidden_dims=hidden_dims))
             else:
@@ -72,7 +73,7 @@ class LayerFlows(PyroModule):
     def __init__(self, model, init_values, init_scale=1e-2, **flow_options):
         super().__init__()
         names = [k for k, p in model.params.items() if p.dim() >= 2]
-        self.flows = nn.ModuleList(Flow(poutine.block(model, expose=[k]), init_values, init_scale=init_scale, **flow_options)
+        self.flows = nn.ModuleList(Flow(poutine.block(model, expose=[k]), init_values, init_scale=init_scale, name=f"Flow[{k}]", **flow_options)
                                    for k in names)
         self.rest = MeanField(poutine.block(model, hide=names), init_loc_fn=init_to_value(values=init_values), init_scale=float(init_scale))
 
