@@ -38,13 +38,13 @@ def test_richer_guides_beat_mean_field_and_stay_below_the_evidence(blr_model, bl
     assert elbo - mf > 4 * math.hypot(se, mf_se), (elbo, se, mf, mf_se)
 
 
-@pytest.mark.parametrize("guide", ["mean-field", "matrix-normal", "flow"])
-def test_every_guide_fits_an_mlp_and_exports_to_arviz(guide):
+@pytest.mark.parametrize("guide, options", [("mean-field", {}), ("matrix-normal", {"rank": 2}), ("flow", {}), ("flow", {"scope": "layer"})])
+def test_every_guide_fits_an_mlp_and_exports_to_arviz(guide, options):
     g = torch.Generator().manual_seed(0)
     x = torch.randn(20, 2, generator=g)
     y = torch.tanh(x[:, 0]) + 0.1 * torch.randn(20, generator=g)
     model = bz.BNN(bz.models.MLP(2, [5], 1), bz.priors.FanInNormal(), bz.likelihoods.Gaussian.learned())
-    post = bz.fit(model, x, y, bz.SVI(guide=guide, steps=50, num_draws=30, progress=False))
+    post = bz.fit(model, x, y, bz.SVI(guide=guide, guide_options=options, steps=50, num_draws=30, progress=False))
     idata = post.to_inference_data()
     assert set(idata.posterior.data_vars) == {"layers.0.weight", "layers.0.bias", "layers.1.weight", "layers.1.bias", "noise_scale"}
     assert (idata.posterior["noise_scale"] > 0).all()

@@ -30,9 +30,9 @@ class Poisoned(bz.BNN):
 
 def test_non_finite_loss_stops_and_keeps_the_last_finite_state():
     x, y = _data()
-    # call 1 is the guide's initialisation; calls 2..11 are steps 0..9; step 10 (call 12) is NaN
+    # call k is step k - 1 (the mean-field guide is built without running the model): step 10 is NaN
     with pytest.warns(UserWarning, match="SVI stopped early: loss became nan at step 10; kept the last parameters"):
-        stopped = bz.fit(Poisoned(at=12), x, y, bz.SVI(steps=50, lr=0.01, seed=0, progress=False, num_draws=10))
+        stopped = bz.fit(Poisoned(at=11), x, y, bz.SVI(steps=50, lr=0.01, seed=0, progress=False, num_draws=10))
     # the parameters that produced the last finite loss (step 9's) are those a clean 9-step fit ends at
     clean = bz.fit(Poisoned(at=10**9), x, y, bz.SVI(steps=9, lr=0.01, seed=0, progress=False, num_draws=10))
     assert stopped.info["stop_reason"] == "loss became nan at step 10"
@@ -68,8 +68,8 @@ def test_resume_after_an_interrupt_ends_where_an_uninterrupted_fit_ends(tmp_path
     settings = dict(steps=90, lr=0.02, lr_decay=0.1, seed=5, num_particles=2, batch_size=16, progress=False, num_draws=10,
                     checkpoint_every=25)
     full = bz.fit(Interrupted(at=0), x, y, bz.SVI(**settings))
-    with pytest.raises(KeyboardInterrupt):  # call 1 initialises the guide; call 62 is step 60, mid-way
-        bz.fit(Interrupted(at=62), x, y, bz.SVI(checkpoint=ckpt, **settings))
+    with pytest.raises(KeyboardInterrupt):  # call 61 is step 60, mid-way through the fit
+        bz.fit(Interrupted(at=61), x, y, bz.SVI(checkpoint=ckpt, **settings))
     assert ckpt.exists()
     resumed = bz.fit(Interrupted(at=0), x, y, bz.SVI(checkpoint=ckpt, **settings))
     assert len(resumed.sample_stats["loss"]) == 90

@@ -75,7 +75,7 @@ class LayerFlows(PyroModule):
         names = [k for k, p in model.params.items() if p.dim() >= 2]
         self.flows = nn.ModuleList(Flow(poutine.block(model, expose=[k]), init_values, init_scale=init_scale, name=f"Flow[{k}]", **flow_options)
                                    for k in names)
-        self.rest = MeanField(poutine.block(model, hide=names), init_loc_fn=init_to_value(values=init_values), init_scale=float(init_scale))
+        self.rest = MeanField(model, init_values, init_scale, sites=[k for k in model.latent_shapes() if k not in names])
 
     def forward(self, *args, **kwargs):
         values = {}

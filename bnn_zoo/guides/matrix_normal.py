@@ -20,11 +20,9 @@ import math
 
 import pyro
 import pyro.distributions as dist
-import pyro.poutine as poutine
 import torch
 from pyro.distributions import constraints
 from pyro.distributions.torch_distribution import TorchDistribution
-from pyro.infer.autoguide.initialization import init_to_value
 from pyro.nn import PyroModule, PyroParam
 from torch.distributions import register_kl
 
@@ -133,8 +131,7 @@ class MatrixNormalGuide(PyroModule):
             setattr(self.locs, key, PyroParam(init_values[name].detach().reshape(n, m).clone()))
             setattr(self.rows, key, _Factor(n, init_scale, rank))
             setattr(self.cols, key, _Factor(m, init_scale, rank))
-        self.rest = MeanField(poutine.block(model, hide=list(self.shapes)), init_loc_fn=init_to_value(values=init_values),
-                              init_scale=float(init_scale))
+        self.rest = MeanField(model, init_values, init_scale, sites=[k for k in model.latent_shapes() if k not in self.shapes])
 
     def distribution(self, name: str) -> MatrixNormal:
         key = name.replace(".", "__")

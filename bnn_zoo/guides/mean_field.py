@@ -1,25 +1,59 @@
 """Mean-field Gaussian guide (Bayes by Backprop; Blundell et al. 2015, Heek's thesis sec. 2.3).
 
-q(w) = prod_i N(w_i; mu_i, sigma_i^2) with sigma = softplus(rho). Means start at the network's own
+q(w) = prod_i N(w_i; mu_i, sigma_i^2), sigma = softplus(rho). Means start at the network's own
 initialisation and scales small (Heek's thesis shows large initial scales collapse to the prior).
-Built on Pyro's AutoNormal; with a Normal prior, ``TraceMeanField_ELBO`` uses the closed-form KL.
+Real-valued sites are sampled from the Normal itself, so ``TraceMeanField_ELBO`` uses the closed-form
+KL against a Normal prior. Pyro's AutoNormal samples an auxiliary variable and a Delta instead, which
+turns that KL into a Monte Carlo estimate, hence this guide. Constrained sites (a learned noise
+scale) get a Normal in unconstrained space pushed through ``biject_to(support)``.
 """
 
 from __future__ import annotations
 
+import pyro
+import pyro.distributions as dist
 import torch
-from pyro.infer.autoguide import AutoNormal
-from pyro.infer.autoguide.initialization import init_to_value
+from pyro.distributions import constraints
+from pyro.nn import PyroModule, PyroParam
+from torch.distributions import biject_to
 
 from bnn_zoo.guides import register
 
 
-class MeanField(AutoNormal):
+class MeanField(PyroModule):
+    """Diagonal Gaussian over ``sites`` (default: every latent site of ``model``)."""
+
+    def __init__(self, model, init_values, init_scale: float = 1e-2, sites=None):
+        super().__init__()
+        shapes = model.latent_shapes()
+        supports = {k: d.support for k, d in model.likelihood.latent_prior().items()}
+        self.sites = [k for k in shapes if sites is None or k in sites]
+        self.transforms = {k: biject_to(supports[k]) for k in self.sites if k in supports}  # weights are real
+        self.locs, self.scales = PyroModule(), PyroModule()
+        for name in self.sites:
+            key = name.replace(".", "__")
+            init = torch.as_tensor(init_values[name], dtype=torch.get_default_dtype()).reshape(shapes[name])
+            if name in self.transforms:
+                init = self.transforms[name].inv(init)
+            setattr(self.locs, key, PyroParam(init.detach().clone()))
+            setattr(self.scales, key, PyroParam(torch.full(shapes[name], float(init_scale)), constraints.softplus_positive))
+
     def loc_and_scale(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
         """Variational mean and standard deviation of site ``name`` (unconstrained space)."""
-        return self._get_loc_and_scale(name)
+        key = name.replace(".", "__")
+        return getattr(self.locs, key), getattr(self.scales, key)
+
+    def forward(self, *args, **kwargs):
+        values = {}
+        for name in self.sites:
+            loc, scale = self.loc_and_scale(name)
+            q = dist.Normal(loc, scale).to_event(loc.dim())
+            if name in self.transforms:
+                q = dist.TransformedDistribution(q, self.transforms[name])
+            values[name] = pyro.sample(name, q)
+        return values
 
 
 @register("mean-field", "diagonal Gaussian over every weight (Bayes by Backprop)")
 def mean_field(model, init_values, init_scale: float = 1e-2):
-    return MeanField(model, init_loc_fn=init_to_value(values=init_values), init_scale=float(init_scale))
+    return MeanField(model, init_values, init_scale=init_scale)
