@@ -48,6 +48,10 @@ def main(argv=None) -> int:
     p.add_argument("--lr", type=float, default=0.01, help="SVI learning rate (Adam, default 0.01)")
     p.add_argument("--batch-size", type=int, default=None, help="SVI minibatch size (default: full batch)")
     p.add_argument("--num-particles", type=int, default=1, help="SVI vectorised ELBO particles (default 1)")
+    p.add_argument("--kl-weight", type=float, default=1.0, help="SVI: KL discount tau, objective E[log lik] - tau KL (default 1)")
+    p.add_argument("--kl-warmup", type=int, default=0, help="SVI: steps over which the KL weight rises linearly to --kl-weight (default 0)")
+    p.add_argument("--objective", choices=["elbo", "renyi"], default="elbo", help="SVI objective (renyi needs --num-particles >= 2)")
+    p.add_argument("--alpha", type=float, default=0.5, help="order of the Renyi bound (default 0.5)")
     p.add_argument("--checkpoint-every", type=int, default=1000, help="SVI: write DIR/checkpoint.pt every K steps (default 1000)")
     p.add_argument("--resume", action="store_true", help="SVI: continue from DIR/checkpoint.pt if present")
     p.add_argument("--num-warmup", type=int, default=500, help="NUTS/HMC warmup draws per chain (default 500)")
@@ -106,7 +110,8 @@ def _fit(args):
         if not args.resume and checkpoint.exists():
             checkpoint.unlink()
         method = SVI(guide=guide, guide_options=guide_options, steps=steps, lr=args.lr, batch_size=args.batch_size, num_particles=args.num_particles,
-                     seed=args.seed, checkpoint=checkpoint, checkpoint_every=args.checkpoint_every, progress=progress)
+                     seed=args.seed, checkpoint=checkpoint, checkpoint_every=args.checkpoint_every, kl_weight=args.kl_weight,
+                     kl_warmup=args.kl_warmup, objective=args.objective, alpha=args.alpha, progress=progress)
     else:
         init = None if args.init == "network" else args.init
         if init == "svi":

@@ -45,7 +45,8 @@ class Flow(AutoContinuous):
         d = self.latent_dim
         if transform == "spline" and d < 2:
             raise BnnZooError("spline coupling needs at least 2 latent dimensions; use transform=affine")
-        hidden_dims = [int(hidden)] * 2 if hidden else [max(2 * d, 8)] * 2
+        # Autoregressive nets of width 2d (Pyro's habit) grow as d^2 parameters: cap the default at 256
+        hidden_dims = [int(hidden)] * 2 if hidden else [min(max(2 * d, 8), 256)] * 2
         layers = []
         for _ in range(num_flows):
             if transform == "affine":

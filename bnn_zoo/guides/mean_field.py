@@ -1,6 +1,7 @@
 """Mean-field Gaussian guide (Bayes by Backprop; Blundell et al. 2015, Heek's thesis sec. 2.3).
 
-q(w) = prod_i N(w_i; mu_i, sigma_i^2), sigma = softplus(rho). Means start at the network's own
+q(w) = prod_i N(w_i; mu_i, sigma_i^2), sigma = softplus(rho) (Blundell et al.) or exp(rho)
+(``parametrization="log"``). Means start at the network's own
 initialisation and scales small (Heek's thesis shows large initial scales collapse to the prior).
 Real-valued sites are sampled from the Normal itself, so ``TraceMeanField_ELBO`` uses the closed-form
 KL against a Normal prior. Pyro's AutoNormal samples an auxiliary variable and a Delta instead, which
@@ -17,14 +18,18 @@ from pyro.distributions import constraints
 from pyro.nn import PyroModule, PyroParam
 from torch.distributions import biject_to
 
+from bnn_zoo.errors import BnnZooError
 from bnn_zoo.guides import register
 
 
 class MeanField(PyroModule):
     """Diagonal Gaussian over ``sites`` (default: every latent site of ``model``)."""
 
-    def __init__(self, model, init_values, init_scale: float = 1e-2, sites=None):
+    def __init__(self, model, init_values, init_scale: float = 1e-2, sites=None, parametrization: str = "softplus"):
         super().__init__()
+        if parametrization not in ("softplus", "log"):
+            raise BnnZooError(f"unknown scale parametrization {parametrization!r}; choose softplus or log")
+        positive = constraints.softplus_positive if parametrization == "softplus" else constraints.positive  # exp
         shapes = model.latent_shapes()
         supports = {k: d.support for k, d in model.likelihood.latent_prior().items()}
         self.sites = [k for k in shapes if sites is None or k in sites]
@@ -36,7 +41,7 @@ class MeanField(PyroModule):
             if name in self.transforms:
                 init = self.transforms[name].inv(init)
             setattr(self.locs, key, PyroParam(init.detach().clone()))
-            setattr(self.scales, key, PyroParam(torch.full(shapes[name], float(init_scale)), constraints.softplus_positive))
+            setattr(self.scales, key, PyroParam(torch.full(shapes[name], float(init_scale)), positive))
 
     def loc_and_scale(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
         """Variational mean and standard deviation of site ``name`` (unconstrained space)."""
@@ -54,6 +59,6 @@ class MeanField(PyroModule):
         return values
 
 
-@register("mean-field", "diagonal Gaussian over every weight (Bayes by Backprop)")
-def mean_field(model, init_values, init_scale: float = 1e-2):
-    return MeanField(model, init_values, init_scale=init_scale)
+@register("mean-field", "diagonal Gaussian over every weight (Bayes by Backprop); init_scale, parametrization=softplus|log")
+def mean_field(model, init_values, init_scale: float = 1e-2, parametrization: str = "softplus"):
+    return MeanField(model, init_values, init_scale=init_scale, parametrization=parametrization)
