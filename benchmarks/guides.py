@@ -19,7 +19,11 @@ import warnings
 warnings.simplefilter("ignore", FutureWarning)
 
 GUIDES = [("mean-field", {}), ("matrix-normal", {}), ("matrix-normal", {"rank": 2}), ("flow", {"transform": "affine"}),
-          ("flow", {"transform": "spline"}), ("flow", {"transform": "affine", "scope": "layer"})]
+          ("flow", {"transform": "spline"}), ("flow", {"transform": "affine", "scope": "layer"}),
+          ("flow", {"transform": "spline", "scope": "layer"})]
+# An affine autoregressive flow over d latents needs a MADE at least d wide (O(d^2) memory): over the
+# MLP's 2951 weights (or its 2500-weight layer) the library refuses it, so it is not timed there.
+TOO_BIG_FOR_MLP = {("flow", "affine")}
 
 
 def label(guide, options):
@@ -45,7 +49,7 @@ def blr_gap(guide, options):
     return exact.log_evidence - elbo, se
 
 
-def mlp_cost(guide, options, queue, steps=300):
+def mlp_cost(guide, options, queue, steps=100):
     import torch
 
     import bnn_zoo as bz
@@ -55,7 +59,7 @@ def mlp_cost(guide, options, queue, steps=300):
     y = x.sum(1).sin() + 0.1 * torch.randn(300, generator=g)
     model = bz.BNN(bz.models.MLP(6, [50, 50], 1), bz.priors.FanInNormal(), bz.likelihoods.Gaussian.learned())
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    bz.fit(model, x, y, bz.SVI(guide=guide, guide_options=options, steps=20, progress=False, num_draws=10))  # warm up
+    bz.fit(model, x, y, bz.SVI(guide=guide, guide_options=options, steps=5, progress=False, num_draws=10))  # warm up
     start = time.perf_counter()
     bz.fit(model, x, y, bz.SVI(guide=guide, guide_options=options, steps=steps, progress=False, num_draws=10))
     per_step = (time.perf_counter() - start) / steps
@@ -66,22 +70,26 @@ def main():
     import torch
 
     print(f"# {time.strftime('%Y-%m-%d')}, {platform.machine()}, torch {torch.__version__}, {torch.get_num_threads()} threads")
-    rows = []
     ctx = mp.get_context("spawn")
+    print("| guide | BLR gap log p(D) - ELBO (nats) | MC SE | MLP ms/step | vs mean-field | MLP peak RSS MiB | vs mean-field |", flush=True)
+    print("|---|---|---|---|---|---|---|", flush=True)
+    ref = None
     for guide, options in GUIDES:
         gap, se = blr_gap(guide, options)
-        queue = ctx.Queue()
-        proc = ctx.Process(target=mlp_cost, args=(guide, options, queue))
-        proc.start()
-        per_step, peak_kb, base_kb = queue.get()
-        proc.join()
-        rows.append((label(guide, options), gap, se, per_step, peak_kb / 1024, (peak_kb - base_kb) / 1024))
-    ref_step, ref_mem = rows[0][3], rows[0][5]
-    print("| guide | BLR gap log p(D) - ELBO (nats) | MC SE | MLP ms/step | vs mean-field | MLP peak RSS MiB | growth during fit MiB | vs mean-field |")
-    print("|---|---|---|---|---|---|---|---|")
-    for name, gap, se, step, peak, growth in rows:
-        print(f"| {name} | {gap:.3f} | {se:.3f} | {1000 * step:.2f} | {step / ref_step:.2f}x | {peak:.0f} | {growth:.1f} | "
-              f"{growth / max(ref_mem, 1e-9):.2f}x |")
+        cost = "| refused: O(d^2) memory | | |"
+        if (guide, options.get("transform")) not in TOO_BIG_FOR_MLP:
+            queue = ctx.Queue()
+            proc = ctx.Process(target=mlp_cost, args=(guide, options, queue))
+            proc.start()
+            proc.join(timeout=900)
+            if proc.exitcode == 0:
+                per_step, peak_kb, _ = queue.get()
+                ref = ref or (per_step, peak_kb)
+                cost = f"| {1000 * per_step:.1f} | {per_step / ref[0]:.2f}x | {peak_kb / 1024:.0f} | {peak_kb / ref[1]:.2f}x |"
+            else:
+                proc.kill()
+                cost = f"| failed (exit code {proc.exitcode}) | | | |"
+        print(f"| {label(guide, options)} | {gap:.3f} | {se:.3f} {cost}", flush=True)
 
 
 if __name__ == "__main__":

@@ -50,3 +50,9 @@ def test_every_guide_fits_an_mlp_and_exports_to_arviz(guide, options):
     assert (idata.posterior["noise_scale"] > 0).all()
     assert post.predict(x, num_samples=60).f.shape == (60, 20, 1)  # fresh guide draws beyond the 30 kept
     assert math.isfinite(post.elbo(num_samples=50)[0])
+
+
+def test_an_affine_flow_too_large_for_memory_is_refused_before_training():
+    model = bz.BNN(bz.models.MLP(40, [30], 1))  # 1261 latents: a MADE at least 1261 wide
+    with pytest.raises(bz.BnnZooError, match=r"affine autoregressive flow over 1261 latents needs O\(d\^2\) memory.*transform=spline"):
+        bz.fit(model, torch.randn(10, 40), torch.randn(10), bz.SVI(guide="flow", steps=1, progress=False))

@@ -27,6 +27,7 @@ from bnn_zoo.guides import register
 from bnn_zoo.guides.mean_field import MeanField
 
 TRANSFORMS = ("affine", "spline")
+MAX_AFFINE_DIM = 1024
 
 
 class Flow(AutoContinuous):
@@ -43,10 +44,16 @@ class Flow(AutoContinuous):
         super()._setup_prototype(*args, **kwargs)
         transform, num_flows, init_scale, hidden = self._spec
         d = self.latent_dim
+        if transform == "affine" and d > MAX_AFFINE_DIM:
+            raise BnnZooError(f"an affine autoregressive flow over {d} latents needs O(d^2) memory (its MADE is at least {d} wide; "
+                              f"measured: 2951 latents exhausted 24 GiB); use transform=spline, or scope=layer for smaller blocks")
         if transform == "spline" and d < 2:
             raise BnnZooError("spline coupling needs at least 2 latent dimensions; use transform=affine")
-        # Autoregressive nets of width 2d (Pyro's habit) grow as d^2 parameters: cap the default at 256
-        hidden_dims = [int(hidden)] * 2 if hidden else [min(max(2 * d, 8), 256)] * 2
+        # Width 2d grows as d^2 parameters: cap the default at 256. Pyro's autoregressive nets (MADE)
+        # need width >= d, so an affine flow over d latents costs O(d^2) whatever we do; spline
+        # coupling's dense nets have no such floor, which is what makes scope=layer + spline scale.
+        width = min(max(2 * d, 8), 256)
+        hidden_dims = [int(hidden) if hidden else (max(width, d) if transform == "affine" else width)] * 2
         layers = []
         for _ in range(num_flows):
             if transform == "affine":
