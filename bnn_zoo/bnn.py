@@ -15,6 +15,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
+from bnn_zoo.inference import local_noise
 from bnn_zoo.likelihoods import Gaussian, Likelihood
 from bnn_zoo.priors import Normal, Prior
 
@@ -40,26 +41,34 @@ class BNN:
         return getattr(self.net, "in_features", None)
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor | None = None, batch_size: int | None = None):
-        weights = {name: pyro.sample(name, self.prior(name, p)) for name, p in self.params.items()}
+        with local_noise.collect() as noisy:  # a guide in training mode may ask for per-example noise
+            weights = {name: pyro.sample(name, self.prior(name, p)) for name, p in self.params.items()}
         latent = self.likelihood.sample_latent()
         # Under an outer vectorising plate (particles, predictive draws) global sites carry a singleton
         # for the data plate at dim -1 of their batch shape; drop it so draws line up with f's leading dims.
         weights = {k: _drop_data_dim(v, self.params[k].dim()) for k, v in weights.items()}
         latent = {k: _drop_data_dim(v, 0) for k, v in latent.items()}
         with pyro.plate("data", x.shape[0], subsample_size=batch_size, dim=-1) as idx:
-            f = self.forward(weights, x[idx])
+            f = self.forward(weights, x[idx], noisy.noise)
             pyro.sample("y", self.likelihood.distribution(f, latent), obs=None if y is None else y[idx])
         return f
 
-    def forward(self, weights: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-        """Network outputs for weights with any leading batch shape B: returns (*B, N, out)."""
+    def forward(self, weights: dict[str, torch.Tensor], x: torch.Tensor, noise: dict | None = None) -> torch.Tensor:
+        """Network outputs for weights with any leading batch shape B: returns (*B, N, out).
+
+        ``noise`` maps weight names to :class:`~bnn_zoo.inference.local_noise.LocalNoise`: those layers
+        run at the noise's centre with per-example noise (local reparameterisation, dropout masks).
+        """
         name, ref = next(iter(self.params.items()))
         batch = weights[name].shape[: weights[name].dim() - ref.dim()]
-        if not batch:
-            with _bound(self.net, weights):
-                return self.net(x)
-        flat = {k: v.reshape(-1, *self.params[k].shape) for k, v in weights.items()}
-        f = vmap(lambda w: functional_call(self.net, w, (x,)))(flat)
+        noise = noise or {}
+        weights = {**weights, **{k: n.centre.expand(weights[k].shape) for k, n in noise.items()}}
+        with local_noise.hooks(self.net, noise):
+            if not batch:
+                with _bound(self.net, weights):
+                    return self.net(x)
+            flat = {k: v.reshape(-1, *self.params[k].shape) for k, v in weights.items()}
+            f = vmap(lambda w: functional_call(self.net, w, (x,)), randomness="different")(flat)
         return f.reshape(*batch, *f.shape[1:])
 
     def latent_shapes(self) -> dict[str, torch.Size]:

@@ -39,8 +39,8 @@ def main(argv=None) -> int:
     p.add_argument("--data", required=True, help="toy-cubic | uci:PATH[:split=K]")
     p.add_argument("--model", default="mlp", help="mlp[:hidden=50,50;activation=relu] | linear (default mlp)")
     p.add_argument("--inference", required=True, choices=["svi", "nuts", "hmc"])
-    p.add_argument("--guide", default="mean-field", help="variational family for svi, with options: mean-field[:init_scale=0.01] | "
-                   "matrix-normal[:rank=K;init_scale=0.01] (see `bnn-zoo list`)")
+    p.add_argument("--guide", default="mean-field", help="variational family for svi, with options: mean-field[:local_reparam=true] | "
+                   "matrix-normal[:rank=K] | flow[:transform=spline;scope=layer] | dropout[:p=0.05,0.1;masks=example] (see `bnn-zoo list`)")
     p.add_argument("--prior", default="fanin", help="fanin[:gain=1;bias_scale=1] | normal[:scale=1] (default fanin)")
     p.add_argument("--likelihood", default="gaussian", help="gaussian[:scale=S] (learned noise without scale) | bernoulli | categorical")
     p.add_argument("--steps", type=int, default=None, help="SVI steps (default 3000)")
@@ -52,6 +52,9 @@ def main(argv=None) -> int:
     p.add_argument("--kl-warmup", type=int, default=0, help="SVI: steps over which the KL weight rises linearly to --kl-weight (default 0)")
     p.add_argument("--objective", choices=["elbo", "renyi"], default="elbo", help="SVI objective (renyi needs --num-particles >= 2)")
     p.add_argument("--alpha", type=float, default=0.5, help="order of the Renyi bound (default 0.5)")
+    p.add_argument("--validation", type=float, default=0.0, help="SVI early stopping: hold out this fraction of the training data (default 0: off)")
+    p.add_argument("--eval-every", type=int, default=100, help="SVI early stopping: score the held-out data every K steps (default 100)")
+    p.add_argument("--patience", type=int, default=5, help="SVI early stopping: stop after this many scores without improvement (default 5)")
     p.add_argument("--checkpoint-every", type=int, default=1000, help="SVI: write DIR/checkpoint.pt every K steps (default 1000)")
     p.add_argument("--resume", action="store_true", help="SVI: continue from DIR/checkpoint.pt if present")
     p.add_argument("--num-warmup", type=int, default=500, help="NUTS/HMC warmup draws per chain (default 500)")
@@ -111,7 +114,8 @@ def _fit(args):
             checkpoint.unlink()
         method = SVI(guide=guide, guide_options=guide_options, steps=steps, lr=args.lr, batch_size=args.batch_size, num_particles=args.num_particles,
                      seed=args.seed, checkpoint=checkpoint, checkpoint_every=args.checkpoint_every, kl_weight=args.kl_weight,
-                     kl_warmup=args.kl_warmup, objective=args.objective, alpha=args.alpha, progress=progress)
+                     kl_warmup=args.kl_warmup, objective=args.objective, alpha=args.alpha, validation=args.validation,
+                     eval_every=args.eval_every, patience=args.patience, progress=progress)
     else:
         init = None if args.init == "network" else args.init
         if init == "svi":

@@ -121,14 +121,24 @@ class Posterior:
         idx = torch.linspace(0, total - 1, num_samples).round().long()
         return {k: v[idx] for k, v in flat.items()}
 
+    def mean_weights(self) -> dict[str, torch.Tensor]:
+        """Posterior mean of every latent site as a single draw (1, *shape)."""
+        if self.guide is not None and hasattr(self.guide, "mean"):
+            with torch.no_grad():
+                return {k: v.detach()[None] for k, v in self.guide.mean().items()}
+        return {k: v.mean(0, keepdim=True) for k, v in self.draws().items()}
+
     def _split(self, draws):
         weights = {k: draws[k] for k in self.model.params}
         return weights, {k: v for k, v in draws.items() if k not in weights}
 
-    def predict(self, x, num_samples: int | None = None) -> Prediction:
-        """Network outputs at ``x`` for ``num_samples`` posterior draws, vectorised over draws."""
+    def predict(self, x, num_samples: int | None = None, at_mean: bool = False) -> Prediction:
+        """Network outputs at ``x`` for ``num_samples`` posterior draws, vectorised over draws (for the
+        dropout guide: MC dropout, eq. 3.16). ``at_mean=True`` is one pass at the posterior mean weights
+        instead: the guide's E_q[w] where it has one (for dropout, standard dropout's weight scaling),
+        else the average of the stored draws."""
         x = check_inputs(self.model, x)
-        weights, latent = self._split(self.draws(num_samples))
+        weights, latent = self._split(self.mean_weights() if at_mean else self.draws(num_samples))
         with torch.no_grad():
             return Prediction(self.model.forward(weights, x), latent, self.model.likelihood)
 
@@ -144,6 +154,9 @@ class Posterior:
         """ELBO = E_q[log p(y, w | x) - log q(w)] on the full data, with its Monte Carlo standard error."""
         if self.guide is None:
             raise BnnZooError(f"the ELBO needs a variational guide; this posterior came from {self.method.upper()}")
+        if not getattr(self.guide, "has_density", True):
+            raise BnnZooError(f"the {self.settings.get('guide')} guide has no density (a point mass as s -> 0), so its ELBO is "
+                              "-infinity up to a constant; compare it by test log-likelihood or LOO instead")
         from bnn_zoo.inference.svi import log_weights
 
         x, y = (self.x, self.y) if x is None else check_data(self.model, x, y)

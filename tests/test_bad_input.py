@@ -55,7 +55,7 @@ def test_labels_out_of_range_and_fractional():
 def test_bad_method_settings(reg):
     with pytest.raises(bz.BnnZooError, match="SVI steps must be a positive integer"):
         bz.fit(reg, torch.randn(5, 2), torch.randn(5), bz.SVI(steps=0))
-    with pytest.raises(bz.BnnZooError, match="unknown guide 'low-rank'; available guides: flow, matrix-normal, mean-field"):
+    with pytest.raises(bz.BnnZooError, match="unknown guide 'low-rank'; available guides: dropout, flow, matrix-normal, mean-field"):
         bz.fit(reg, torch.randn(5, 2), torch.randn(5), bz.SVI(guide="low-rank", progress=False))
     with pytest.raises(bz.BnnZooError, match="method must be bnn_zoo.SVI"):
         bz.fit(reg, torch.randn(5, 2), torch.randn(5), "nuts")

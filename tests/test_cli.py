@@ -27,7 +27,8 @@ def test_demo_end_to_end_at_reduced_size(tmp_path, capsys):
     assert (out / "svi" / "loss.png").exists() and (out / "nuts" / "energy.png").exists()
 
 
-@pytest.mark.parametrize("inference", ["svi", "svi:matrix-normal:rank=2", "svi:flow:transform=spline;scope=layer", "nuts", "hmc"])
+@pytest.mark.parametrize("inference", ["svi", "svi:mean-field:local_reparam=true", "svi:matrix-normal:rank=2", "svi:flow:transform=spline;scope=layer",
+                                       "svi:dropout:p=0.05,0.1;masks=example", "nuts", "hmc"])
 def test_fit_on_a_uci_folder_writes_results_in_original_units(tmp_path, inference):
     _uci_folder(tmp_path / "uci", rows=40)
     out = tmp_path / "out"
@@ -41,7 +42,8 @@ def test_fit_on_a_uci_folder_writes_results_in_original_units(tmp_path, inferenc
     for key in ("rmse", "test_log_likelihood", "loo_elpd", "loo_se", "runtime_s", "settings"):
         assert key in metrics
     assert metrics["settings"]["method"] == inference and metrics["data"] == "uci:uci" and metrics["n_train"] == 36
-    assert ("elbo" in metrics and "elbo_se" in metrics) == (inference == "svi")
+    assert ("elbo" in metrics and "elbo_se" in metrics) == (inference == "svi" and not guide.startswith("dropout"))  # no density
+    assert ("rmse_at_mean" in metrics) == (inference == "svi" and not guide.startswith("flow"))  # flows have no closed-form mean
     idata = load_inference_data(out / "posterior.nc")
     assert idata.posterior["layers.0.weight"].shape[-2:] == (8, 2)
     assert not (out / "checkpoint.pt").exists()  # superseded by the result
@@ -49,6 +51,15 @@ def test_fit_on_a_uci_folder_writes_results_in_original_units(tmp_path, inferenc
         name, _, options = guide.partition(":")
         assert metrics["settings"]["guide"] == name
         assert metrics["settings"]["guide_options"] == dict(kv.split("=") for kv in options.split(";")) | ({"rank": 2} if "rank" in options else {})
+
+
+def test_early_stopping_from_the_command_line(tmp_path):
+    out = tmp_path / "es"
+    assert main(["fit", "--data", "toy-cubic", "--inference", "svi", "--steps", "4000", "--lr", "0.05", "--validation", "0.25",
+                 "--eval-every", "20", "--patience", "2", "--out", str(out), "--quiet"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["steps_run"] == metrics["best_step"] + 40 < 4000 and (metrics["n_train"], metrics["n_validation"]) == (15, 5)
+    assert metrics["settings"]["validation"] == 0.25
 
 
 def test_linear_model_on_toy_data_and_epochs(tmp_path):

@@ -84,3 +84,27 @@ def test_a_checkpoint_of_another_model_is_refused(tmp_path):
     bz.fit(bz.BNN(bz.models.MLP(2, [4], 1)), x, y, bz.SVI(steps=10, checkpoint=ckpt, checkpoint_every=5, progress=False, num_draws=5))
     with pytest.raises(bz.BnnZooError, match="does not match this model and guide"):
         bz.fit(bz.BNN(bz.models.MLP(2, [7], 1)), x, y, bz.SVI(steps=20, checkpoint=ckpt, progress=False, num_draws=5))
+
+
+def test_early_stopping_keeps_the_best_guide_and_holds_out_validation_data():
+    """An over-parameterised net on 40 noisy points overfits; training stops `patience` evaluations after
+    the best validation score, and the guide returned is exactly the one a fit stopped there would give."""
+    x, y = _data()
+    y = y + torch.randn(40, generator=torch.Generator().manual_seed(5))
+    model = bz.BNN(bz.models.MLP(2, [64], 1), bz.priors.Normal(3.0), bz.likelihoods.Gaussian(0.3))
+    common = dict(guide="mean-field", lr=0.03, validation=0.25, progress=False, num_draws=10)
+    post = bz.fit(model, x, y, bz.SVI(steps=3000, eval_every=25, patience=4, **common))
+    best, run = post.info["best_step"], post.info["steps_run"]
+    assert run == best + 4 * 25 < 3000
+    assert post.x.shape == (30, 2)
+    again = bz.fit(model, x, y, bz.SVI(steps=best, eval_every=best, patience=1, **common))
+    for (k, a), b in zip(post.guide.state_dict().items(), again.guide.state_dict().values()):
+        assert torch.equal(a, b), k
+
+
+def test_bad_validation_settings_are_refused():
+    with pytest.raises(bz.BnnZooError, match="held-out fraction"):
+        bz.SVI(validation=1.5)
+    x, y = _data()
+    with pytest.raises(bz.BnnZooError, match="leaves no training or no validation"):
+        bz.fit(bz.BNN(bz.models.MLP(2, [4], 1)), x[:3], y[:3], bz.SVI(validation=0.1, steps=2, progress=False))

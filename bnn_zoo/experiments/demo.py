@@ -59,6 +59,7 @@ def print_table(results, console=None, title=None):
     (console or _console()).print(table)
     notes = [f"{r.name}: {r.metrics['loo_warning']}" for r in results if "loo_warning" in r.metrics]
     notes += [f"{r.name}: stopped early ({r.metrics['stop_reason']})" for r in results if "stop_reason" in r.metrics]
+    notes += [f"{r.name}: early stopping kept step {r.metrics['best_step']} of {r.metrics['steps_run']} run" for r in results if "best_step" in r.metrics]
     for note in notes:
         (console or _console()).print(f"[yellow]note[/yellow] {note}")
     (console or _console()).print("test RMSE / LL in original units (LL per test point); ELBO and LOO on the standardised training targets.")

@@ -25,32 +25,39 @@ class Result:
 def run(name, dataset, model, method, out_dir=None, elbo_samples: int = 1000) -> Result:
     """Fit ``model`` to ``dataset`` with ``method``; metrics and, with ``out_dir``, posterior.nc, metrics.json, plots.
 
-    rmse and test_log_likelihood are in the targets' original units; elbo and loo_elpd are on the
+    rmse and test_log_likelihood are in the targets' original units (``*_at_mean``: one pass at the
+    guide's mean weights, i.e. standard dropout for the dropout guide); elbo and loo_elpd are on the
     standardised training targets the model was fitted to (as is posterior.nc's log_likelihood).
     """
     x, y = dataset.train
     posterior = fit(model, x, y, method)
     x_test, y_test = dataset.test
-    pred = posterior.predict(x_test)
-    if model.likelihood.task == "regression":
-        metrics = regression_metrics(pred, model.likelihood.check_targets(y_test, pred.f.shape[-1]), dataset.y_std)
-    else:
-        metrics = classification_metrics(pred, y_test)
+    metrics = _test_metrics(posterior.predict(x_test), model, y_test, dataset)
+    if hasattr(posterior.guide, "mean"):  # one pass at E_q[w]: standard dropout's weight scaling for the dropout guide
+        at_mean = _test_metrics(posterior.predict(x_test, at_mean=True), model, y_test, dataset)
+        metrics.update({f"{k}_at_mean": v for k, v in at_mean.items()})
     idata = posterior.to_inference_data()
     metrics.update(_evidence(posterior, idata, elbo_samples))
-    metrics.update(runtime_s=posterior.runtime_s, data=dataset.name, n_train=int(x.shape[0]), n_test=int(x_test.shape[0]),
+    metrics.update(runtime_s=posterior.runtime_s, data=dataset.name, n_train=int(posterior.x.shape[0]), n_test=int(x_test.shape[0]),
                    settings=posterior.settings, **model.describe())
-    if posterior.info.get("stop_reason"):
-        metrics["stop_reason"] = posterior.info["stop_reason"]
+    if posterior.x.shape[0] < x.shape[0]:
+        metrics["n_validation"] = int(x.shape[0] - posterior.x.shape[0])  # held out for early stopping
+    metrics.update({k: v for k, v in posterior.info.items() if v != ""})  # stop_reason, early-stopping step
     result = Result(name, posterior, idata, metrics)
     if out_dir is not None:
         save(result, dataset, Path(out_dir))
     return result
 
 
+def _test_metrics(pred, model, y_test, dataset):
+    if model.likelihood.task == "regression":
+        return regression_metrics(pred, model.likelihood.check_targets(y_test, pred.f.shape[-1]), dataset.y_std)
+    return classification_metrics(pred, y_test)
+
+
 def _evidence(posterior, idata, elbo_samples):
     out = {}
-    if posterior.guide is not None:
+    if posterior.guide is not None and getattr(posterior.guide, "has_density", True):
         out["elbo"], out["elbo_se"] = posterior.elbo(num_samples=elbo_samples)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -24,6 +24,15 @@ def register(name: str, description: str):
     return decorate
 
 
+def flag(value) -> bool:
+    """A boolean guide option from Python or the command line (true/false, 1/0)."""
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    if value in (True, False, 0, 1):
+        return bool(value)
+    raise BnnZooError(f"expected true or false, got {value!r}")
+
+
 def build(name: str, model, init_values: dict, **options):
     if name not in GUIDES:
         raise BnnZooError(f"unknown guide {name!r}; available guides: {', '.join(sorted(GUIDES))}")
@@ -33,6 +42,6 @@ def build(name: str, model, init_values: dict, **options):
         raise BnnZooError(f"bad options for guide {name!r}: {exc}") from None
 
 
-from bnn_zoo.guides import flow, matrix_normal, mean_field  # noqa: E402,F401  (they register themselves)
+from bnn_zoo.guides import dropout, flow, matrix_normal, mean_field  # noqa: E402,F401  (they register themselves)
 
 __all__ = ["GUIDES", "build", "register"]

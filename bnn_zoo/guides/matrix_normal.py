@@ -11,7 +11,8 @@ O((n m)^2). The KL to a diagonal Gaussian prior is closed form (registered below
     KL = 1/2 [ sum_ij (U_ii V_jj + (M_ij - mu_ij)^2) / s_ij^2 - n m + sum_ij log s_ij^2 - m log|U| - n log|V| ]
 
 which for s_ij = s, mu = 0 is DESIGN.md's 1/2 [tr(U) tr(V)/s^2 + ||M||^2/s^2 - nm + nm log s^2 - m log|U| - n log|V|].
-Pyro has no matrix-normal distribution, hence this one.
+Pyro has no matrix-normal distribution, hence this one. ``local_reparam=True`` samples a dense layer's
+outputs x W^T ~ N(x M^T, (x V x^T) U) per example during training (:mod:`bnn_zoo.inference.local_noise`).
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ from pyro.distributions.torch_distribution import TorchDistribution
 from pyro.nn import PyroModule, PyroParam
 from torch.distributions import register_kl
 
-from bnn_zoo.guides import register
+from bnn_zoo.guides import flag, register
 from bnn_zoo.guides.mean_field import MeanField
+from bnn_zoo.inference.local_noise import MatrixNormalWeights
 
 
 class MatrixNormal(TorchDistribution):
@@ -119,8 +121,9 @@ class _Factor(PyroModule):
 class MatrixNormalGuide(PyroModule):
     """MN over every weight with 2 or more dims; the mean-field guide over the other sites (biases, noise)."""
 
-    def __init__(self, model, init_values, init_scale: float = 1e-2, rank: int | None = None):
+    def __init__(self, model, init_values, init_scale: float = 1e-2, rank: int | None = None, local_reparam: bool = False):
         super().__init__()
+        self.local_reparam = local_reparam
         self.shapes = {k: p.shape for k, p in model.params.items() if p.dim() >= 2}
         # the marginal variance of W_ij is U_ii V_jj: start both factors at init_scale * I
         self.locs = PyroModule()
@@ -131,18 +134,28 @@ class MatrixNormalGuide(PyroModule):
             setattr(self.locs, key, PyroParam(init_values[name].detach().reshape(n, m).clone()))
             setattr(self.rows, key, _Factor(n, init_scale, rank))
             setattr(self.cols, key, _Factor(m, init_scale, rank))
-        self.rest = MeanField(model, init_values, init_scale, sites=[k for k in model.latent_shapes() if k not in self.shapes])
+        self.rest = MeanField(model, init_values, init_scale, sites=[k for k in model.latent_shapes() if k not in self.shapes],
+                              local_reparam=local_reparam)
 
     def distribution(self, name: str) -> MatrixNormal:
         key = name.replace(".", "__")
         return MatrixNormal(getattr(self.locs, key), getattr(self.rows, key)(), getattr(self.cols, key)(), self.shapes[name])
 
     def forward(self, *args, **kwargs):
-        values = {name: pyro.sample(name, self.distribution(name)) for name in self.shapes}
+        values = {}
+        for name in self.shapes:
+            q = self.distribution(name)
+            infer = {"local_noise": MatrixNormalWeights(q.loc.reshape(q.event_shape), q.row_factor, q.col_factor)} \
+                if self.local_reparam and self.training else {}
+            values[name] = pyro.sample(name, q, infer=infer)
         values.update(self.rest(*args, **kwargs))
         return values
 
+    def mean(self) -> dict[str, torch.Tensor]:
+        return {**{name: self.distribution(name).mean for name in self.shapes}, **self.rest.mean()}
 
-@register("matrix-normal", "matrix-normal MN(M, U, V) per weight matrix (full Cholesky; rank=k for low-rank + diagonal)")
-def matrix_normal(model, init_values, init_scale: float = 1e-2, rank: int | None = None):
-    return MatrixNormalGuide(model, init_values, init_scale=init_scale, rank=rank)
+
+@register("matrix-normal", "matrix-normal MN(M, U, V) per weight matrix (full Cholesky; rank=k for low-rank + diagonal); "
+          "local_reparam=true|false (dense layers)")
+def matrix_normal(model, init_values, init_scale: float = 1e-2, rank: int | None = None, local_reparam: bool = False):
+    return MatrixNormalGuide(model, init_values, init_scale=init_scale, rank=rank, local_reparam=flag(local_reparam))

@@ -7,6 +7,10 @@ Real-valued sites are sampled from the Normal itself, so ``TraceMeanField_ELBO``
 KL against a Normal prior. Pyro's AutoNormal samples an auxiliary variable and a Delta instead, which
 turns that KL into a Monte Carlo estimate, hence this guide. Constrained sites (a learned noise
 scale) get a Normal in unconstrained space pushed through ``biject_to(support)``.
+
+``local_reparam=True`` samples pre-activations instead of weights during training (Kingma et al.
+2015; see :mod:`bnn_zoo.inference.local_noise`) for dense and convolutional layers; biases are still
+drawn once per particle.
 """
 
 from __future__ import annotations
@@ -19,13 +23,15 @@ from pyro.nn import PyroModule, PyroParam
 from torch.distributions import biject_to
 
 from bnn_zoo.errors import BnnZooError
-from bnn_zoo.guides import register
+from bnn_zoo.guides import flag, register
+from bnn_zoo.inference.local_noise import GaussianWeights
 
 
 class MeanField(PyroModule):
     """Diagonal Gaussian over ``sites`` (default: every latent site of ``model``)."""
 
-    def __init__(self, model, init_values, init_scale: float = 1e-2, sites=None, parametrization: str = "softplus"):
+    def __init__(self, model, init_values, init_scale: float = 1e-2, sites=None, parametrization: str = "softplus",
+                 local_reparam: bool = False):
         super().__init__()
         if parametrization not in ("softplus", "log"):
             raise BnnZooError(f"unknown scale parametrization {parametrization!r}; choose softplus or log")
@@ -34,6 +40,7 @@ class MeanField(PyroModule):
         supports = {k: d.support for k, d in model.likelihood.latent_prior().items()}
         self.sites = [k for k in shapes if sites is None or k in sites]
         self.transforms = {k: biject_to(supports[k]) for k in self.sites if k in supports}  # weights are real
+        self.local = {k for k in self.sites if local_reparam and k in model.params and model.params[k].dim() >= 2}
         self.locs, self.scales = PyroModule(), PyroModule()
         for name in self.sites:
             key = name.replace(".", "__")
@@ -55,10 +62,17 @@ class MeanField(PyroModule):
             q = dist.Normal(loc, scale).to_event(loc.dim())
             if name in self.transforms:
                 q = dist.TransformedDistribution(q, self.transforms[name])
-            values[name] = pyro.sample(name, q)
+            infer = {"local_noise": GaussianWeights(loc, scale)} if name in self.local and self.training else {}
+            values[name] = pyro.sample(name, q, infer=infer)
         return values
 
+    def mean(self) -> dict[str, torch.Tensor]:
+        """E_q[w] for weights; for a constrained site (noise scale) the transformed mean, i.e. its median."""
+        return {k: self.transforms[k](self.loc_and_scale(k)[0]) if k in self.transforms else self.loc_and_scale(k)[0] for k in self.sites}
 
-@register("mean-field", "diagonal Gaussian over every weight (Bayes by Backprop); init_scale, parametrization=softplus|log")
-def mean_field(model, init_values, init_scale: float = 1e-2, parametrization: str = "softplus"):
-    return MeanField(model, init_values, init_scale=init_scale, parametrization=parametrization)
+
+@register("mean-field", "diagonal Gaussian over every weight (Bayes by Backprop); init_scale, parametrization=softplus|log, "
+          "local_reparam=true|false")
+def mean_field(model, init_values, init_scale: float = 1e-2, parametrization: str = "softplus", local_reparam: bool = False):
+    return MeanField(model, init_values, init_scale=init_scale, parametrization=parametrization, local_reparam=flag(local_reparam))
+

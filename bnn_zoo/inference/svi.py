@@ -34,6 +34,11 @@ class SVI:
     optimum is the tempered posterior q ~ p(w) p(y | w)^(1 / tau); ``kl_warmup`` raises the weight
     linearly from tau / kl_warmup to tau over the first ``kl_warmup`` steps (annealing). ``objective``
     ``"renyi"`` maximises Li & Turner's Renyi bound of order ``alpha`` (Pyro's RenyiELBO, >= 2 particles).
+
+    ``validation`` > 0 holds out that fraction of the data (a seeded random split) and scores the guide
+    every ``eval_every`` steps by the validation log predictive density per point (Gal's eq. 3.18 with
+    64 draws); training stops after ``patience`` scores without improvement and the best guide is
+    kept. The Posterior then holds the training part only.
     """
 
     guide: str = "mean-field"
@@ -51,6 +56,9 @@ class SVI:
     kl_warmup: int = 0
     objective: str = "elbo"
     alpha: float = 0.5
+    validation: float = 0.0
+    eval_every: int = 100
+    patience: int = 5
     progress: bool = True
 
     name = "svi"
@@ -59,10 +67,11 @@ class SVI:
         return {"method": self.name, "guide": self.guide, "steps": self.steps, "lr": self.lr, "batch_size": self.batch_size,
                 "num_particles": self.num_particles, "seed": self.seed, "lr_decay": self.lr_decay,
                 "guide_options": dict(self.guide_options), "num_draws": self.num_draws, "kl_weight": self.kl_weight,
-                "kl_warmup": self.kl_warmup, "objective": self.objective, **({"alpha": self.alpha} if self.objective == "renyi" else {})}
+                "kl_warmup": self.kl_warmup, "objective": self.objective, **({"alpha": self.alpha} if self.objective == "renyi" else {}),
+                **({"validation": self.validation, "eval_every": self.eval_every, "patience": self.patience} if self.validation else {})}
 
     def __post_init__(self):
-        for name in ("steps", "num_particles", "num_draws", "checkpoint_every"):
+        for name in ("steps", "num_particles", "num_draws", "checkpoint_every", "eval_every", "patience"):
             if not (isinstance(getattr(self, name), int) and getattr(self, name) > 0):
                 raise BnnZooError(f"SVI {name} must be a positive integer, got {getattr(self, name)!r}")
         if not (self.lr > 0 and 0 < self.lr_decay <= 1):
@@ -75,24 +84,30 @@ class SVI:
             raise BnnZooError(f"unknown SVI objective {self.objective!r}; choose elbo or renyi")
         if self.objective == "renyi" and (self.num_particles < 2 or self.alpha == 1):
             raise BnnZooError("the Renyi objective needs num_particles >= 2 and alpha != 1 (alpha = 1 is the ELBO)")
+        if not 0 <= self.validation < 1:
+            raise BnnZooError(f"validation is the held-out fraction of the data, in [0, 1); got {self.validation}")
         if self.guide not in guides.GUIDES:
             raise BnnZooError(f"unknown guide {self.guide!r}; available guides: {', '.join(sorted(guides.GUIDES))}")
 
     def run(self, model, x, y) -> Posterior:
-        batch_size = None if self.batch_size is None or self.batch_size >= x.shape[0] else self.batch_size
         start = time.perf_counter()
+        (x, y), held_out = self._split(x, y)
+        batch_size = None if self.batch_size is None or self.batch_size >= x.shape[0] else self.batch_size
         pyro.set_rng_seed(self.seed)
         guide = guides.build(self.guide, model, model.network_init(self.seed), **self.guide_options)
+        if self.objective == "renyi" and not getattr(guide, "has_density", True):
+            raise BnnZooError(f"the Renyi objective needs log q(w), which the {self.guide} guide does not have; use objective=elbo")
         guide(x, y)  # creates the guide's parameters
         particles = dict(num_particles=self.num_particles, vectorize_particles=self.num_particles > 1, max_plate_nesting=1)
         elbo = RenyiELBO(alpha=self.alpha, **particles) if self.objective == "renyi" else TraceMeanField_ELBO(**particles)
         optim = torch.optim.Adam(guide.parameters(), lr=self.lr)
         sched = torch.optim.lr_scheduler.ExponentialLR(optim, gamma=self.lr_decay ** (1.0 / self.steps))
-        losses, first, stop_reason, last_finite = [], 0, None, None
+        losses, first, stop_reason, last_finite, best = [], 0, None, None, None
         if self.checkpoint is not None and Path(self.checkpoint).exists():
-            first, losses = _resume(self.checkpoint, guide, optim, sched)
+            first, losses, best = _resume(self.checkpoint, guide, optim, sched)
         params = list(guide.parameters())
         bar = tqdm(range(first, self.steps), desc=f"SVI {self.guide}", disable=not self.progress, initial=first, total=self.steps)
+        guide.train()  # guides add per-example (local) noise in training mode only
         try:
             for step in bar:
                 rng = torch.get_rng_state()  # a checkpoint taken mid-step restarts this step exactly
@@ -112,13 +127,21 @@ class SVI:
                 losses.append(loss)
                 if step % 50 == 0:
                     bar.set_postfix(loss=f"{loss:.4g}")
+                if held_out is not None and (step + 1) % self.eval_every == 0:
+                    score = validation_log_lik(guide, model, *held_out)
+                    if best is None or score > best["score"]:
+                        best = {"score": score, "step": step + 1, "guide": {k: v.clone() for k, v in guide.state_dict().items()}}
+                    elif step + 1 - best["step"] >= self.patience * self.eval_every:
+                        break
                 if self.checkpoint is not None and (step + 1) % self.checkpoint_every == 0:
-                    _save(self.checkpoint, step + 1, guide, optim, sched, losses, torch.get_rng_state())
+                    _save(self.checkpoint, step + 1, guide, optim, sched, losses, torch.get_rng_state(), best)
         except KeyboardInterrupt:
             if self.checkpoint is not None:
-                _save(self.checkpoint, len(losses), guide, optim, sched, losses, rng)
+                _save(self.checkpoint, len(losses), guide, optim, sched, losses, rng, best)
                 print(f"interrupted: checkpoint at step {len(losses)} saved to {self.checkpoint}; run again to resume")
             raise
+        finally:
+            guide.eval()
         if stop_reason:
             if last_finite is not None:
                 with torch.no_grad():
@@ -126,10 +149,25 @@ class SVI:
                         p.copy_(good)
             warnings.warn(f"SVI stopped early: {stop_reason}; kept the last parameters with a finite loss. "
                           "Lower the learning rate or check the prior and likelihood scales.", stacklevel=2)
+        info = {"stop_reason": stop_reason or ""}
+        if best is not None:
+            guide.load_state_dict(best["guide"])
+            info.update(best_step=best["step"], best_validation_log_lik=best["score"], steps_run=len(losses))
         with torch.no_grad():
             samples = {k: v[None] for k, v in sample_guide(guide, model, self.num_draws, x, y).items()}
         return Posterior(model, x, y, samples, self.settings(), sample_stats={"loss": torch.tensor(losses)},
-                         guide=guide, runtime_s=time.perf_counter() - start, info={"stop_reason": stop_reason or ""})
+                         guide=guide, runtime_s=time.perf_counter() - start, info=info)
+
+    def _split(self, x, y):
+        """(training part, validation part or None): a seeded random hold-out of ``validation`` of the data."""
+        if not self.validation:
+            return (x, y), None
+        n_val = round(self.validation * x.shape[0])
+        if not 1 <= n_val < x.shape[0]:
+            raise BnnZooError(f"validation={self.validation} of {x.shape[0]} points leaves no training or no validation data")
+        order = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(self.seed))
+        train, val = order[n_val:], order[:n_val]
+        return (x[train], y[train]), (x[val], y[val])
 
 
 class _ScaleLatent(Messenger):
@@ -173,6 +211,16 @@ def sample_guide(guide, model, num_samples: int, *args) -> dict[str, torch.Tenso
     return {k: tr.nodes[k]["value"].reshape(num_samples, *shapes[k]) for k in shapes}
 
 
+def validation_log_lik(guide, model, x, y, num_draws: int = 64) -> float:
+    """Mean over points of log (1/S) sum_s p(y_n | x_n, w_s), w_s ~ q (Gal eq. 3.18), without touching the RNG stream."""
+    with torch.no_grad(), torch.random.fork_rng():
+        draws = sample_guide(guide, model, num_draws, x, y)
+        weights = {k: draws[k] for k in model.params}
+        latent = {k: v for k, v in draws.items() if k not in weights}
+        lp = model.likelihood.distribution(model.forward(weights, x), latent).log_prob(y)
+        return (torch.logsumexp(lp, 0) - math.log(num_draws)).mean().item()
+
+
 def log_weights(guide, model, x, y, num_samples: int, chunk: int = 256) -> torch.Tensor:
     """log p(y, w_s | x) - log q(w_s) for ``num_samples`` draws w_s ~ q, on the full data: shape (S,)."""
     out = []
@@ -193,9 +241,9 @@ def _per_draw_log_prob(trace, size):
     return total
 
 
-def _save(path, step, guide, optim, sched, losses, rng):
+def _save(path, step, guide, optim, sched, losses, rng, best):
     atomic_torch_save({"step": step, "guide": guide.state_dict(), "optim": optim.state_dict(), "sched": sched.state_dict(),
-                       "losses": torch.tensor(losses), "rng": rng}, path)
+                       "losses": torch.tensor(losses), "rng": rng, "best": best}, path)
 
 
 def _resume(path, guide, optim, sched):
@@ -208,6 +256,6 @@ def _resume(path, guide, optim, sched):
         raise BnnZooError(f"checkpoint {path} does not match this model and guide ({str(exc).splitlines()[0]}); "
                           "delete it or point SVI(checkpoint=...) elsewhere") from None
     torch.set_rng_state(state["rng"])
-    return int(state["step"]), state["losses"].tolist()
+    return int(state["step"]), state["losses"].tolist(), state.get("best")
 
 

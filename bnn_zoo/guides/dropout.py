@@ -1,0 +1,175 @@
+"""Dropout as variational inference (Gal's thesis ch. 3.2; Gal & Ghahramani 2016).
+
+Conventions (DESIGN.md): p is the DROP probability; a torch weight W has shape (out, in), so Gal's
+rows (input units) are our columns. Each input unit j of a weight matrix is kept, W[:, j] = M[:, j],
+with probability 1 - p and zeroed otherwise: the mixture q = (1-p) N(M[:, j], s^2) + p N(0, s^2) in
+the limit s -> 0. Biases are deterministic (a point mass). Masks are NOT rescaled by 1/(1-p) (Gal's
+convention, not PyTorch's inverted dropout), so M is the mean of the kept component and
+E_q[W] = (1-p) M is what standard dropout's weight scaling predicts with.
+
+With a prior N(0, l^-2) per weight (``priors.Normal.from_length_scale(l)``), Gal's KL approximation
+KL = sum_j (1-p) l^2 / 2 ||M[:, j]||^2 + const is registered below, and a point mass against the prior
+gives l^2 / 2 ||b||^2 + const. SVI's negative ELBO on a Gaussian likelihood N(f, 1/tau) is then
+N tau times Gal's dropout objective (eq. 3.11) with weight decay lambda = l^2 (1-p) / (2 N tau)
+(eq. 3.14) on M and l^2 / (2 N tau) on biases, up to constants: the gradients agree exactly.
+
+The constant is -(entropy of a point mass) = +infinity as s -> 0, so this guide has no density and
+no finite ELBO: ``Posterior.elbo`` and the Renyi objective refuse it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pyro
+import pyro.distributions as dist
+import torch
+from pyro.distributions import constraints
+from pyro.distributions.torch_distribution import TorchDistribution
+from pyro.nn import PyroModule, PyroParam
+from torch.distributions import kl_divergence, register_kl
+
+from bnn_zoo.errors import BnnZooError
+from bnn_zoo.guides import register
+from bnn_zoo.guides.mean_field import MeanField
+from bnn_zoo.inference.local_noise import InputDropout
+
+
+class DropoutMixture(TorchDistribution):
+    """Gal's dropout distribution of one weight (out, *in) as s -> 0: input units kept w.p. 1 - p."""
+
+    arg_constraints = {}
+    has_rsample = True
+
+    def __init__(self, loc: torch.Tensor, p: float, event_dim: int | None = None, validate_args=None):
+        event_dim = loc.dim() if event_dim is None else event_dim
+        self.loc, self.p = loc, float(p)
+        super().__init__(loc.shape[: loc.dim() - event_dim], loc.shape[loc.dim() - event_dim:], validate_args=validate_args)
+
+    @constraints.dependent_property
+    def support(self):
+        return constraints.independent(constraints.real, len(self.event_shape))
+
+    def expand(self, batch_shape, _instance=None):
+        batch_shape = torch.Size(batch_shape)
+        return DropoutMixture(self.loc.expand(batch_shape + self.event_shape), self.p, len(self.event_shape))
+
+    @property
+    def mean(self):
+        return (1 - self.p) * self.loc.expand(self.batch_shape + self.event_shape)
+
+    def rsample(self, sample_shape=()):
+        """M with whole input columns zeroed: one mask per draw, shared by every output unit."""
+        shape = torch.Size(sample_shape) + self.batch_shape
+        mask_shape = shape + (1,) + self.event_shape[1:]
+        keep = torch.rand(mask_shape, dtype=self.loc.dtype, device=self.loc.device) >= self.p
+        return self.loc * keep.to(self.loc.dtype)
+
+    def log_prob(self, value):
+        """Log mass of the value's mask pattern. The Gaussian part is a point mass (s -> 0), whose density
+        is infinite, so this is log q only up to that infinite constant (the KL above never uses it)."""
+        event_dims = tuple(range(-len(self.event_shape), 0))
+        kept = value.abs().amax(dim=-len(self.event_shape)) > 0  # (..., *in): was column j kept?
+        lp = torch.where(kept, math.log1p(-self.p) if self.p < 1 else -math.inf, math.log(self.p) if self.p > 0 else -math.inf)
+        return lp.sum(event_dims[1:]) if len(event_dims) > 1 else lp
+
+
+@register_kl(DropoutMixture, dist.Independent)
+def _kl_dropout_normal(q, p):
+    """Gal's KL approximation to a zero-mean Normal prior: sum (1-p) M^2 / (2 sigma^2), constants dropped."""
+    base = p.base_dist
+    if not isinstance(base, dist.Normal) or p.event_shape != q.event_shape or (base.loc != 0).any():
+        raise NotImplementedError
+    dims = tuple(range(-len(q.event_shape), 0))
+    return ((1 - q.p) * q.loc.pow(2) / (2 * base.scale.pow(2))).sum(dims)
+
+
+class DropoutGuide(PyroModule):
+    """Dropout mixture on every weight with 2 or more dims, point masses on biases, mean field on the
+    likelihood's own latents (a learned noise scale).
+
+    ``p``: one drop probability for every weight matrix, or one per weight matrix in order (the first
+    drops network inputs). ``masks="step"`` draws one mask per weight draw (shared by the minibatch);
+    ``masks="example"`` gives every data point its own mask during training, as ordinary dropout does.
+    """
+
+    has_density = False
+
+    def __init__(self, model, init_values, p=0.1, masks: str = "step"):
+        super().__init__()
+        if masks not in ("step", "example"):
+            raise BnnZooError(f"unknown dropout masks {masks!r}; choose step (one per draw) or example (one per data point)")
+        self.masks = masks
+        self.weights = [k for k, v in model.params.items() if v.dim() >= 2]
+        self.biases = [k for k, v in model.params.items() if v.dim() < 2]
+        self.order = list(model.params)
+        self.p = dict(zip(self.weights, _per_layer(p, len(self.weights))))
+        self.locs = PyroModule()
+        for name in self.order:
+            setattr(self.locs, name.replace(".", "__"), PyroParam(init_values[name].detach().clone()))
+        for name in self.weights:  # Gal's KL condition needs a zero-mean Normal prior
+            try:
+                kl_divergence(DropoutMixture(init_values[name], self.p[name]), model.prior(name, model.params[name]))
+            except NotImplementedError:
+                raise BnnZooError(f"the dropout guide needs a zero-mean Normal prior on every weight, got {model.prior!r}") from None
+        self.rest = MeanField(model, init_values, sites=[k for k in model.latent_shapes() if k not in model.params])
+
+    def loc(self, name: str) -> torch.Tensor:
+        return getattr(self.locs, name.replace(".", "__"))
+
+    def forward(self, *args, **kwargs):
+        values = {}
+        for name in self.order:  # the model's order, which Pyro's mean-field check expects
+            m = self.loc(name)
+            if name in self.p:
+                infer = {"local_noise": InputDropout(m, 1 - self.p[name])} if self.masks == "example" and self.training else {}
+                values[name] = pyro.sample(name, DropoutMixture(m, self.p[name]), infer=infer)
+            else:
+                values[name] = pyro.sample(name, dist.Delta(m, event_dim=m.dim()))
+        values.update(self.rest(*args, **kwargs))
+        return values
+
+    def mean(self) -> dict[str, torch.Tensor]:
+        """E_q[w]: (1-p) M for weights (standard dropout's weight scaling), biases as they are."""
+        means = {name: (1 - self.p[name]) * self.loc(name) for name in self.weights}
+        means.update({name: self.loc(name) for name in self.biases})
+        means.update(self.rest.mean())
+        return means
+
+
+def _per_layer(p, count: int) -> list[float]:
+    if isinstance(p, str):
+        p = [float(v) for v in p.split(",") if v.strip()]
+    ps = [float(p)] * count if isinstance(p, (int, float)) else [float(v) for v in p]
+    if len(ps) != count:
+        raise BnnZooError(f"dropout p has {len(ps)} values but the network has {count} weight matrices; give one or {count}")
+    if not all(0 <= v < 1 for v in ps):
+        raise BnnZooError(f"dropout probabilities must lie in [0, 1), got {ps}")
+    return ps
+
+
+# Gal's relation between dropout's weight decay and the model (eqs. 3.13, 3.14, 3.17). Under PyTorch's
+# inverted dropout (kept units scaled by 1/(1-p) in training) the trained weight is W = (1-p) M, so the
+# same objective needs weight decay lambda / (1-p)^2 on W: pass inverted=True.
+
+def weight_decay(p: float, length_scale: float, tau: float, n: int, inverted: bool = False) -> float:
+    """lambda = l^2 (1-p) / (2 N tau) (eq. 3.14); l^2 / (2 N tau (1-p)) under inverted dropout."""
+    lam = length_scale**2 * (1 - p) / (2 * n * tau)
+    return lam / (1 - p) ** 2 if inverted else lam
+
+
+def length_scale(p: float, weight_decay: float, tau: float, n: int, inverted: bool = False) -> float:
+    """l = sqrt(2 N tau lambda / (1-p)) (eq. 3.13), the inverse of :func:`weight_decay`."""
+    lam = weight_decay * (1 - p) ** 2 if inverted else weight_decay
+    return math.sqrt(2 * n * tau * lam / (1 - p))
+
+
+def precision(p: float, length_scale: float, weight_decay: float, n: int, inverted: bool = False) -> float:
+    """tau = (1-p) l^2 / (2 N lambda) (eq. 3.17): the model precision a tuned weight decay implies."""
+    lam = weight_decay * (1 - p) ** 2 if inverted else weight_decay
+    return (1 - p) * length_scale**2 / (2 * n * lam)
+
+
+@register("dropout", "Gal's dropout mixture (MC dropout as VI); p (drop probability, one or per layer), masks=step|example")
+def dropout(model, init_values, p=0.1, masks: str = "step"):
+    return DropoutGuide(model, init_values, p=p, masks=masks)

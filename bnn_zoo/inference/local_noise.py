@@ -1,0 +1,121 @@
+"""Local noise: a guide's randomness applied where a weight is used, drawn afresh for every example.
+
+Two things need it, both during SVI training only:
+
+- the local reparameterisation trick (Kingma, Salimans & Welling 2015): rather than one weight draw
+  shared by the whole minibatch, each example's pre-activations are drawn from their exact Gaussian
+  given the guide, e.g. N(x mu^T, x^2 (sigma^2)^T) for a mean-field dense layer. The expected ELBO is
+  unchanged; the gradient variance drops because examples no longer share one noise draw;
+- per-example dropout masks (Gal's thesis eq. 3.9: a new mask, i.e. a new draw of the weights from the
+  dropout mixture, for every data point), which is ordinary dropout: a mask on the layer's input.
+
+A guide in training mode attaches a :class:`LocalNoise` to a weight's sample site through
+``infer={"local_noise": ...}``. Pyro's replay copies a guide site's ``infer`` to the model's site, where
+:func:`collect` picks it up, and :func:`hooks` runs that layer at ``noise.centre`` with the noise added
+on its input or output by forward hooks, so the network module itself never changes.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+import torch.nn.functional as F
+from pyro.poutine.messenger import Messenger
+from torch import nn
+
+from bnn_zoo.errors import BnnZooError
+
+
+class LocalNoise:
+    """Run the layer at ``centre`` (a fixed weight) with per-example noise on its input or output."""
+
+    def __init__(self, centre: torch.Tensor):
+        self.centre = centre
+
+    def inputs(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def outputs(self, module: nn.Module, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        return out
+
+
+class InputDropout(LocalNoise):
+    """x -> x * e with e ~ Bernoulli(keep) per example and input unit (no 1/keep rescaling: Gal's convention)."""
+
+    def __init__(self, centre, keep: float):
+        super().__init__(centre)
+        self.keep = keep
+
+    def inputs(self, x):
+        return x * (torch.rand_like(x) < self.keep).to(x.dtype)
+
+
+class GaussianWeights(LocalNoise):
+    """Independent N(loc, scale^2) weights: pre-activations x loc^T + sqrt(x^2 (scale^2)^T) eps, dense or conv."""
+
+    def __init__(self, loc, scale):
+        super().__init__(loc)
+        self.scale = scale
+
+    def outputs(self, module, x, out):
+        var = linear_op(module, x * x, self.scale * self.scale)
+        return out + var.clamp_min(1e-30).sqrt() * torch.randn_like(out)
+
+
+class MatrixNormalWeights(LocalNoise):
+    """W (out, in) ~ MN(M, U, V), U = L_U L_U^T over outputs, V = L_V L_V^T over inputs:
+    x W^T ~ N(x M^T, (x V x^T) U) (Louizos & Welling 2016), dense layers only."""
+
+    def __init__(self, loc, row_factor, col_factor):
+        super().__init__(loc)
+        self.row_factor, self.col_factor = row_factor, col_factor
+
+    def outputs(self, module, x, out):
+        if not isinstance(module, nn.Linear):
+            raise BnnZooError(f"matrix-normal local reparameterisation supports dense layers only, not {type(module).__name__}; "
+                              "set local_reparam=false for this model")
+        spread = (x @ self.col_factor).pow(2).sum(-1, keepdim=True)  # x V x^T per example
+        z = torch.randn(*out.shape[:-1], self.row_factor.shape[-1], dtype=out.dtype, device=out.device)
+        return out + spread.sqrt() * (z @ self.row_factor.T)
+
+
+def linear_op(module: nn.Module, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """The layer's linear map of x by ``weight``, without bias (dense and convolutional layers)."""
+    if isinstance(module, nn.Linear):
+        return F.linear(x, weight)
+    if isinstance(module, nn.modules.conv._ConvNd):
+        return module._conv_forward(x, weight, None)
+    raise BnnZooError(f"local reparameterisation supports Linear and Conv layers, not {type(module).__name__}; "
+                      "set local_reparam=false for this model")
+
+
+class collect(Messenger):
+    """Record the local noise that the guide attached to the model's sample sites: ``.noise[name]``."""
+
+    def __init__(self):
+        super().__init__()
+        self.noise: dict[str, LocalNoise] = {}
+
+    def _postprocess_message(self, msg):
+        if msg["type"] == "sample" and "local_noise" in (msg.get("infer") or {}):
+            self.noise[msg["name"]] = msg["infer"]["local_noise"]
+
+
+@contextmanager
+def hooks(net: nn.Module, noise: dict[str, LocalNoise]):
+    """While active, every layer owning a noisy weight gets its input and output hooks."""
+    handles, owners = [], set()
+    try:
+        for name, n in noise.items():
+            owner = name.rpartition(".")[0]
+            if owner in owners:
+                raise BnnZooError(f"module {owner!r} has more than one weight with local noise; turn local noise off for it")
+            owners.add(owner)
+            module = net.get_submodule(owner)
+            handles.append(module.register_forward_pre_hook(lambda m, args, n=n: (n.inputs(args[0]), *args[1:])))
+            handles.append(module.register_forward_hook(lambda m, args, out, n=n: n.outputs(m, args[0], out)))
+        yield
+    finally:
+        for h in handles:
+            h.remove()
