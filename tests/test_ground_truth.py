@@ -15,9 +15,11 @@ def nuts_fit(blr_model, blr_data):
     return bz.fit(blr_model, *blr_data, bz.NUTS(num_warmup=300, num_samples=1000, num_chains=2, seed=0, progress=False))
 
 
-@pytest.fixture(scope="module")
-def svi_fit(blr_model, blr_data):
-    method = bz.SVI(steps=3000, lr=0.05, lr_decay=0.02, num_particles=16, seed=0, progress=False)
+@pytest.fixture(scope="module", params=[False, True], ids=["weight-draws", "local-reparam"])
+def svi_fit(blr_model, blr_data, request):
+    """Local reparameterisation changes the gradient estimator, not the objective: same optimum."""
+    method = bz.SVI(steps=3000, lr=0.05, lr_decay=0.02, num_particles=16, seed=0, progress=False,
+                    guide_options={"local_reparam": request.param})
     return bz.fit(blr_model, *blr_data, method)
 
 

@@ -102,10 +102,11 @@ class SVI:
         elbo = RenyiELBO(alpha=self.alpha, **particles) if self.objective == "renyi" else TraceMeanField_ELBO(**particles)
         optim = torch.optim.Adam(guide.parameters(), lr=self.lr)
         sched = torch.optim.lr_scheduler.ExponentialLR(optim, gamma=self.lr_decay ** (1.0 / self.steps))
-        losses, first, stop_reason, last_finite, best = [], 0, None, None, None
+        losses, first, stop_reason, best = [], 0, None, None
         if self.checkpoint is not None and Path(self.checkpoint).exists():
             first, losses, best = _resume(self.checkpoint, guide, optim, sched)
         params = list(guide.parameters())
+        last_finite = [p.detach().clone() for p in params]  # the state whose loss was finite, copied in place each step
         bar = tqdm(range(first, self.steps), desc=f"SVI {self.guide}", disable=not self.progress, initial=first, total=self.steps)
         guide.train()  # guides add per-example (local) noise in training mode only
         try:
@@ -118,10 +119,13 @@ class SVI:
                 if not math.isfinite(loss):
                     stop_reason = f"loss became {loss} at step {step}"
                     break
-                if not all(torch.isfinite(p.grad).all() for p in params if p.grad is not None):
+                # the max-norm is NaN or inf exactly when some gradient entry is; one fused pass over all of them
+                if not torch.isfinite(torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None], math.inf)):
                     stop_reason = f"gradient became non-finite at step {step}"
                     break
-                last_finite = [p.detach().clone() for p in params]  # the state whose loss was finite
+                with torch.no_grad():
+                    for good, p in zip(last_finite, params):
+                        good.copy_(p)
                 optim.step()
                 sched.step()
                 losses.append(loss)
@@ -143,10 +147,9 @@ class SVI:
         finally:
             guide.eval()
         if stop_reason:
-            if last_finite is not None:
-                with torch.no_grad():
-                    for p, good in zip(params, last_finite):
-                        p.copy_(good)
+            with torch.no_grad():
+                for p, good in zip(params, last_finite):
+                    p.copy_(good)
             warnings.warn(f"SVI stopped early: {stop_reason}; kept the last parameters with a finite loss. "
                           "Lower the learning rate or check the prior and likelihood scales.", stacklevel=2)
         info = {"stop_reason": stop_reason or ""}
