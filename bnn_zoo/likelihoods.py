@@ -9,6 +9,7 @@ from __future__ import annotations
 import pyro
 import pyro.distributions as dist
 import torch
+from pyro.distributions import constraints
 
 from bnn_zoo.errors import BnnZooError
 
@@ -158,3 +159,57 @@ class Categorical(_Discrete):
 
     def __repr__(self):
         return "Categorical()"
+
+
+class Tokens(_Discrete):
+    """Next-token labels y (N, T) in 0..V-1 under softmax(f), f of shape (N, T, V); -1 marks padding.
+
+    One data point is one sequence: its log-likelihood sums over its real tokens.
+    """
+
+    task = "language-model"
+    PAD = -1
+
+    def distribution(self, f, latent):
+        return _TokenCategorical(f)
+
+    def mean(self, f, latent):
+        return torch.softmax(f, dim=-1)
+
+    def noise_variance(self, f, latent):
+        p = torch.softmax(f, dim=-1)
+        return p * (1 - p)
+
+    def check_targets(self, y, out_features):
+        if torch.is_floating_point(y) and not torch.equal(y, y.round()):
+            raise BnnZooError("token labels must be whole numbers; got fractional values in y")
+        y = y.long()
+        if y.dim() != 2:
+            raise BnnZooError(f"token labels must have shape (N, T) with -1 for padding, got {tuple(y.shape)}")
+        if y.numel() and (y.min() < self.PAD or y.max() >= out_features):
+            raise BnnZooError(f"token labels must lie in 0..{out_features - 1} (or -1 for padding), found {int(y.min())}..{int(y.max())}")
+        return y
+
+    def __repr__(self):
+        return "Tokens()"
+
+
+class _TokenCategorical(dist.TorchDistribution):
+    """Independent categoricals over a sequence's positions, padding (-1) contributing nothing."""
+
+    arg_constraints = {}
+    support = constraints.independent(constraints.integer_interval(-1, 1 << 30), 1)
+
+    def __init__(self, logits):
+        self.logits = logits
+        super().__init__(logits.shape[:-2], logits.shape[-2:-1])
+
+    def expand(self, batch_shape, _instance=None):
+        return _TokenCategorical(self.logits.expand(*batch_shape, *self.logits.shape[-2:]))
+
+    def log_prob(self, value):
+        logp = self.logits.log_softmax(-1).gather(-1, value.clamp(min=0).expand(self.logits.shape[:-1])[..., None])[..., 0]
+        return (logp * (value >= 0)).sum(-1)
+
+    def sample(self, sample_shape=()):
+        return dist.Categorical(logits=self.logits).sample(sample_shape)

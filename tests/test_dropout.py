@@ -62,8 +62,8 @@ def test_per_example_masks_gradient_is_ordinary_dropout_eq_3_9():
     x, y, model, guide = _setup("example")
     masks, original = [], InputDropout.inputs
 
-    def recording(self, h):
-        out = original(self, h)
+    def recording(self, module, h):
+        out = original(self, module, h)
         masks.append((out != 0).float())  # inputs here are never exactly 0
         return out
 
@@ -131,5 +131,5 @@ def test_dropout_has_no_elbo_and_refuses_renyi():
         post.elbo()
     with pytest.raises(bz.BnnZooError, match="Renyi objective needs log q"):
         bz.fit(model, x, y, bz.SVI(guide="dropout", objective="renyi", num_particles=2, steps=5, progress=False))
-    with pytest.raises(bz.BnnZooError, match="2 weight matrices"):
+    with pytest.raises(bz.BnnZooError, match="2 weight matrices take dropout"):
         bz.fit(model, x, y, bz.SVI(guide="dropout", guide_options={"p": [0.1, 0.2, 0.3]}, steps=5, progress=False))

@@ -26,9 +26,10 @@ class Dataset:
     y_test: torch.Tensor
     task: str = "regression"
     info: dict = field(default_factory=dict)
+    scale_inputs: bool = True  # False for token ids
 
     def __post_init__(self):
-        self.x_mean, self.x_std = _moments(self.x_train)
+        self.x_mean, self.x_std = _moments(self.x_train) if self.scale_inputs else (torch.zeros(()), torch.ones(()))
         if self.task == "regression":
             self.y_mean, self.y_std = _moments(self.y_train)
         else:
@@ -117,10 +118,25 @@ def _read_table(path: Path, dtype) -> np.ndarray:
     return arr
 
 
+def digits() -> Dataset:
+    """scikit-learn's bundled 8x8 digits (1797 images, 10 classes, pixels 0..16), rows flattened to 64
+    features, with a fixed stratified split: 1347 training and 450 test images (random_state 0)."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    x, y = load_digits(return_X_y=True)
+    x_tr, x_te, y_tr, y_te = train_test_split(x, y, test_size=450, stratify=y, random_state=0)
+    t = lambda a, dtype: torch.as_tensor(a, dtype=dtype)  # noqa: E731
+    return Dataset("digits", t(x_tr, torch.float32), t(y_tr, torch.long), t(x_te, torch.float32), t(y_te, torch.long),
+                   task="classification", info={"image_shape": (1, 8, 8), "classes": 10})
+
+
 def load(spec: str, seed: int = 0) -> Dataset:
-    """Dataset from a CLI spec: ``toy-cubic`` or ``uci:PATH[:split=K]``."""
+    """Dataset from a CLI spec: ``toy-cubic``, ``digits`` or ``uci:PATH[:split=K]``."""
     if spec == "toy-cubic":
         return toy_cubic(seed=seed)
+    if spec == "digits":
+        return digits()
     if spec.startswith("uci:"):
         path, _, opts = spec[4:].partition(":")
         split = 0
@@ -133,4 +149,5 @@ def load(spec: str, seed: int = 0) -> Dataset:
     raise BnnZooError(f"unknown data spec {spec!r}; use one of: {', '.join(DATASETS)}")
 
 
-DATASETS = {"toy-cubic": "Heek's cubic toy regression, N=20 (embedded)", "uci:PATH[:split=K]": "UCI regression folder (standard splits)"}
+DATASETS = {"toy-cubic": "Heek's cubic toy regression, N=20 (embedded)", "digits": "scikit-learn's 8x8 digits, 10 classes, fixed stratified split",
+            "uci:PATH[:split=K]": "UCI regression folder (standard splits)"}

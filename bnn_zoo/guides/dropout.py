@@ -89,8 +89,10 @@ class DropoutGuide(PyroModule):
     likelihood's own latents (a learned noise scale).
 
     ``p``: one drop probability for every weight matrix, or one per weight matrix in order (the first
-    drops network inputs). ``masks="step"`` draws one mask per weight draw (shared by the minibatch);
-    ``masks="example"`` gives every data point its own mask during training, as ordinary dropout does.
+    drops network inputs). A network with a ``dropout_layers`` attribute (e.g. LeNet) limits dropout
+    to those weights; the others get p = 0, a point mass whose KL is the prior's weight decay.
+    ``masks="step"`` draws one mask per weight draw (shared by the minibatch); ``masks="example"``
+    gives every data point its own mask during training, as ordinary dropout does.
     """
 
     has_density = False
@@ -103,7 +105,10 @@ class DropoutGuide(PyroModule):
         self.weights = [k for k, v in model.params.items() if v.dim() >= 2]
         self.biases = [k for k, v in model.params.items() if v.dim() < 2]
         self.order = list(model.params)
-        self.p = dict(zip(self.weights, _per_layer(p, len(self.weights))))
+        # an architecture may say where dropout goes (LeNet's lenet-all / lenet-ip): other weights keep p = 0
+        placed = getattr(model.net, "dropout_layers", None)
+        dropped = [k for k in self.weights if placed is None or k in placed]
+        self.p = {k: 0.0 for k in self.weights} | dict(zip(dropped, _per_layer(p, len(dropped))))
         self.locs = PyroModule()
         for name in self.order:
             setattr(self.locs, name.replace(".", "__"), PyroParam(init_values[name].detach().clone()))
@@ -142,7 +147,7 @@ def _per_layer(p, count: int) -> list[float]:
         p = [float(v) for v in p.split(",") if v.strip()]
     ps = [float(p)] * count if isinstance(p, (int, float)) else [float(v) for v in p]
     if len(ps) != count:
-        raise BnnZooError(f"dropout p has {len(ps)} values but the network has {count} weight matrices; give one or {count}")
+        raise BnnZooError(f"dropout p has {len(ps)} values but {count} weight matrices take dropout; give one or {count}")
     if not all(0 <= v < 1 for v in ps):
         raise BnnZooError(f"dropout probabilities must lie in [0, 1), got {ps}")
     return ps

@@ -33,7 +33,7 @@ class LocalNoise:
     def __init__(self, centre: torch.Tensor):
         self.centre = centre
 
-    def inputs(self, x: torch.Tensor) -> torch.Tensor:
+    def inputs(self, module: nn.Module, x: torch.Tensor) -> torch.Tensor:
         return x
 
     def outputs(self, module: nn.Module, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
@@ -41,14 +41,24 @@ class LocalNoise:
 
 
 class InputDropout(LocalNoise):
-    """x -> x * e with e ~ Bernoulli(keep) per example and input unit (no 1/keep rescaling: Gal's convention)."""
+    """x -> x * e with e ~ Bernoulli(keep) per example and input unit (no 1/keep rescaling: Gal's convention).
+
+    For a dense layer the mask is one per example, shared over any middle dims (time steps: one weight
+    draw per sequence); for a convolution it is per input pixel, as in Gal's convolutional dropout.
+    """
 
     def __init__(self, centre, keep: float):
         super().__init__(centre)
         self.keep = keep
 
-    def inputs(self, x):
-        return x * (torch.rand_like(x) < self.keep).to(x.dtype)
+    def inputs(self, module, x):
+        shape = (x.shape[0], *[1] * (x.dim() - 2), x.shape[-1]) if isinstance(module, nn.Linear) else x.shape
+        return x * bernoulli_mask(shape, self.keep, x)
+
+
+def bernoulli_mask(shape, keep: float, like: torch.Tensor) -> torch.Tensor:
+    """1 with probability ``keep``, else 0 (a fresh draw per particle under ``vmap(randomness="different")``)."""
+    return (torch.rand(shape, dtype=like.dtype, device=like.device) < keep).to(like.dtype)
 
 
 class GaussianWeights(LocalNoise):
@@ -102,20 +112,46 @@ class collect(Messenger):
             self.noise[msg["name"]] = msg["infer"]["local_noise"]
 
 
+def dropout_keep(module: nn.Module, weight: str) -> float | None:
+    """For modules that apply their own noise (``handles_local_noise = True``: recurrent layers, embeddings):
+    the keep probability of the per-example dropout on ``weight``'s input units, or None without noise."""
+    noise = getattr(module, "_local_noise", {}).get(weight)
+    if noise is None:
+        return None
+    if not isinstance(noise, InputDropout):
+        raise BnnZooError(f"{type(module).__name__} takes per-example dropout masks only: local reparameterisation would draw new "
+                          "weight noise at every step of a sequence; set local_reparam=false")
+    return noise.keep
+
+
+def input_mask(module: nn.Module, weight: str, shape, like: torch.Tensor) -> torch.Tensor | None:
+    """A per-example dropout mask of ``shape`` for ``weight``'s input units, or None without noise."""
+    keep = dropout_keep(module, weight)
+    return None if keep is None else bernoulli_mask(shape, keep, like)
+
+
 @contextmanager
 def hooks(net: nn.Module, noise: dict[str, LocalNoise]):
-    """While active, every layer owning a noisy weight gets its input and output hooks."""
-    handles, owners = [], set()
+    """While active, every layer owning a noisy weight gets its input and output hooks; a module that
+    handles its own noise (recurrences, embeddings) finds it in ``module._local_noise`` instead."""
+    handles, owners, aware = [], set(), {}
     try:
         for name, n in noise.items():
-            owner = name.rpartition(".")[0]
+            owner, _, attr = name.rpartition(".")
+            module = net.get_submodule(owner)
+            if getattr(module, "handles_local_noise", False):
+                aware.setdefault(module, {})[attr] = n
+                continue
             if owner in owners:
                 raise BnnZooError(f"module {owner!r} has more than one weight with local noise; turn local noise off for it")
             owners.add(owner)
-            module = net.get_submodule(owner)
-            handles.append(module.register_forward_pre_hook(lambda m, args, n=n: (n.inputs(args[0]), *args[1:])))
+            handles.append(module.register_forward_pre_hook(lambda m, args, n=n: (n.inputs(m, args[0]), *args[1:])))
             handles.append(module.register_forward_hook(lambda m, args, out, n=n: n.outputs(m, args[0], out)))
+        for module, found in aware.items():
+            module._local_noise = found
         yield
     finally:
         for h in handles:
             h.remove()
+        for module in aware:
+            del module._local_noise

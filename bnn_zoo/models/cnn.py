@@ -1,0 +1,58 @@
+"""LeNet-style convolutional network on flattened images (Gal's thesis sec. 3.4.1, lenet-all / lenet-ip)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from torch import nn
+
+from bnn_zoo.errors import BnnZooError
+
+PLACEMENTS = ("all", "dense")
+
+
+class LeNet(nn.Module):
+    """[conv(kernel, same padding) -> relu -> maxpool(pool)] per entry of ``channels``, then a dense
+    hidden layer (relu) and the output layer. Inputs are rows of C*H*W numbers (images flattened, as
+    every bnn-zoo model takes (N, features)); the module reshapes them to ``image_shape``.
+
+    ``dropout`` says where a dropout guide puts its masks (read through :attr:`dropout_layers`):
+    ``"all"`` (Gal's lenet-all) on the input units of every weight after the first convolution, i.e.
+    after every convolution block and after the dense hidden layer; ``"dense"`` (lenet-ip) only after
+    the dense hidden layer. In the weight-space view a mask sits on a weight's input units, so it
+    acts after pooling, where Gal's Caffe nets drop before pooling.
+    """
+
+    def __init__(self, image_shape: Sequence[int] = (1, 8, 8), channels: Sequence[int] = (16, 32), kernel: int = 3, pool: int = 2,
+                 dense: int = 64, out_features: int = 10, dropout: str = "all"):
+        super().__init__()
+        if dropout not in PLACEMENTS:
+            raise BnnZooError(f"unknown dropout placement {dropout!r}; choose all (lenet-all) or dense (lenet-ip)")
+        c, h, w = image_shape
+        blocks = []
+        for out in channels:
+            if h < pool or w < pool:
+                raise BnnZooError(f"{len(channels)} pooling blocks shrink a {image_shape[1]}x{image_shape[2]} image below the {pool}x{pool} pool; "
+                                  "use fewer channels entries or a smaller pool")
+            blocks += [nn.Conv2d(c, out, kernel, padding=kernel // 2), nn.ReLU(), nn.MaxPool2d(pool)]
+            c, h, w = out, h // pool, w // pool
+        self.image_shape, self.channels, self.kernel, self.pool, self.dense = tuple(image_shape), list(channels), kernel, pool, dense
+        self.in_features, self.out_features, self.dropout = image_shape[0] * image_shape[1] * image_shape[2], out_features, dropout
+        self.features = nn.Sequential(nn.Unflatten(-1, tuple(image_shape)), *blocks, nn.Flatten(-3))
+        self.hidden = nn.Linear(c * h * w, dense)
+        self.out = nn.Linear(dense, out_features)
+
+    @property
+    def dropout_layers(self) -> list[str]:
+        """Weights whose input units a dropout guide masks, by this net's placement."""
+        convs = [f"features.{i}.weight" for i, m in enumerate(self.features) if isinstance(m, nn.Conv2d)]
+        return ["out.weight"] if self.dropout == "dense" else [*convs[1:], "hidden.weight", "out.weight"]
+
+    def forward(self, x):
+        lead = x.shape[:-1]
+        h = self.features(x.reshape(-1, x.shape[-1]))
+        return self.out(self.hidden(h).relu()).reshape(*lead, -1)
+
+    def extra_repr(self):
+        return (f"image_shape={self.image_shape}, channels={self.channels}, kernel={self.kernel}, pool={self.pool}, dense={self.dense}, "
+                f"out_features={self.out_features}, dropout={self.dropout!r}")

@@ -1,0 +1,150 @@
+"""Recurrent models on token sequences: an LSTM with tied or untied gate weights, and an embedding
+with word-type dropout (Gal's thesis sec. 3.4.2; Gal & Ghahramani 2016, variational RNNs).
+
+Every weight is stored as (out, in), so a dropout guide's masks fall on input units: the LSTM's
+inputs x_t and recurrent units h_{t-1}, the head's inputs (the LSTM outputs), and the embedding's
+word types. Variational RNN semantics: whatever the guide draws for a weight (a whole weight draw, or
+with ``masks=example`` one mask per sequence) is reused at every time step.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from bnn_zoo.errors import BnnZooError
+from bnn_zoo.inference.local_noise import bernoulli_mask, dropout_keep, input_mask
+
+GATES = ("i", "f", "o", "g")  # input, forget, output gates and the candidate cell
+
+
+class LSTM(nn.Module):
+    """One LSTM layer over (N, T, D) inputs, returning (N, T, K) outputs.
+
+    ``gates="tied"``: one weight (4K, D+K) acting on [x_t; h_{t-1}] for all four gates, rows in the
+    order i, f, o, g, so one dropout mask is shared by the gates. ``gates="untied"``: ``weight_g``
+    (K, D) and ``recurrent_g`` (K, K) per gate g, each with its own mask (Gal's eqs. 3.22-3.23).
+    With equivalent weights the two compute the same function.
+    """
+
+    handles_local_noise = True  # per-sequence masks, drawn here once and reused at every step
+
+    def __init__(self, input_size: int, hidden_size: int, gates: str = "tied"):
+        super().__init__()
+        if gates not in ("tied", "untied"):
+            raise BnnZooError(f"unknown LSTM gates {gates!r}; choose tied or untied")
+        self.input_size, self.hidden_size, self.gates = input_size, hidden_size, gates
+        bound = 1 / math.sqrt(hidden_size)  # torch.nn.LSTM's initialisation
+        uniform = lambda *shape: nn.Parameter(torch.empty(shape).uniform_(-bound, bound))  # noqa: E731
+        d, k = input_size, hidden_size
+        if gates == "tied":
+            self.weight, self.bias = uniform(4 * k, d + k), uniform(4 * k)
+        else:
+            for g in GATES:
+                setattr(self, f"weight_{g}", uniform(k, d))
+                setattr(self, f"recurrent_{g}", uniform(k, k))
+                setattr(self, f"bias_{g}", uniform(k))
+
+    def forward(self, x):
+        n, steps, d = x.shape
+        k = self.hidden_size
+        h = c = x.new_zeros(n, k)
+        if self.gates == "tied":
+            mask = input_mask(self, "weight", (n, d + k), x)
+        else:
+            masks_x = {g: input_mask(self, f"weight_{g}", (n, d), x) for g in GATES}
+            masks_h = {g: input_mask(self, f"recurrent_{g}", (n, k), x) for g in GATES}
+        outputs = []
+        for t in range(steps):
+            if self.gates == "tied":
+                z = torch.cat([x[:, t], h], -1)
+                pre = (z if mask is None else z * mask) @ self.weight.T + self.bias
+                i, f, o, g = pre.split(k, -1)
+            else:
+                i, f, o, g = (_masked(x[:, t], masks_x[gate]) @ getattr(self, f"weight_{gate}").T
+                              + _masked(h, masks_h[gate]) @ getattr(self, f"recurrent_{gate}").T + getattr(self, f"bias_{gate}")
+                              for gate in GATES)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h = torch.sigmoid(o) * torch.tanh(c)
+            outputs.append(h)
+        return torch.stack(outputs, 1)
+
+    def extra_repr(self):
+        return f"input_size={self.input_size}, hidden_size={self.hidden_size}, gates={self.gates!r}"
+
+
+def _masked(x, mask):
+    return x if mask is None else x * mask
+
+
+class Embedding(nn.Module):
+    """Token ids (N, T) -> vectors (N, T, dim); ``weight`` is (dim, vocab): word types are its input units.
+
+    Word-type dropout (per-example masks from a dropout guide): one mask per (sequence, word type), so
+    every occurrence of a type in a sequence is dropped together. Only the types present are drawn
+    (:func:`word_type_mask`), never V Bernoullis per sequence.
+    """
+
+    handles_local_noise = True
+
+    def __init__(self, vocab_size: int, dim: int):
+        super().__init__()
+        self.vocab_size, self.dim = vocab_size, dim
+        self.weight = nn.Parameter(torch.randn(dim, vocab_size) / math.sqrt(dim))
+
+    def forward(self, ids):
+        vectors = self.weight.T[ids]
+        keep = dropout_keep(self, "weight")
+        return vectors if keep is None else vectors * word_type_mask(ids, keep, vectors)[..., None]
+
+    def extra_repr(self):
+        return f"vocab_size={self.vocab_size}, dim={self.dim}"
+
+
+def word_type_mask(ids: torch.Tensor, keep: float, like: torch.Tensor) -> torch.Tensor:
+    """(N, T) mask, 1 = kept: one Bernoulli(keep) draw per (sequence, word type present), gathered to tokens."""
+    key = torch.arange(ids.shape[0], device=ids.device)[:, None] * (int(ids.max()) + 1) + ids
+    types, where = torch.unique(key, return_inverse=True)
+    return bernoulli_mask(types.shape, keep, like)[where]
+
+
+class TextRNN(nn.Module):
+    """Embedding -> LSTM -> linear head, on token ids (N, T) with 0 as padding (padding at the end).
+
+    ``head="classify"``: logits (N, classes) from the output at each sequence's last real token.
+    ``head="lm"``: next-token logits (N, T, vocab) at every position (pair with ``likelihoods.Tokens``).
+    ``embedding_dropout``: whether a dropout guide also drops word types (:attr:`dropout_layers`);
+    inputs, recurrent connections and outputs always take the guide's dropout.
+    """
+
+    def __init__(self, vocab_size: int, embed_dim: int = 32, hidden: int = 64, gates: str = "tied", head: str = "classify",
+                 num_classes: int = 2, embedding_dropout: bool = False):
+        super().__init__()
+        if head not in ("classify", "lm"):
+            raise BnnZooError(f"unknown head {head!r}; choose classify (sequence labels) or lm (next token)")
+        self.vocab_size, self.head, self.embedding_dropout = vocab_size, head, embedding_dropout
+        self.in_features = None  # any sequence length
+        self.out_features = num_classes if head == "classify" else vocab_size
+        self.embedding = Embedding(vocab_size, embed_dim)
+        self.lstm = LSTM(embed_dim, hidden, gates)
+        self.out = nn.Linear(hidden, self.out_features)
+
+    @property
+    def dropout_layers(self) -> list[str]:
+        names = [f"lstm.{k}" for k, p in self.lstm.named_parameters() if p.dim() >= 2] + ["out.weight"]
+        return ["embedding.weight", *names] if self.embedding_dropout else names
+
+    def forward(self, x):
+        ids = x.long()
+        if ids.min() < 0 or ids.max() >= self.vocab_size:
+            raise BnnZooError(f"token ids must lie in 0..{self.vocab_size - 1}; found {int(ids.min())}..{int(ids.max())}")
+        h = self.lstm(self.embedding(ids))
+        if self.head == "lm":
+            return self.out(h)
+        last = (ids != 0).sum(-1).clamp(min=1) - 1
+        return self.out(h[torch.arange(ids.shape[0]), last])
+
+    def extra_repr(self):
+        return f"head={self.head!r}, embedding_dropout={self.embedding_dropout}"
