@@ -36,13 +36,15 @@ def main(argv=None) -> int:
                        description="Fit a BNN and write DIR/posterior.nc (ArviZ InferenceData), DIR/metrics.json and plots. "
                                    "Inputs and targets are standardised with training statistics; rmse and test_log_likelihood are "
                                    "reported in original units.")
-    p.add_argument("--data", required=True, help="toy-cubic | uci:PATH[:split=K]")
-    p.add_argument("--model", default="mlp", help="mlp[:hidden=50,50;activation=relu] | linear (default mlp)")
+    p.add_argument("--data", required=True, help="toy-cubic | digits | toy-text | uci:PATH[:split=K] | text:PATH[:level=char|word;seq_len=64]")
+    p.add_argument("--model", default="mlp", help="mlp[:hidden=50,50;activation=relu] | linear | cnn[:dropout=all|dense] | lstm-tied | "
+                   "lstm-untied | embedding-rnn[:embed=32;hidden=64] (default mlp)")
     p.add_argument("--inference", required=True, choices=["svi", "nuts", "hmc"])
     p.add_argument("--guide", default="mean-field", help="variational family for svi, with options: mean-field[:local_reparam=true] | "
                    "matrix-normal[:rank=K] | flow[:transform=spline;scope=layer] | dropout[:p=0.05,0.1;masks=example] (see `bnn-zoo list`)")
     p.add_argument("--prior", default="fanin", help="fanin[:gain=1;bias_scale=1] | normal[:scale=1] (default fanin)")
-    p.add_argument("--likelihood", default="gaussian", help="gaussian[:scale=S] (learned noise without scale) | bernoulli | categorical")
+    p.add_argument("--likelihood", default=None, help="gaussian[:scale=S] (learned noise without scale) | bernoulli | categorical | tokens "
+                   "(default: gaussian for regression, categorical for classification, tokens for text corpora)")
     p.add_argument("--steps", type=int, default=None, help="SVI steps (default 3000)")
     p.add_argument("--epochs", type=int, default=None, help="SVI epochs instead of steps: steps = epochs * ceil(N / batch size)")
     p.add_argument("--lr", type=float, default=0.01, help="SVI learning rate (Adam, default 0.01)")
@@ -93,17 +95,22 @@ def _fit(args):
     from bnn_zoo.experiments.run import run
 
     # Everything named on the command line is resolved before the data is read or anything trains.
-    net_spec, prior, likelihood = args.model, specs.build_prior(args.prior), specs.build_likelihood(args.likelihood)
+    net_spec, prior = args.model, specs.build_prior(args.prior)
+    likelihood = specs.build_likelihood(args.likelihood) if args.likelihood else None
     guide, guide_options = specs.guide_options(args.guide)
     specs.parse(net_spec, specs.MODELS)
     if args.steps is not None and args.epochs is not None:
         raise BnnZooError("give --steps or --epochs, not both")
     dataset = data.load(args.data, seed=args.seed)
+    if likelihood is None:
+        args.likelihood = specs.default_likelihood(dataset.task)
+        likelihood = specs.build_likelihood(args.likelihood)
     if likelihood.task != dataset.task:
         raise BnnZooError(f"--likelihood {args.likelihood} is for {likelihood.task} but {dataset.name} is a {dataset.task} dataset; "
-                          f"use {'gaussian' if dataset.task == 'regression' else 'bernoulli or categorical'}")
-    out_features = int(dataset.y_train.max()) + 1 if isinstance(likelihood, likelihoods.Categorical) else 1
-    model = BNN(specs.build_net(net_spec, dataset.in_features, out_features), prior, likelihood)
+                          f"use {specs.default_likelihood(dataset.task)}")
+    classes = len(dataset.info["vocab"]) if dataset.task == "language-model" else int(dataset.y_train.max()) + 1
+    out_features = classes if isinstance(likelihood, (likelihoods.Categorical, likelihoods.Tokens)) else 1
+    model = BNN(specs.build_net(net_spec, dataset, out_features), prior, likelihood)
     out = Path(args.out)
     progress = not args.quiet
     if args.inference == "svi":

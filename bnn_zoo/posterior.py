@@ -142,13 +142,34 @@ class Posterior:
         with torch.no_grad():
             return Prediction(self.model.forward(weights, x), latent, self.model.likelihood)
 
-    def log_likelihood(self, x=None, y=None) -> torch.Tensor:
-        """Pointwise log p(y_n | x_n, w_s) for every stored draw: (chain, draw, N). Training data by default."""
+    def predictive_mean(self, x, num_samples: int | None = None) -> torch.Tensor:
+        """E[y | x, D] averaged over draws (class or token probabilities for discrete likelihoods), computed
+        in chunks of draws: for outputs too large to hold every draw at once, e.g. language models."""
+        x = check_inputs(self.model, x)
+        draws = self.draws(num_samples)
+        total = sum(self._per_draw(x, draws, lambda f, lat: self.model.likelihood.mean(f, lat).sum(0)))
+        return total / next(iter(draws.values())).shape[0]
+
+    def log_likelihood(self, x=None, y=None, draw_index=None) -> torch.Tensor:
+        """Pointwise log p(y_n | x_n, w_s): (chain, draw, N), for every stored draw or the draws at
+        ``draw_index`` in each chain. Training data by default; computed in chunks of draws."""
         x, y = (self.x, self.y) if x is None else check_data(self.model, x, y)
-        weights, latent = self._split(self.draws())
+        lp = torch.cat(list(self._per_draw(x, self._chain_draws(draw_index), lambda f, lat: self.model.likelihood.distribution(f, lat).log_prob(y))))
+        return lp.reshape(self.num_chains, -1, lp.shape[-1])
+
+    def _chain_draws(self, draw_index=None) -> dict[str, torch.Tensor]:
+        index = slice(None) if draw_index is None else draw_index
+        return {k: v[:, index].reshape(-1, *v.shape[2:]) for k, v in self.samples.items()}
+
+    def _per_draw(self, x, draws, fn, max_floats: float = 2e7):
+        """fn(f, latent) for chunks of the flat ``draws``, each chunk's outputs f holding ~max_floats numbers."""
+        weights, latent = self._split(draws)
+        total = next(iter(weights.values())).shape[0]
         with torch.no_grad():
-            lp = self.model.likelihood.distribution(self.model.forward(weights, x), latent).log_prob(y)
-        return lp.reshape(self.num_chains, self.num_draws, -1)
+            per_draw = self.model.forward({k: v[:1] for k, v in weights.items()}, x[:1]).numel() * x.shape[0]
+            chunk = max(1, int(max_floats // per_draw))
+            for i in range(0, total, chunk):
+                yield fn(self.model.forward({k: v[i : i + chunk] for k, v in weights.items()}, x), {k: v[i : i + chunk] for k, v in latent.items()})
 
     def elbo(self, x=None, y=None, num_samples: int = 1000) -> tuple[float, float]:
         """ELBO = E_q[log p(y, w | x) - log q(w)] on the full data, with its Monte Carlo standard error."""
@@ -164,21 +185,36 @@ class Posterior:
             lw = log_weights(self.guide, self.model, x, y, num_samples)
         return lw.mean().item(), (lw.std() / math.sqrt(num_samples)).item()
 
-    def to_inference_data(self):
+    def to_inference_data(self, max_mb: float = 256.0):
         """ArviZ InferenceData: posterior, posterior_predictive, log_likelihood, observed_data,
-        constant_data (x), sample_stats and attrs naming model, prior, likelihood, method and versions."""
+        constant_data (x), sample_stats and attrs naming model, prior, likelihood, method and versions.
+
+        Large fits are thinned to stay near ``max_mb`` per group (so posterior.nc stays under about
+        3 x max_mb): each group keeps evenly spaced draws of every chain, and the function-space groups
+        (predictive, log-likelihood) also stop at about 4e8 network outputs computed. The attrs
+        ``draws_<group>`` say how many draws per chain each group kept.
+        """
         import arviz as az
 
-        chain_draw = {"chain": np.arange(self.num_chains), "draw": np.arange(self.num_draws)}
-        posterior = xr.Dataset({k: (("chain", "draw", *_dims(k, v.shape[2:])), v.numpy()) for k, v in self.samples.items()}, coords=chain_draw)
+        budget = max_mb * 2**20
+        weight_bytes = 4 * sum(v[0, 0].numel() for v in self.samples.values())
+        f_numbers = self.model.forward({k: v[0, :1] for k, v in self.samples.items() if k in self.model.params}, self.x[:1]).numel() * len(self.x)
+        kept = {"posterior": self._keep(budget / weight_bytes),
+                "function": self._keep(min(budget / (8 * self.y.numel()), 4e8 / f_numbers))}
+        posterior = xr.Dataset({k: (("chain", "draw", *_dims(k, v.shape[2:])), v[:, kept["posterior"]].numpy()) for k, v in self.samples.items()},
+                               coords={"chain": np.arange(self.num_chains), "draw": kept["posterior"].numpy()})
+        fs_coords = {"chain": np.arange(self.num_chains), "draw": kept["function"].numpy()}
         y_dims = ("obs", *(f"y_dim_{i}" for i in range(1, self.y.dim())))
         with torch.random.fork_rng():  # the same fit always writes the same file
             torch.manual_seed(int(self.settings.get("seed", 0)))
-            y_rep = self.predict(self.x).sample().reshape(self.num_chains, self.num_draws, *self.y.shape)
+            y_rep = torch.cat(list(self._per_draw(self.x, self._chain_draws(kept["function"]),
+                                                  lambda f, lat: self.model.likelihood.distribution(f, lat).sample())))
+        y_rep = y_rep.reshape(self.num_chains, len(kept["function"]), *self.y.shape)
         groups = {
             "posterior": posterior,
-            "posterior_predictive": xr.Dataset({"y": (("chain", "draw", *y_dims), y_rep.numpy())}, coords=chain_draw),
-            "log_likelihood": xr.Dataset({"y": (("chain", "draw", "obs"), self.log_likelihood().numpy())}, coords=chain_draw),
+            "posterior_predictive": xr.Dataset({"y": (("chain", "draw", *y_dims), y_rep.numpy())}, coords=fs_coords),
+            "log_likelihood": xr.Dataset({"y": (("chain", "draw", "obs"), self.log_likelihood(draw_index=kept["function"]).numpy())},
+                                         coords=fs_coords),
             "observed_data": xr.Dataset({"y": (y_dims, self.y.numpy())}),
             "constant_data": xr.Dataset({"x": (("obs", "feature"), self.x.numpy())}),
         }
@@ -187,10 +223,15 @@ class Posterior:
             for k, v in self.sample_stats.items():
                 stats[k] = (("step",) if v.dim() == 1 else ("chain", "draw"), v.numpy())  # SVI: loss per step
             groups["sample_stats"] = xr.Dataset(stats)
-        attrs = self.attrs()
+        attrs = {**self.attrs(), "draws_posterior": len(kept["posterior"]), "draws_function_space": len(kept["function"])}
         for ds in groups.values():
             ds.attrs.update(attrs)
         return az.InferenceData(**groups)
+
+    def _keep(self, draws_per_chain: float) -> torch.Tensor:
+        """Evenly spaced draw indices, at most ``draws_per_chain`` (at least 1) per chain."""
+        count = int(min(self.num_draws, max(1, draws_per_chain / self.num_chains)))
+        return torch.linspace(0, self.num_draws - 1, count).round().long()
 
     def attrs(self) -> dict:
         import arviz

@@ -17,8 +17,31 @@ def regression_metrics(pred, y, y_std=1.0) -> dict[str, float]:
     return {"rmse": rmse.item(), "test_log_likelihood": ll.item()}
 
 
-def classification_metrics(pred, y) -> dict[str, float]:
-    """Accuracy and NLL (average negative log predictive probability of the true label)."""
+def classification_metrics(pred, y, bins: int = 10) -> dict[str, float]:
+    """Accuracy, NLL (average negative log predictive probability of the true label) and ECE."""
     probs = pred.probs
-    labels = (probs[:, 0] > 0.5).long() if probs.shape[-1] == 1 else probs.argmax(-1)
-    return {"accuracy": (labels == y.long()).float().mean().item(), "nll": -pred.log_likelihood(y).mean().item()}
+    if probs.shape[-1] == 1:  # Bernoulli: p(y = 1)
+        probs = torch.cat([1 - probs, probs], -1)
+    labels = probs.argmax(-1)
+    return {"accuracy": (labels == y.long()).float().mean().item(), "nll": -pred.log_likelihood(y).mean().item(),
+            "ece": expected_calibration_error(probs, y, bins)}
+
+
+def expected_calibration_error(probs: torch.Tensor, y: torch.Tensor, bins: int = 10) -> float:
+    """ECE = sum_b (n_b / N) |accuracy_b - confidence_b| over equal-width bins of the top-class
+    probability (Guo et al. 2017; Heek's thesis sec. 3.1)."""
+    confidence, labels = probs.max(-1)
+    correct = (labels == y.long()).to(probs.dtype)
+    which = (confidence * bins).long().clamp(max=bins - 1)
+    total = torch.zeros(bins).index_add_(0, which, torch.ones_like(confidence))
+    gap = torch.zeros(bins).index_add_(0, which, correct - confidence).abs()
+    return (gap.sum() / total.sum()).item()
+
+
+def language_model_metrics(probs, y) -> dict[str, float]:
+    """Test perplexity per token, exp(-mean log p(token)), from token probabilities (N, T, V) averaged
+    over draws (MC dropout's predictive, Gal & Ghahramani 2016); padding (-1) is left out."""
+    valid = y >= 0
+    logp = probs.gather(-1, y.clamp(min=0)[..., None])[..., 0].clamp_min(1e-30).log()
+    nll = -(logp * valid).sum() / valid.sum()
+    return {"perplexity": nll.exp().item(), "nll_per_token": nll.item()}

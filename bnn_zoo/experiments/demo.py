@@ -39,7 +39,8 @@ def demo(out_dir="runs/demo", svi_steps=3000, num_warmup=300, num_samples=300, n
     return [svi, nuts]
 
 
-COLUMNS = [("test RMSE", "rmse", "{:.3f}"), ("test LL", "test_log_likelihood", "{:.3f}"), ("ELBO", "elbo", "{:.2f}"),
+COLUMNS = [("test RMSE", "rmse", "{:.3f}"), ("test LL", "test_log_likelihood", "{:.3f}"), ("accuracy", "accuracy", "{:.3f}"),
+           ("NLL", "nll", "{:.3f}"), ("ECE", "ece", "{:.3f}"), ("perplexity", "perplexity", "{:.2f}"), ("ELBO", "elbo", "{:.2f}"),
            ("LOO elpd", "loo_elpd", "{:.2f}"), ("LOO SE", "loo_se", "{:.2f}"), ("time s", "runtime_s", "{:.1f}"),
            ("max R-hat", "max_rhat", "{:.3f}"), ("min bulk ESS", "min_ess_bulk", "{:.0f}"), ("divergences", "divergences", "{}")]
 

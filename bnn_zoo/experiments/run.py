@@ -9,7 +9,7 @@ from pathlib import Path
 import arviz as az
 import numpy as np
 
-from bnn_zoo.evaluation import classification_metrics, regression_metrics
+from bnn_zoo.evaluation import classification_metrics, language_model_metrics, regression_metrics
 from bnn_zoo.inference import fit
 from bnn_zoo.io import save_inference_data, write_json
 
@@ -32,7 +32,10 @@ def run(name, dataset, model, method, out_dir=None, elbo_samples: int = 1000) ->
     x, y = dataset.train
     posterior = fit(model, x, y, method)
     x_test, y_test = dataset.test
-    metrics = _test_metrics(posterior.predict(x_test), model, y_test, dataset)
+    if model.likelihood.task == "language-model":  # (draws, N, T, V) outputs are too large to hold: averaged in chunks
+        metrics = language_model_metrics(posterior.predictive_mean(x_test), y_test)
+    else:
+        metrics = _test_metrics(posterior.predict(x_test), model, y_test, dataset)
     if hasattr(posterior.guide, "mean"):  # one pass at E_q[w]: standard dropout's weight scaling for the dropout guide
         at_mean = _test_metrics(posterior.predict(x_test, at_mean=True), model, y_test, dataset)
         metrics.update({f"{k}_at_mean": v for k, v in at_mean.items()})
@@ -50,9 +53,10 @@ def run(name, dataset, model, method, out_dir=None, elbo_samples: int = 1000) ->
 
 
 def _test_metrics(pred, model, y_test, dataset):
-    if model.likelihood.task == "regression":
+    task = model.likelihood.task
+    if task == "regression":
         return regression_metrics(pred, model.likelihood.check_targets(y_test, pred.f.shape[-1]), dataset.y_std)
-    return classification_metrics(pred, y_test)
+    return language_model_metrics(pred.mean, y_test) if task == "language-model" else classification_metrics(pred, y_test)
 
 
 def _evidence(posterior, idata, elbo_samples):

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 from bnn_zoo import likelihoods, priors
 from bnn_zoo.errors import BnnZooError
-from bnn_zoo.models import MLP
+from bnn_zoo.models import MLP, LeNet, TextRNN
 
 MODELS = {"mlp": "MLP; options hidden=50,50 and activation=tanh|relu|sigmoid|elu|gelu",
-          "linear": "linear model (Bayesian linear regression with a Gaussian likelihood)"}
+          "linear": "linear model (Bayesian linear regression with a Gaussian likelihood)",
+          "cnn": "LeNet on images (digits); options channels=16,32, kernel=3, pool=2, dense=64, dropout=all (lenet-all) | dense (lenet-ip)",
+          "lstm-tied": "embedding + LSTM with one (4K, D+K) gate matrix + head; options embed=32, hidden=64",
+          "lstm-untied": "as lstm-tied with separate W_g, U_g per gate (independent dropout masks per gate)",
+          "embedding-rnn": "lstm-untied whose embedding also takes word-type dropout; option gates=tied|untied"}
 PRIORS = {"fanin": "N(0, gain^2/fan_in) weights, N(0, bias_scale^2) biases; options gain, bias_scale (default)",
           "normal": "N(0, scale^2) on every weight (Gal: scale = 1/length-scale); option scale"}
 LIKELIHOODS = {"gaussian": "Gaussian, noise learned under HalfNormal(1), or fixed with scale=S (standardised units)",
-               "bernoulli": "binary labels 0/1", "categorical": "class labels 0..C-1"}
+               "bernoulli": "binary labels 0/1", "categorical": "class labels 0..C-1",
+               "tokens": "next-token labels for language models (the default on text corpora)"}
 
 
 def parse(spec: str, known: dict) -> tuple[str, dict[str, str]]:
@@ -41,15 +46,37 @@ def _done(options, spec):
         raise BnnZooError(f"unknown option(s) {', '.join(options)} in {spec!r}; run `bnn-zoo list` for what each takes")
 
 
-def build_net(spec: str, in_features: int, out_features: int):
+def _ints(value):
+    return [int(h) for h in value.split(",") if h]
+
+
+def build_net(spec: str, dataset, out_features: int):
+    """The network a model spec names, sized for ``dataset`` (its features, image shape or vocabulary)."""
     name, opts = parse(spec, MODELS)
+    text_task = dataset.task == "language-model" or "vocab" in dataset.info
+    if (name in ("lstm-tied", "lstm-untied", "embedding-rnn")) != text_task:
+        raise BnnZooError(f"model {name!r} does not fit {dataset.name}: recurrent models take text data (toy-text, text:PATH), "
+                          "the others take feature vectors or images")
     if name == "linear":
         _done(opts, spec)
-        return MLP(in_features, [], out_features)
-    hidden = _take(opts, "hidden", lambda v: [int(h) for h in v.split(",") if h], [50], spec)
-    activation = _take(opts, "activation", str, "tanh", spec)
+        return MLP(dataset.in_features, [], out_features)
+    if name == "mlp":
+        hidden, activation = _take(opts, "hidden", _ints, [50], spec), _take(opts, "activation", str, "tanh", spec)
+        _done(opts, spec)
+        return MLP(dataset.in_features, hidden, out_features, activation)
+    if name == "cnn":
+        shape = dataset.info.get("image_shape")
+        if shape is None:
+            raise BnnZooError(f"the cnn model needs image data (digits); {dataset.name} has no image shape")
+        net = LeNet(shape, _take(opts, "channels", _ints, [16, 32], spec), _take(opts, "kernel", int, 3, spec), _take(opts, "pool", int, 2, spec),
+                    _take(opts, "dense", int, 64, spec), out_features, _take(opts, "dropout", str, "all", spec))
+        _done(opts, spec)
+        return net
+    gates = "tied" if name == "lstm-tied" else _take(opts, "gates", str, "untied", spec)
+    embed, hidden = _take(opts, "embed", int, 32, spec), _take(opts, "hidden", int, 64, spec)
     _done(opts, spec)
-    return MLP(in_features, hidden, out_features, activation)
+    head = "lm" if dataset.task == "language-model" else "classify"
+    return TextRNN(len(dataset.info["vocab"]), embed, hidden, gates, head, out_features, embedding_dropout=name == "embedding-rnn")
 
 
 def build_prior(spec: str):
@@ -79,12 +106,16 @@ def _number(value: str):
     return value
 
 
+def default_likelihood(task: str) -> str:
+    return {"regression": "gaussian", "classification": "categorical", "language-model": "tokens"}[task]
+
+
 def build_likelihood(spec: str):
     name, opts = parse(spec, LIKELIHOODS)
     if name == "gaussian":
         scale = _take(opts, "scale", float, None, spec)
         lik = likelihoods.Gaussian(scale) if scale is not None else likelihoods.Gaussian.learned()
     else:
-        lik = likelihoods.Bernoulli() if name == "bernoulli" else likelihoods.Categorical()
+        lik = {"bernoulli": likelihoods.Bernoulli, "categorical": likelihoods.Categorical, "tokens": likelihoods.Tokens}[name]()
     _done(opts, spec)
     return lik
