@@ -1,0 +1,109 @@
+"""Data for the architectures (digits, text) and their metrics: ECE, perplexity, thinned InferenceData."""
+
+import json
+import math
+
+import pytest
+import torch
+
+import bnn_zoo as bz
+from bnn_zoo.cli import main
+from bnn_zoo.data import datasets, text
+from bnn_zoo.evaluation import expected_calibration_error, language_model_metrics
+from bnn_zoo.io import load_inference_data
+
+
+def test_digits_split_is_fixed_and_stratified():
+    a, b = datasets.load("digits"), datasets.load("digits", seed=7)
+    assert torch.equal(a.y_test, b.y_test) and a.x_train.shape == (1347, 64) and a.x_test.shape == (450, 64)
+    test, full = torch.bincount(a.y_test, minlength=10), torch.bincount(torch.cat([a.y_train, a.y_test]), minlength=10)
+    assert ((test - full * 450 / 1797).abs() <= 1).all()  # each class in the test set in its overall proportion
+
+
+def test_language_model_windows_are_shifted_by_one_and_split_90_10():
+    d = text.language_model("abcdefghij" * 50, level="char", seq_len=8)
+    vocab = d.info["vocab"]
+    assert len(vocab) == 12  # pad, unk, 10 letters
+    assert torch.equal(d.x_train[:, 1:].long(), d.y_train[:, :-1])  # targets are the next tokens
+    assert torch.equal(d.x_train.reshape(-1)[1:].long(), d.y_train.reshape(-1)[:-1])  # windows tile the text
+    assert d.x_train.numel() <= 450 and d.x_test.numel() <= 50 and d.x_train.numel() > 400
+
+
+def test_classification_text_is_padded_at_the_end_and_unknown_words_map_to_unk():
+    d = text.classification(["good day", "bad night here", "zzz"], [1, 0, 0], test_fraction=0.0)
+    x = torch.cat([d.x_train]).long()
+    assert x.shape == (3, 3) and (x == text.PAD).sum() == 3
+    assert text.Vocabulary(["a", "b"]).encode(["a", "c"]).tolist() == [2, text.UNK]
+    texts, labels = text.toy_text(50)
+    assert len(texts) == 50 and set(labels) == {0, 1}
+
+
+def test_text_spec_errors_are_one_line(tmp_path):
+    with pytest.raises(bz.BnnZooError, match="no text file"):
+        datasets.load(f"text:{tmp_path}")
+    (tmp_path / "input.txt").write_text("short")
+    with pytest.raises(bz.BnnZooError, match="too few tokens"):
+        datasets.load(f"text:{tmp_path}:seq_len=64")
+    with pytest.raises(bz.BnnZooError, match="bad text option"):
+        datasets.load(f"text:{tmp_path}:size=3")
+
+
+def test_ece_on_hand_cases():
+    # two bins used: confidence 0.9 (both right) and 0.6 (one of two right): ECE = (2 * 0.1 + 2 * 0.1) / 4
+    probs = torch.tensor([[0.9, 0.1], [0.1, 0.9], [0.6, 0.4], [0.4, 0.6]])
+    assert expected_calibration_error(probs, torch.tensor([0, 1, 0, 0])) == pytest.approx(0.1)
+    g = torch.Generator().manual_seed(0)
+    conf = 0.5 + 0.5 * torch.rand(20000, generator=g)
+    right = torch.rand(20000, generator=g) < conf  # calibrated by construction
+    probs = torch.stack([conf, 1 - conf], -1)
+    y = torch.where(right, 0, 1)
+    assert expected_calibration_error(probs, y) < 0.02
+    over = torch.stack([0.5 + 0.5 * conf.clamp(max=0.999) ** 0.2, 1 - (0.5 + 0.5 * conf.clamp(max=0.999) ** 0.2)], -1)
+    assert expected_calibration_error(over, y) > 0.1  # same hits, inflated confidence
+
+
+def test_perplexity_on_a_hand_case():
+    probs = torch.full((1, 3, 4), 0.25)
+    probs[0, 0] = torch.tensor([0.5, 0.5, 0.0, 0.0])
+    out = language_model_metrics(probs, torch.tensor([[0, 3, -1]]))  # p = 0.5 and 0.25; padding skipped
+    assert out["perplexity"] == pytest.approx(math.exp(-(math.log(0.5) + math.log(0.25)) / 2))
+
+
+def test_large_fits_are_thinned_in_the_inference_data():
+    x, y = torch.randn(30, 2), torch.randn(30)
+    model = bz.BNN(bz.models.MLP(2, [200], 1), bz.priors.FanInNormal(), bz.likelihoods.Gaussian(1.0))
+    post = bz.fit(model, x, y, bz.SVI(steps=2, num_draws=400, progress=False))
+    idata = post.to_inference_data(max_mb=0.5)  # 801 weights x 4 bytes x 400 draws = 1.3 MB
+    assert idata.posterior.sizes["draw"] == int(0.5 * 2**20 / (801 * 4)) < 400
+    assert idata.log_likelihood.sizes["draw"] == 400 and idata.posterior.attrs["draws_posterior"] == idata.posterior.sizes["draw"]
+
+
+@pytest.mark.parametrize("data, model, extra", [
+    ("digits", "cnn:channels=4;dense=8;dropout=dense", ["--prior", "normal:scale=1"]),
+    ("toy-text", "lstm-tied:embed=4;hidden=6", []),
+    ("toy-text", "embedding-rnn:embed=4;hidden=6", []),
+])
+def test_fit_architectures_from_the_command_line(tmp_path, data, model, extra):
+    out = tmp_path / "run"
+    argv = ["fit", "--data", data, "--model", model, "--inference", "svi", "--guide", "dropout:p=0.2;masks=example", "--steps", "20",
+            "--batch-size", "64", "--out", str(out), "--quiet", *extra]
+    assert main(argv) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert {"accuracy", "nll", "ece", "accuracy_at_mean"} <= set(metrics)
+    assert load_inference_data(out / "posterior.nc").posterior.sizes["chain"] == 1
+
+
+def test_language_model_from_the_command_line(tmp_path):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "input.txt").write_text("to be or not to be, that is the question. " * 40)
+    out = tmp_path / "lm"
+    assert main(["fit", "--data", f"text:{corpus}:level=char;seq_len=16", "--model", "lstm-untied:embed=4;hidden=8", "--inference", "svi",
+                 "--guide", "dropout:p=0.1;masks=example", "--steps", "20", "--out", str(out), "--quiet"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert 1 < metrics["perplexity"] < len("to be or not to be, that is the question.") and metrics["likelihood"] == "Tokens()"
+
+
+def test_recurrent_models_refuse_feature_data(capsys):
+    assert main(["fit", "--data", "toy-cubic", "--model", "lstm-tied", "--inference", "svi", "--out", "/tmp/never", "--quiet"]) == 2
+    assert "recurrent models take text data" in capsys.readouterr().err
