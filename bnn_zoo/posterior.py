@@ -185,7 +185,7 @@ class Posterior:
             lw = log_weights(self.guide, self.model, x, y, num_samples)
         return lw.mean().item(), (lw.std() / math.sqrt(num_samples)).item()
 
-    def to_inference_data(self, max_mb: float = 256.0):
+    def to_inference_data(self, max_mb: float = 100.0):
         """ArviZ InferenceData: posterior, posterior_predictive, log_likelihood, observed_data,
         constant_data (x), sample_stats and attrs naming model, prior, likelihood, method and versions.
 

@@ -150,3 +150,14 @@ def test_mcmc_runs_on_small_cnn_and_rnn(kind):
     cnn = bz.BNN(bz.models.LeNet((1, 4, 4), channels=[2], dense=4, out_features=3), bz.priors.Normal(1.0), bz.likelihoods.Categorical())
     xi, yi = torch.randn(12, 16), torch.arange(12) % 3
     assert bz.fit(cnn, xi, yi, method).predict(xi).probs.shape == (12, 3)
+
+
+@pytest.mark.parametrize("guide, options", [("dropout", {"p": 0.3, "masks": "example"}), ("mean-field", {"local_reparam": True}),
+                                            ("matrix-normal", {"rank": 2}), ("flow", {"transform": "spline", "scope": "layer", "hidden": 8})])
+def test_every_guide_fits_the_cnn(guide, options):
+    g = torch.Generator().manual_seed(6)
+    x, y = torch.randn(24, 16, generator=g), torch.arange(24) % 3
+    model = bz.BNN(bz.models.LeNet((1, 4, 4), channels=[2], dense=4, out_features=3), bz.priors.Normal(1.0), bz.likelihoods.Categorical())
+    post = bz.fit(model, x, y, bz.SVI(guide=guide, guide_options=options, steps=10, num_particles=2, progress=False, num_draws=8))
+    assert post.predict(x).probs.shape == (24, 3)
+    assert post.to_inference_data().posterior["features.1.weight"].shape == (1, 8, 2, 1, 3, 3)
