@@ -89,15 +89,15 @@ def nuts_table(warmup=100, samples=100):
     (xd, yd), (xdt, ydt) = digits.train, digits.test
     (xs, ys), (xst, yst) = toy.train, toy.test
     vocab = len(toy.info["vocab"])
-    cases = [("LeNet channels=4, dense=16, 300 digits", bz.models.LeNet(channels=[4], dense=16), xd[:300], yd[:300], xdt, ydt),
-             ("LeNet channels=4,8, dense=16, 300 digits", bz.models.LeNet(channels=[4, 8], dense=16), xd[:300], yd[:300], xdt, ydt),
+    cases = [("LeNet channels=2, dense=8, 300 digits", bz.models.LeNet(channels=[2], dense=8), xd[:300], yd[:300], xdt, ydt),
+             ("LeNet channels=4, dense=16, 300 digits", bz.models.LeNet(channels=[4], dense=16), xd[:300], yd[:300], xdt, ydt),
              ("LSTM tied embed=4, hidden=8, toy-text (300)", bz.models.TextRNN(vocab, 4, 8, "tied"), xs, ys, xst, yst),
              ("LSTM untied embed=4, hidden=8, toy-text (300)", bz.models.TextRNN(vocab, 4, 8, "untied"), xs, ys, xst, yst)]
-    print(f"\nNUTS, one chain of {warmup} warmup + {samples} draws, N(0, 1) prior, JIT")
+    print(f"\nNUTS, one chain of {warmup} warmup + {samples} draws, fan-in prior, JIT", flush=True)
     print("| model | weights | seconds | mean tree depth | divergences | test accuracy |")
     print("|---|---|---|---|---|---|", flush=True)
     for label, net, x, y, xt, yt in cases:
-        model = bz.BNN(net, bz.priors.Normal(1.0), bz.likelihoods.Categorical())
+        model = bz.BNN(net, bz.priors.FanInNormal(), bz.likelihoods.Categorical())
         start = time.perf_counter()
         post = bz.fit(model, x, y, bz.NUTS(num_warmup=warmup, num_samples=samples, num_chains=1, progress=False))
         seconds = time.perf_counter() - start

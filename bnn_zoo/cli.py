@@ -109,7 +109,7 @@ def _fit(args):
         raise BnnZooError(f"--likelihood {args.likelihood} is for {likelihood.task} but {dataset.name} is a {dataset.task} dataset; "
                           f"use {specs.default_likelihood(dataset.task)}")
     classes = len(dataset.info["vocab"]) if dataset.task == "language-model" else int(dataset.y_train.max()) + 1
-    out_features = classes if isinstance(likelihood, (likelihoods.Categorical, likelihoods.Tokens)) else 1
+    out_features = classes if isinstance(likelihood, likelihoods.Categorical) else 1
     model = BNN(specs.build_net(net_spec, dataset, out_features), prior, likelihood)
     out = Path(args.out)
     progress = not args.quiet

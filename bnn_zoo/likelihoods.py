@@ -161,7 +161,7 @@ class Categorical(_Discrete):
         return "Categorical()"
 
 
-class Tokens(_Discrete):
+class Tokens(Categorical):
     """Next-token labels y (N, T) in 0..V-1 under softmax(f), f of shape (N, T, V); -1 marks padding.
 
     One data point is one sequence: its log-likelihood sums over its real tokens.
@@ -172,13 +172,6 @@ class Tokens(_Discrete):
 
     def distribution(self, f, latent):
         return _TokenCategorical(f)
-
-    def mean(self, f, latent):
-        return torch.softmax(f, dim=-1)
-
-    def noise_variance(self, f, latent):
-        p = torch.softmax(f, dim=-1)
-        return p * (1 - p)
 
     def check_targets(self, y, out_features):
         if torch.is_floating_point(y) and not torch.equal(y, y.round()):
