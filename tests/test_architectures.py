@@ -161,3 +161,19 @@ def test_every_guide_fits_the_cnn(guide, options):
     post = bz.fit(model, x, y, bz.SVI(guide=guide, guide_options=options, steps=10, num_particles=2, progress=False, num_draws=8))
     assert post.predict(x).probs.shape == (24, 3)
     assert post.to_inference_data().posterior["features.1.weight"].shape == (1, 8, 2, 1, 3, 3)
+
+
+def test_lenet_all_per_example_masks_act_before_pooling():
+    net = bz.models.LeNet(dropout="all")
+    assert net.mask_sites == {"features.4.weight": "features.3", "hidden.weight": "features.6"}
+    noise = {k: InputDropout(p.detach(), 0.5) for k, p in net.named_parameters() if k in net.dropout_layers}
+    drawn, original = [], local_noise.bernoulli_mask
+
+    def recording(shape, keep, like):
+        drawn.append(tuple(shape))
+        return original(shape, keep, like)
+
+    with mock.patch.object(local_noise, "bernoulli_mask", recording), local_noise.hooks(net, noise):
+        net(torch.randn(5, 64))
+    # per pixel of each convolution block's output, before its pooling; per unit after the dense layer
+    assert drawn == [(5, 16, 8, 8), (5, 32, 4, 4), (5, 64)]

@@ -127,7 +127,8 @@ class DropoutGuide(PyroModule):
         for name in self.order:  # the model's order, which Pyro's mean-field check expects
             m = self.loc(name)
             if name in self.p:
-                infer = {"local_noise": InputDropout(m, 1 - self.p[name])} if self.masks == "example" and self.training else {}
+                per_example = self.masks == "example" and self.training and self.p[name] > 0
+                infer = {"local_noise": InputDropout(m, 1 - self.p[name])} if per_example else {}
                 values[name] = pyro.sample(name, DropoutMixture(m, self.p[name]), infer=infer)
             else:
                 values[name] = pyro.sample(name, dist.Delta(m, event_dim=m.dim()))

@@ -145,7 +145,9 @@ def hooks(net: nn.Module, noise: dict[str, LocalNoise]):
             if owner in owners:
                 raise BnnZooError(f"module {owner!r} has more than one weight with local noise; turn local noise off for it")
             owners.add(owner)
-            handles.append(module.register_forward_pre_hook(lambda m, args, n=n: (n.inputs(m, args[0]), *args[1:])))
+            # a network may move a weight's input mask upstream (LeNet: before pooling, as in Gal's lenet-all)
+            site = net.get_submodule(getattr(net, "mask_sites", {}).get(name, owner)) if isinstance(n, InputDropout) else module
+            handles.append(site.register_forward_pre_hook(lambda m, args, n=n: (n.inputs(m, args[0]), *args[1:])))
             handles.append(module.register_forward_hook(lambda m, args, out, n=n: n.outputs(m, args[0], out)))
         for module, found in aware.items():
             module._local_noise = found

@@ -17,10 +17,10 @@ class LeNet(nn.Module):
     every bnn-zoo model takes (N, features)); the module reshapes them to ``image_shape``.
 
     ``dropout`` says where a dropout guide puts its masks (read through :attr:`dropout_layers`):
-    ``"all"`` (Gal's lenet-all) on the input units of every weight after the first convolution, i.e.
-    after every convolution block and after the dense hidden layer; ``"dense"`` (lenet-ip) only after
-    the dense hidden layer. In the weight-space view a mask sits on a weight's input units, so it
-    acts after pooling, where Gal's Caffe nets drop before pooling.
+    ``"all"`` (Gal's lenet-all) after every convolution and after the dense hidden layer; ``"dense"``
+    (lenet-ip) only after the dense hidden layer. Per-example masks (``masks=example``) on a
+    convolution block's output act before its pooling, as in Gal's lenet-all (:attr:`mask_sites`);
+    a whole weight draw (``masks=step``) zeroes input units of the next weight, i.e. after pooling.
     """
 
     def __init__(self, image_shape: Sequence[int] = (1, 8, 8), channels: Sequence[int] = (16, 32), kernel: int = 3, pool: int = 2,
@@ -47,6 +47,13 @@ class LeNet(nn.Module):
         """Weights whose input units a dropout guide masks, by this net's placement."""
         convs = [f"features.{i}.weight" for i, m in enumerate(self.features) if isinstance(m, nn.Conv2d)]
         return ["out.weight"] if self.dropout == "dense" else [*convs[1:], "hidden.weight", "out.weight"]
+
+    @property
+    def mask_sites(self) -> dict[str, str]:
+        """Where a weight's per-example input mask acts: the pooling after the previous convolution."""
+        pools = [f"features.{i}" for i, m in enumerate(self.features) if isinstance(m, nn.MaxPool2d)]
+        later = [f"features.{i}.weight" for i, m in enumerate(self.features) if isinstance(m, nn.Conv2d)][1:] + ["hidden.weight"]
+        return dict(zip(later, pools))
 
     def forward(self, x):
         lead = x.shape[:-1]
