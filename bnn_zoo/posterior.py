@@ -166,8 +166,7 @@ class Posterior:
         weights, latent = self._split(draws)
         total = next(iter(weights.values())).shape[0]
         with torch.no_grad():
-            per_draw = self.model.forward({k: v[:1] for k, v in weights.items()}, x[:1]).numel() * x.shape[0]
-            chunk = max(1, int(max_floats // per_draw))
+            chunk = max(1, int(max_floats // self._outputs_per_draw(x)))
             for i in range(0, total, chunk):
                 yield fn(self.model.forward({k: v[i : i + chunk] for k, v in weights.items()}, x), {k: v[i : i + chunk] for k, v in latent.items()})
 
@@ -198,9 +197,8 @@ class Posterior:
 
         budget = max_mb * 2**20
         weight_bytes = 4 * sum(v[0, 0].numel() for v in self.samples.values())
-        f_numbers = self.model.forward({k: v[0, :1] for k, v in self.samples.items() if k in self.model.params}, self.x[:1]).numel() * len(self.x)
         kept = {"posterior": self._keep(budget / weight_bytes),
-                "function": self._keep(min(budget / (8 * self.y.numel()), 4e8 / f_numbers))}
+                "function": self._keep(min(budget / (8 * self.y.numel()), 4e8 / self._outputs_per_draw(self.x)))}
         posterior = xr.Dataset({k: (("chain", "draw", *_dims(k, v.shape[2:])), v[:, kept["posterior"]].numpy()) for k, v in self.samples.items()},
                                coords={"chain": np.arange(self.num_chains), "draw": kept["posterior"].numpy()})
         fs_coords = {"chain": np.arange(self.num_chains), "draw": kept["function"].numpy()}
@@ -227,6 +225,11 @@ class Posterior:
         for ds in groups.values():
             ds.attrs.update(attrs)
         return az.InferenceData(**groups)
+
+    def _outputs_per_draw(self, x) -> int:
+        """Numbers in the network's output on all of ``x`` for one draw (read off one example)."""
+        with torch.no_grad():
+            return self.model.forward({k: v[0, :1] for k, v in self.samples.items() if k in self.model.params}, x[:1]).numel() * len(x)
 
     def _keep(self, draws_per_chain: float) -> torch.Tensor:
         """Evenly spaced draw indices, at most ``draws_per_chain`` (at least 1) per chain."""

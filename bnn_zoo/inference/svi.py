@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 from bnn_zoo import guides
 from bnn_zoo.errors import BnnZooError
 from bnn_zoo.io import atomic_torch_save, safe_torch_load
-from bnn_zoo.posterior import Posterior
+from bnn_zoo.posterior import Posterior, Prediction
 
 
 @dataclass
@@ -220,8 +220,7 @@ def validation_log_lik(guide, model, x, y, num_draws: int = 64) -> float:
         draws = sample_guide(guide, model, num_draws, x, y)
         weights = {k: draws[k] for k in model.params}
         latent = {k: v for k, v in draws.items() if k not in weights}
-        lp = model.likelihood.distribution(model.forward(weights, x), latent).log_prob(y)
-        return (torch.logsumexp(lp, 0) - math.log(num_draws)).mean().item()
+        return Prediction(model.forward(weights, x), latent, model.likelihood).log_likelihood(y).mean().item()
 
 
 def log_weights(guide, model, x, y, num_samples: int, chunk: int = 256) -> torch.Tensor:
