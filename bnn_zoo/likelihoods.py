@@ -36,6 +36,10 @@ class Likelihood:
         """Var[y | f] per draw, shape (..., N, out)."""
         raise NotImplementedError
 
+    def cdf(self, f: torch.Tensor, latent: dict, y: torch.Tensor) -> torch.Tensor:
+        """P(Y <= y | f) per draw and output, shape (..., N, out) (regression likelihoods)."""
+        raise BnnZooError(f"{type(self).__name__} has no CDF; interval coverage is defined for regression")
+
     def check_targets(self, y: torch.Tensor, out_features: int) -> torch.Tensor:
         """Validate y (already finite, N rows) and return it in this likelihood's canonical form."""
         raise NotImplementedError
@@ -81,6 +85,9 @@ class Gaussian(Likelihood):
 
     def noise_variance(self, f, latent):
         return torch.ones_like(f) * self._sigma(latent) ** 2
+
+    def cdf(self, f, latent, y):
+        return dist.Normal(f, self._sigma(latent)).cdf(y)
 
     def check_targets(self, y, out_features):
         if not torch.is_floating_point(y):

@@ -46,6 +46,14 @@ class Prediction:
         return self.mean
 
     @property
+    def draw_probs(self) -> torch.Tensor:
+        """Class probabilities per draw, shape (draws, N, C); a Bernoulli gives the columns (1 - p, p)."""
+        if self.likelihood.task != "classification":
+            raise BnnZooError("class probabilities exist only for Bernoulli and Categorical likelihoods")
+        p = self._means
+        return torch.cat([1 - p, p], -1) if p.shape[-1] == 1 else p
+
+    @property
     def model_variance(self) -> torch.Tensor:
         return self._means.var(0, unbiased=False)
 
@@ -67,6 +75,12 @@ class Prediction:
             raise BnnZooError("quantiles are defined for regression; use probs for classifiers")
         draws = self.sample() if include_noise else self.f
         return torch.quantile(draws, torch.as_tensor(q, dtype=draws.dtype), dim=0)
+
+    def cdf(self, y: torch.Tensor) -> torch.Tensor:
+        """Predictive CDF at y, (1/S) sum_s P(Y <= y | f_s), shape (N, outputs): the probability integral
+        transform, uniform on [0, 1] for a calibrated regressor. y lies inside the central c interval of
+        the predictive exactly when |cdf - 1/2| <= c/2."""
+        return self.likelihood.cdf(self.f, self.latent, y).mean(0)
 
     def log_likelihood(self, y: torch.Tensor) -> torch.Tensor:
         """Pointwise log predictive density log (1/S) sum_s p(y_n | f_s), shape (N,) (Gal eq. 3.18)."""

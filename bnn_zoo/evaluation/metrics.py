@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import torch
 
+from bnn_zoo.evaluation import calibration, uncertainty
+
+COVERAGES = (0.5, 0.9, 0.95)
+
 
 def regression_metrics(pred, y, y_std=1.0) -> dict[str, float]:
-    """RMSE and average per-point test log-likelihood (Gal eq. 3.18), both in original units.
+    """RMSE, average per-point test log-likelihood (Gal eq. 3.18), coverage of the central 50/90/95%
+    predictive intervals, and the mean predictive variance split into its noise part E_s[Var(y | f_s)]
+    and model part Var_s[f_s] (law of total variance), all in original units.
 
     ``pred`` and ``y`` are in standardised units y_s = (y - mean) / y_std; the density picks up the
     Jacobian: log p(y) = log p(y_s) - sum_d log y_std_d.
@@ -14,28 +20,26 @@ def regression_metrics(pred, y, y_std=1.0) -> dict[str, float]:
     y_std = torch.as_tensor(y_std, dtype=y.dtype).reshape(-1)
     rmse = (((pred.mean - y) * y_std) ** 2).mean().sqrt()
     ll = pred.log_likelihood(y).mean() - torch.log(y_std.expand(y.shape[-1])).sum()
-    return {"rmse": rmse.item(), "test_log_likelihood": ll.item()}
+    pit = pred.cdf(y)
+    out = {"rmse": rmse.item(), "test_log_likelihood": ll.item()}
+    out.update({f"coverage_{round(100 * c)}": ((pit - 0.5).abs() <= c / 2).to(y.dtype).mean().item() for c in COVERAGES})
+    out.update(noise_variance=(pred.noise_variance * y_std**2).mean().item(), model_variance=(pred.model_variance * y_std**2).mean().item())
+    return out
 
 
 def classification_metrics(pred, y, bins: int = 10) -> dict[str, float]:
-    """Accuracy, NLL (average negative log predictive probability of the true label) and ECE."""
-    probs = pred.probs
-    if probs.shape[-1] == 1:  # Bernoulli: p(y = 1)
-        probs = torch.cat([1 - probs, probs], -1)
-    labels = probs.argmax(-1)
-    return {"accuracy": (labels == y.long()).float().mean().item(), "nll": -pred.log_likelihood(y).mean().item(),
-            "ece": expected_calibration_error(probs, y, bins)}
-
-
-def expected_calibration_error(probs: torch.Tensor, y: torch.Tensor, bins: int = 10) -> float:
-    """ECE = sum_b (n_b / N) |accuracy_b - confidence_b| over equal-width bins of the top-class
-    probability (Guo et al. 2017; Heek's thesis sec. 3.1)."""
-    confidence, labels = probs.max(-1)
-    correct = (labels == y.long()).to(probs.dtype)
-    which = (confidence * bins).long().clamp(max=bins - 1)
-    total = torch.zeros(bins).index_add_(0, which, torch.ones_like(confidence))
-    gap = torch.zeros(bins).index_add_(0, which, correct - confidence).abs()
-    return (gap.sum() / total.sum()).item()
+    """Accuracy, NLL (mean -log predictive probability of the true label), Brier, ECE and MCE over
+    ``bins`` confidence bins, Heek's expected accuracy (eq. 3.1) next to the observed one, and the mean
+    predictive entropy, mutual information (BALD) and variation ratio over test points."""
+    draws = pred.draw_probs
+    probs = draws.mean(0)
+    y = y.long()
+    return {"accuracy": (probs.argmax(-1) == y).to(probs.dtype).mean().item(), "nll": -pred.log_likelihood(y).mean().item(),
+            "brier": calibration.brier_score(probs, y), "ece": calibration.expected_calibration_error(probs, y, bins),
+            "mce": calibration.maximum_calibration_error(probs, y, bins), "expected_accuracy": calibration.expected_accuracy(probs),
+            "entropy": uncertainty.predictive_entropy(draws).mean().item(),
+            "mutual_information": uncertainty.mutual_information(draws).mean().item(),
+            "variation_ratio": uncertainty.variation_ratio(draws).mean().item()}
 
 
 def language_model_metrics(probs, y) -> dict[str, float]:
