@@ -64,6 +64,10 @@ def main(argv=None) -> int:
     p.add_argument("--num-chains", type=int, default=2, help="NUTS/HMC chains (default 2)")
     p.add_argument("--init", choices=["network", "prior", "svi"], default="network",
                    help="NUTS/HMC start: the network's own init, a prior draw, or a quick mean-field SVI fit")
+    p.add_argument("--evidence", default="", help="extra log-evidence estimates on the training data, comma-separated: ais (annealed "
+                   "importance sampling from the prior; any inference) | iw (importance-weighted bound; svi guides with a density)")
+    p.add_argument("--ais-steps", type=int, default=500, help="AIS temperatures (default 500; 64 particles in 4 runs)")
+    p.add_argument("--iw-k", type=int, default=100, help="guide draws K per importance-weighted bound (default 100, 10 repeats)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -101,6 +105,11 @@ def _fit(args):
     specs.parse(net_spec, specs.MODELS)
     if args.steps is not None and args.epochs is not None:
         raise BnnZooError("give --steps or --epochs, not both")
+    evidence = [e for e in args.evidence.split(",") if e]
+    if set(evidence) - {"ais", "iw"}:
+        raise BnnZooError(f"--evidence takes ais and/or iw, got {args.evidence!r}")
+    if "iw" in evidence and (args.inference != "svi" or guide == "dropout"):
+        raise BnnZooError("--evidence iw needs a guide with a density (svi, not the dropout guide); use --evidence ais")
     dataset = data.load(args.data, seed=args.seed)
     if likelihood is None:
         args.likelihood = specs.default_likelihood(dataset.task)
@@ -133,7 +142,7 @@ def _fit(args):
         kind = NUTS if args.inference == "nuts" else HMC
         method = kind(num_warmup=args.num_warmup, num_samples=args.num_samples, num_chains=args.num_chains, init=init, seed=args.seed,
                       progress=progress)
-    result = run(args.inference, dataset, model, method, out)
+    result = run(args.inference, dataset, model, method, out, evidence=evidence, ais_steps=args.ais_steps, iw_k=args.iw_k)
     if args.inference == "svi" and (out / "checkpoint.pt").exists():
         (out / "checkpoint.pt").unlink()  # the finished result supersedes it
     print_table([result], title=f"{dataset.name}: {args.model} by {args.inference}; files in {out}")

@@ -41,6 +41,8 @@ def demo(out_dir="runs/demo", svi_steps=3000, num_warmup=300, num_samples=300, n
 
 COLUMNS = [("test RMSE", "rmse", "{:.3f}"), ("test LL", "test_log_likelihood", "{:.3f}"), ("accuracy", "accuracy", "{:.3f}"),
            ("NLL", "nll", "{:.3f}"), ("ECE", "ece", "{:.3f}"), ("perplexity", "perplexity", "{:.2f}"), ("ELBO", "elbo", "{:.2f}"),
+           ("IW bound", "evidence_iw", "{:.2f}"), ("AIS", "evidence_ais", "{:.2f}"), ("AIS SE", "evidence_ais_se", "{:.2f}"),
+           ("log ML", "log_marginal_likelihood", "{:.2f}"),
            ("LOO elpd", "loo_elpd", "{:.2f}"), ("LOO SE", "loo_se", "{:.2f}"), ("time s", "runtime_s", "{:.1f}"),
            ("max R-hat", "max_rhat", "{:.3f}"), ("min bulk ESS", "min_ess_bulk", "{:.0f}"), ("divergences", "divergences", "{}")]
 
@@ -63,4 +65,5 @@ def print_table(results, console=None, title=None):
     notes += [f"{r.name}: early stopping kept step {r.metrics['best_step']} of {r.metrics['steps_run']} run" for r in results if "best_step" in r.metrics]
     for note in notes:
         (console or _console()).print(f"[yellow]note[/yellow] {note}")
-    (console or _console()).print("test RMSE / LL in original units (LL per test point); ELBO and LOO on the standardised training targets.")
+    (console or _console()).print("test RMSE / LL in original units (LL per test point); "
+                                  "evidence (ELBO, IW, AIS, GP log ML) and LOO on the standardised training targets.")

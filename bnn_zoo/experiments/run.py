@@ -22,8 +22,12 @@ class Result:
     metrics: dict
 
 
-def run(name, dataset, model, method, out_dir=None, elbo_samples: int = 1000) -> Result:
+def run(name, dataset, model, method, out_dir=None, elbo_samples: int = 1000, evidence=(), ais_steps: int = 500, iw_k: int = 100) -> Result:
     """Fit ``model`` to ``dataset`` with ``method``; metrics and, with ``out_dir``, posterior.nc, metrics.json, plots.
+
+    ``evidence`` names extra log-evidence estimates on the training data: "ais" (annealed importance
+    sampling, ``ais_steps`` temperatures; any model) and "iw" (the importance-weighted bound with K =
+    ``iw_k``; guides with a density), stored as evidence_ais(_se) and evidence_iw(_se).
 
     rmse and test_log_likelihood are in the targets' original units (``*_at_mean``: one pass at the
     guide's mean weights, i.e. standard dropout for the dropout guide); elbo and loo_elpd are on the
@@ -41,6 +45,7 @@ def run(name, dataset, model, method, out_dir=None, elbo_samples: int = 1000) ->
         metrics.update({f"{k}_at_mean": v for k, v in at_mean.items()})
     idata = posterior.to_inference_data()
     metrics.update(_evidence(posterior, idata, elbo_samples))
+    metrics.update(_extra_evidence(posterior, evidence, ais_steps, iw_k, getattr(method, "progress", False)))
     metrics.update(runtime_s=posterior.runtime_s, data=dataset.name, n_train=int(posterior.x.shape[0]), n_test=int(x_test.shape[0]),
                    settings=posterior.settings, **model.describe())
     if posterior.x.shape[0] < x.shape[0]:
@@ -74,6 +79,18 @@ def _evidence(posterior, idata, elbo_samples):
         if posterior.num_chains > 1:
             out["max_rhat"] = _over_sites(az.rhat(idata), np.nanmax)
         out["min_ess_bulk"] = _over_sites(az.ess(idata, method="bulk"), np.nanmin)
+    return out
+
+
+def _extra_evidence(posterior, names, ais_steps, iw_k, progress):
+    from bnn_zoo.evaluation import evidence
+
+    out = {}
+    if "iw" in names:
+        out["evidence_iw"], out["evidence_iw_se"] = evidence.importance_weighted(posterior, k=iw_k, num_repeats=10)
+    if "ais" in names:
+        seed = int(posterior.settings.get("seed", 0))
+        out["evidence_ais"], out["evidence_ais_se"] = evidence.ais(posterior, num_steps=ais_steps, seed=seed, progress=progress)
     return out
 
 
