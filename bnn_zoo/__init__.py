@@ -14,11 +14,13 @@ pyro.settings.set(module_local_params=True)
 
 __version__ = "0.1.0"
 
-from bnn_zoo import guides, likelihoods, models, priors  # noqa: E402
+from bnn_zoo import baselines, guides, likelihoods, models, priors  # noqa: E402
+from bnn_zoo.baselines import GP, TypeII  # noqa: E402
 from bnn_zoo.bnn import BNN  # noqa: E402
 from bnn_zoo.errors import BnnZooError  # noqa: E402
 from bnn_zoo.evaluation import evidence  # noqa: E402
 from bnn_zoo.inference import HMC, NUTS, SVI, fit  # noqa: E402
 from bnn_zoo.posterior import Posterior, Prediction  # noqa: E402
 
-__all__ = ["BNN", "HMC", "NUTS", "SVI", "BnnZooError", "Posterior", "Prediction", "evidence", "fit", "guides", "likelihoods", "models", "priors"]
+__all__ = ["BNN", "GP", "HMC", "NUTS", "SVI", "BnnZooError", "Posterior", "Prediction", "TypeII", "baselines", "evidence", "fit", "guides",
+           "likelihoods", "models", "priors"]

@@ -207,38 +207,20 @@ class Posterior:
         (predictive, log-likelihood) also stop at about 4e8 network outputs computed. The attrs
         ``draws_<group>`` say how many draws per chain each group kept.
         """
-        import arviz as az
-
         budget = max_mb * 2**20
         weight_bytes = 4 * sum(v[0, 0].numel() for v in self.samples.values())
         kept = {"posterior": self._keep(budget / weight_bytes),
                 "function": self._keep(min(budget / (8 * self.y.numel()), 4e8 / self._outputs_per_draw(self.x)))}
         posterior = xr.Dataset({k: (("chain", "draw", *_dims(k, v.shape[2:])), v[:, kept["posterior"]].numpy()) for k, v in self.samples.items()},
                                coords={"chain": np.arange(self.num_chains), "draw": kept["posterior"].numpy()})
-        fs_coords = {"chain": np.arange(self.num_chains), "draw": kept["function"].numpy()}
-        y_dims = ("obs", *(f"y_dim_{i}" for i in range(1, self.y.dim())))
         with torch.random.fork_rng():  # the same fit always writes the same file
             torch.manual_seed(int(self.settings.get("seed", 0)))
             y_rep = torch.cat(list(self._per_draw(self.x, self._chain_draws(kept["function"]),
                                                   lambda f, lat: self.model.likelihood.distribution(f, lat).sample())))
         y_rep = y_rep.reshape(self.num_chains, len(kept["function"]), *self.y.shape)
-        groups = {
-            "posterior": posterior,
-            "posterior_predictive": xr.Dataset({"y": (("chain", "draw", *y_dims), y_rep.numpy())}, coords=fs_coords),
-            "log_likelihood": xr.Dataset({"y": (("chain", "draw", "obs"), self.log_likelihood(draw_index=kept["function"]).numpy())},
-                                         coords=fs_coords),
-            "observed_data": xr.Dataset({"y": (y_dims, self.y.numpy())}),
-            "constant_data": xr.Dataset({"x": (("obs", "feature"), self.x.numpy())}),
-        }
-        if self.sample_stats:
-            stats = {}
-            for k, v in self.sample_stats.items():
-                stats[k] = (("step",) if v.dim() == 1 else ("chain", "draw"), v.numpy())  # SVI: loss per step
-            groups["sample_stats"] = xr.Dataset(stats)
         attrs = {**self.attrs(), "draws_posterior": len(kept["posterior"]), "draws_function_space": len(kept["function"])}
-        for ds in groups.values():
-            ds.attrs.update(attrs)
-        return az.InferenceData(**groups)
+        return function_space_inference_data(posterior, y_rep, self.log_likelihood(draw_index=kept["function"]), kept["function"].numpy(),
+                                             self.x, self.y, self.sample_stats, attrs)
 
     def _outputs_per_draw(self, x) -> int:
         """Numbers in the network's output on all of ``x`` for one draw (read off one example)."""
@@ -251,17 +233,43 @@ class Posterior:
         return torch.linspace(0, self.num_draws - 1, count).round().long()
 
     def attrs(self) -> dict:
-        import arviz
         import pyro
 
-        import bnn_zoo
+        return {**self.model.describe(), **common_attrs(self.settings, self.runtime_s), "inference_library": "pyro",
+                "inference_library_version": pyro.__version__, **{k: str(v) for k, v in self.info.items()}}
 
-        return {**self.model.describe(), "method": self.method, "settings": json.dumps(self.settings, sort_keys=True, default=str),
-                "seed": int(self.settings.get("seed", 0)), "runtime_s": float(self.runtime_s),
-                "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                "inference_library": "pyro", "inference_library_version": pyro.__version__, "torch_version": str(torch.__version__),
-                "arviz_version": arviz.__version__, "bnn_zoo_version": bnn_zoo.__version__,
-                **{k: str(v) for k, v in self.info.items()}}
+
+def common_attrs(settings: dict, runtime_s: float) -> dict:
+    """Attributes every result file carries: method, settings, seed, run time, creation time, versions."""
+    import arviz
+
+    import bnn_zoo
+
+    return {"method": settings["method"], "settings": json.dumps(settings, sort_keys=True, default=str), "seed": int(settings.get("seed", 0)),
+            "runtime_s": float(runtime_s), "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "torch_version": str(torch.__version__), "arviz_version": arviz.__version__, "bnn_zoo_version": bnn_zoo.__version__}
+
+
+def function_space_inference_data(posterior: xr.Dataset, y_rep, log_lik, draws, x, y, sample_stats: dict, attrs: dict):
+    """InferenceData from a posterior group and function-space draws: y_rep (chain, draw, *y.shape) and
+    pointwise log_lik (chain, draw, N) at the ``draws`` indices, plus observed and constant data and
+    sample_stats (per-draw (chain, draw) arrays, or a per-step optimisation loss)."""
+    import arviz as az
+
+    coords = {"chain": np.arange(y_rep.shape[0]), "draw": np.asarray(draws)}
+    y_dims = ("obs", *(f"y_dim_{i}" for i in range(1, y.dim())))
+    groups = {
+        "posterior": posterior,
+        "posterior_predictive": xr.Dataset({"y": (("chain", "draw", *y_dims), y_rep.numpy())}, coords=coords),
+        "log_likelihood": xr.Dataset({"y": (("chain", "draw", "obs"), log_lik.numpy())}, coords=coords),
+        "observed_data": xr.Dataset({"y": (y_dims, y.numpy())}),
+        "constant_data": xr.Dataset({"x": (("obs", "feature"), x.numpy())}),
+    }
+    if sample_stats:
+        groups["sample_stats"] = xr.Dataset({k: (("step",) if v.dim() == 1 else ("chain", "draw"), v.numpy()) for k, v in sample_stats.items()})
+    for ds in groups.values():
+        ds.attrs.update(attrs)
+    return az.InferenceData(**groups)
 
 
 def _dims(name: str, shape) -> tuple[str, ...]:

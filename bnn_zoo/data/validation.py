@@ -46,7 +46,7 @@ def check_inputs(model, x) -> torch.Tensor:
 
 def output_width(model, x: torch.Tensor) -> int:
     """The network's number of outputs: declared (``net.out_features``) or read off one forward pass."""
-    declared = getattr(model.net, "out_features", None)
+    declared = getattr(getattr(model, "net", model), "out_features", None)
     if declared is not None:
         return declared
     try:

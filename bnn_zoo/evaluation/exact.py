@@ -1,4 +1,6 @@
-"""Ground truth: Bayesian linear regression in closed form (Bishop, PRML eqs. 3.53-3.54 and 3.86).
+"""Ground truth in closed form: Bayesian linear regression (Bishop, PRML eqs. 3.53-3.54 and 3.86) and
+GP regression (Rasmussen & Williams 2006, eqs. 2.25-2.26 and 2.30), the latter in numpy so that tests
+check GPyTorch against an independent implementation.
 
 Model: y = X w + b + e, e ~ N(0, sigma^2), w_i ~ N(0, s_w^2), b ~ N(0, s_b^2). With the design
 Phi = [X, 1] and prior covariance S0 = diag(s_w^2, ..., s_b^2):
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 
@@ -48,3 +51,16 @@ def linear_regression(x, y, weight_scale: float, bias_scale: float, noise_scale:
     return LinearGaussianPosterior(mean, cov, precision, log_evidence)
 
 
+
+
+def gp_regression(k_train, k_cross, k_test_diag, y, noise_var: float, mean: float = 0.0):
+    """Exact GP regression in float64 numpy, with K = k_train + noise_var I (R&W alg. 2.1):
+    log p(y) = -1/2 (y - m)^T K^{-1} (y - m) - 1/2 log|K| - n/2 log 2 pi, and the latent predictive at
+    test points, mean m + k_*^T K^{-1} (y - m) and variance k_** - k_*^T K^{-1} k_*.
+    Returns (log marginal likelihood, predictive mean, predictive variance)."""
+    y = np.asarray(y, dtype=np.float64) - mean
+    chol = np.linalg.cholesky(np.asarray(k_train, dtype=np.float64) + noise_var * np.eye(len(y)))
+    alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, y))
+    lml = -0.5 * y @ alpha - np.log(np.diag(chol)).sum() - 0.5 * len(y) * np.log(2 * np.pi)
+    v = np.linalg.solve(chol, np.asarray(k_cross, dtype=np.float64))
+    return float(lml), mean + np.asarray(k_cross).T @ alpha, np.asarray(k_test_diag) - (v**2).sum(0)

@@ -33,8 +33,9 @@ def classification_metrics(pred, y, bins: int = 10) -> dict[str, float]:
     predictive entropy, mutual information (BALD) and variation ratio over test points."""
     draws = pred.draw_probs
     probs = draws.mean(0)
+    nll = -pred.log_likelihood(y.to(pred.f.dtype) if pred.f.shape[-1] == 1 else y.long()).mean().item()  # Bernoulli takes 0./1.
     y = y.long()
-    return {"accuracy": (probs.argmax(-1) == y).to(probs.dtype).mean().item(), "nll": -pred.log_likelihood(y).mean().item(),
+    return {"accuracy": (probs.argmax(-1) == y).to(probs.dtype).mean().item(), "nll": nll,
             "brier": calibration.brier_score(probs, y), "ece": calibration.expected_calibration_error(probs, y, bins),
             "mce": calibration.maximum_calibration_error(probs, y, bins), "expected_accuracy": calibration.expected_accuracy(probs),
             "entropy": uncertainty.predictive_entropy(draws).mean().item(),
