@@ -92,7 +92,8 @@ class GP:
             raise BnnZooError(f"unknown GP kernel {kernel!r}; choose one of {', '.join(KERNELS)}")
         self.kernel, self.ard, self.depth, self.num_inducing = kernel, ard, depth, num_inducing
         self.likelihood = likelihood if likelihood is not None else likelihoods.Gaussian.learned()
-        if isinstance(self.likelihood, likelihoods.Tokens) or not isinstance(self.likelihood, (likelihoods.Gaussian, likelihoods.Bernoulli, likelihoods.Categorical)):
+        supported = (likelihoods.Gaussian, likelihoods.Bernoulli, likelihoods.Categorical)
+        if isinstance(self.likelihood, likelihoods.Tokens) or not isinstance(self.likelihood, supported):
             raise BnnZooError(f"a GP takes a Gaussian, Bernoulli or Categorical likelihood, got {self.likelihood!r}")
         if isinstance(self.likelihood, likelihoods.Categorical) and not (isinstance(num_classes, int) and num_classes >= 2):
             raise BnnZooError("a Categorical GP needs num_classes >= 2 (one latent function per class)")
@@ -117,10 +118,11 @@ class GP:
         kernel = f"nngp(depth={self.depth}, relu, {self.prior!r})" if self.kernel == "nngp" else f"{self.kernel}(ard={self.ard})"
         return {"model": f"GP({kernel})", "prior": "GP", "likelihood": repr(self.likelihood) if self.task == "classification" else "Gaussian(learned)"}
 
-    def covariance(self, d: int, batch_shape=torch.Size()):
-        if self.kernel == "nngp":
-            base = NNGPKernel(self.depth, self.prior.gain**2, self.prior.bias_scale**2, batch_shape=batch_shape)
-            return base  # its variances already scale the output
+    def covariance(self, d: int, batch_shape: torch.Size | None = None):
+        """The kernel for d input columns (a batch of ``batch_shape`` independent ones for several classes)."""
+        batch_shape = batch_shape or torch.Size()
+        if self.kernel == "nngp":  # its weight and bias variances already scale the output
+            return NNGPKernel(self.depth, self.prior.gain**2, self.prior.bias_scale**2, batch_shape=batch_shape)
         ard = d if self.ard else None
         base = gpytorch.kernels.RBFKernel(ard_num_dims=ard, batch_shape=batch_shape) if self.kernel == "rbf" else \
             gpytorch.kernels.MaternKernel(nu=2.5, ard_num_dims=ard, batch_shape=batch_shape)
