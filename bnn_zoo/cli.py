@@ -39,15 +39,16 @@ def main(argv=None) -> int:
     p.add_argument("--data", required=True, help="toy-cubic | digits | toy-text | uci:PATH[:split=K] | text:PATH[:level=char|word;seq_len=64]")
     p.add_argument("--model", default="mlp", help="mlp[:hidden=50,50;activation=relu] | linear | cnn[:dropout=all|dense] | lstm-tied | "
                    "lstm-untied | embedding-rnn[:embed=32;hidden=64] (default mlp)")
-    p.add_argument("--inference", required=True, choices=["svi", "nuts", "hmc"])
+    p.add_argument("--inference", required=True, help="svi | nuts | hmc | gp[:kernel=rbf|matern52|nngp;inducing=128] (gp: a GPyTorch baseline "
+                   "fitted by type-II ML; nngp is the infinite-width kernel of --model mlp with relu units under --prior fanin)")
     p.add_argument("--guide", default="mean-field", help="variational family for svi, with options: mean-field[:local_reparam=true] | "
                    "matrix-normal[:rank=K] | flow[:transform=spline;scope=layer] | dropout[:p=0.05,0.1;masks=example] (see `bnn-zoo list`)")
     p.add_argument("--prior", default="fanin", help="fanin[:gain=1;bias_scale=1] | normal[:scale=1] (default fanin)")
     p.add_argument("--likelihood", default=None, help="gaussian[:scale=S] (learned noise without scale) | bernoulli | categorical | tokens "
                    "(default: gaussian for regression, categorical for classification, tokens for text corpora)")
-    p.add_argument("--steps", type=int, default=None, help="SVI steps (default 3000)")
+    p.add_argument("--steps", type=int, default=None, help="SVI steps (default 3000); gp type-II steps (default 300)")
     p.add_argument("--epochs", type=int, default=None, help="SVI epochs instead of steps: steps = epochs * ceil(N / batch size)")
-    p.add_argument("--lr", type=float, default=0.01, help="SVI learning rate (Adam, default 0.01)")
+    p.add_argument("--lr", type=float, default=None, help="learning rate (Adam; default 0.01 for SVI, 0.05 for gp)")
     p.add_argument("--batch-size", type=int, default=None, help="SVI minibatch size (default: full batch)")
     p.add_argument("--num-particles", type=int, default=1, help="SVI vectorised ELBO particles (default 1)")
     p.add_argument("--kl-weight", type=float, default=1.0, help="SVI: KL discount tau, objective E[log lik] - tau KL (default 1)")
@@ -93,7 +94,7 @@ def _demo(args):
 
 
 def _fit(args):
-    from bnn_zoo import BNN, HMC, NUTS, SVI, data, likelihoods
+    from bnn_zoo import BNN, HMC, NUTS, SVI, TypeII, data, likelihoods
     from bnn_zoo.experiments import specs
     from bnn_zoo.experiments.demo import print_table
     from bnn_zoo.experiments.run import run
@@ -108,8 +109,13 @@ def _fit(args):
     evidence = [e for e in args.evidence.split(",") if e]
     if set(evidence) - {"ais", "iw"}:
         raise BnnZooError(f"--evidence takes ais and/or iw, got {args.evidence!r}")
-    if "iw" in evidence and (args.inference != "svi" or guide == "dropout"):
+    inference, inference_options = specs.parse(args.inference, specs.INFERENCE)
+    if inference != "gp" and inference_options:
+        raise BnnZooError(f"--inference {inference} takes no options; set them with their own flags (see bnn-zoo fit --help)")
+    if "iw" in evidence and (inference != "svi" or guide == "dropout"):
         raise BnnZooError("--evidence iw needs a guide with a density (svi, not the dropout guide); use --evidence ais")
+    if evidence and inference == "gp":
+        raise BnnZooError("a GP's evidence is its own: log_marginal_likelihood (regression) or its ELBO (classification); drop --evidence")
     dataset = data.load(args.data, seed=args.seed)
     if likelihood is None:
         args.likelihood = specs.default_likelihood(dataset.task)
@@ -119,31 +125,35 @@ def _fit(args):
                           f"use {specs.default_likelihood(dataset.task)}")
     classes = len(dataset.info["vocab"]) if dataset.task == "language-model" else int(dataset.y_train.max()) + 1
     out_features = classes if isinstance(likelihood, likelihoods.Categorical) else 1
-    model = BNN(specs.build_net(net_spec, dataset, out_features), prior, likelihood)
     out = Path(args.out)
     progress = not args.quiet
-    if args.inference == "svi":
+    if inference == "gp":
+        model = specs.build_gp(args.inference, inference_options, net_spec, prior, likelihood, classes, dataset)
+        method = TypeII(steps=args.steps or 300, lr=args.lr or 0.05, seed=args.seed, progress=progress)
+    else:
+        model = BNN(specs.build_net(net_spec, dataset, out_features), prior, likelihood)
+    if inference == "svi":
         n, batch = dataset.x_train.shape[0], args.batch_size or dataset.x_train.shape[0]
         steps = args.epochs * math.ceil(n / batch) if args.epochs is not None else (args.steps or 3000)
         checkpoint = out / "checkpoint.pt"
         if not args.resume and checkpoint.exists():
             checkpoint.unlink()
-        method = SVI(guide=guide, guide_options=guide_options, steps=steps, lr=args.lr, batch_size=args.batch_size, num_particles=args.num_particles,
+        method = SVI(guide=guide, guide_options=guide_options, steps=steps, lr=args.lr or 0.01, batch_size=args.batch_size, num_particles=args.num_particles,
                      seed=args.seed, checkpoint=checkpoint, checkpoint_every=args.checkpoint_every, kl_weight=args.kl_weight,
                      kl_warmup=args.kl_warmup, objective=args.objective, alpha=args.alpha, validation=args.validation,
                      eval_every=args.eval_every, patience=args.patience, progress=progress)
-    else:
+    elif inference in ("nuts", "hmc"):
         init = None if args.init == "network" else args.init
         if init == "svi":
             x, y = dataset.train
             from bnn_zoo import fit
 
             init = fit(model, x, y, SVI(steps=2000, lr=0.02, lr_decay=0.1, num_particles=4, seed=args.seed, progress=progress))
-        kind = NUTS if args.inference == "nuts" else HMC
+        kind = NUTS if inference == "nuts" else HMC
         method = kind(num_warmup=args.num_warmup, num_samples=args.num_samples, num_chains=args.num_chains, init=init, seed=args.seed,
                       progress=progress)
-    result = run(args.inference, dataset, model, method, out, evidence=evidence, ais_steps=args.ais_steps, iw_k=args.iw_k)
-    if args.inference == "svi" and (out / "checkpoint.pt").exists():
+    result = run(inference, dataset, model, method, out, evidence=evidence, ais_steps=args.ais_steps, iw_k=args.iw_k)
+    if inference == "svi" and (out / "checkpoint.pt").exists():
         (out / "checkpoint.pt").unlink()  # the finished result supersedes it
     print_table([result], title=f"{dataset.name}: {args.model} by {args.inference}; files in {out}")
     return 0
@@ -163,7 +173,7 @@ def _list(args):
     table.add_column("what it is")
     sections = [("dataset", DATASETS), ("model", specs.MODELS), ("prior", specs.PRIORS), ("likelihood", specs.LIKELIHOODS),
                 ("guide", guides.DESCRIPTIONS),
-                ("inference", {"svi": "stochastic VI with a guide", "nuts": "No-U-Turn sampler (Pyro)", "hmc": "Hamiltonian Monte Carlo (Pyro)"})]
+                ("inference", specs.INFERENCE)]
     for kind, entries in sections:
         for name, text in entries.items():
             table.add_row(kind, name, text)

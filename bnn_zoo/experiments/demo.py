@@ -65,5 +65,4 @@ def print_table(results, console=None, title=None):
     notes += [f"{r.name}: early stopping kept step {r.metrics['best_step']} of {r.metrics['steps_run']} run" for r in results if "best_step" in r.metrics]
     for note in notes:
         (console or _console()).print(f"[yellow]note[/yellow] {note}")
-    (console or _console()).print("test RMSE / LL in original units (LL per test point); "
-                                  "evidence (ELBO, IW, AIS, GP log ML) and LOO on the standardised training targets.")
+    (console or _console()).print("test RMSE / LL in original units (LL per test point); evidence and LOO on the standardised training targets.")

@@ -68,6 +68,11 @@ def _evidence(posterior, idata, elbo_samples):
     out = {}
     if posterior.guide is not None and getattr(posterior.guide, "has_density", True):
         out["elbo"], out["elbo_se"] = posterior.elbo(num_samples=elbo_samples)
+    elif posterior.method == "gp":  # exact for regression; a variational GP classifier has its ELBO
+        if posterior.model.task == "regression":
+            out["log_marginal_likelihood"] = posterior.log_marginal_likelihood()
+        else:
+            out["elbo"], out["elbo_se"] = posterior.elbo(num_samples=elbo_samples)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         loo = az.loo(idata, pointwise=True)

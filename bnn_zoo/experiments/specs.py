@@ -14,6 +14,8 @@ MODELS = {"mlp": "MLP; options hidden=50,50 and activation=tanh|relu|sigmoid|elu
           "embedding-rnn": "lstm-untied whose embedding also takes word-type dropout; option gates=tied|untied"}
 PRIORS = {"fanin": "N(0, gain^2/fan_in) weights, N(0, bias_scale^2) biases; options gain, bias_scale (default)",
           "normal": "N(0, scale^2) on every weight (Gal: scale = 1/length-scale); option scale"}
+INFERENCE = {"svi": "stochastic VI with a guide (--guide)", "nuts": "No-U-Turn sampler (Pyro)", "hmc": "Hamiltonian Monte Carlo (Pyro)",
+             "gp": "GPyTorch GP baseline by type-II ML; options kernel=rbf|matern52|nngp (default rbf), inducing=128 (classification)"}
 LIKELIHOODS = {"gaussian": "Gaussian, noise learned under HalfNormal(1), or fixed with scale=S (standardised units)",
                "bernoulli": "binary labels 0/1", "categorical": "class labels 0..C-1",
                "tokens": "next-token labels for language models (the default on text corpora)"}
@@ -119,3 +121,27 @@ def build_likelihood(spec: str):
         lik = {"bernoulli": likelihoods.Bernoulli, "categorical": likelihoods.Categorical, "tokens": likelihoods.Tokens}[name]()
     _done(opts, spec)
     return lik
+
+
+def build_gp(spec: str, opts: dict, net_spec: str, prior, likelihood, classes: int, dataset):
+    """The GP baseline a ``--inference gp[:...]`` spec names. kernel=nngp is the twin of ``net_spec``: an
+    MLP with relu units, whose depth (hidden layers) and fan-in prior it takes."""
+    from bnn_zoo.baselines import GP
+
+    kernel, inducing = _take(opts, "kernel", str, "rbf", spec), _take(opts, "inducing", int, 128, spec)
+    _done(opts, spec)
+    if dataset.task == "language-model" or "vocab" in dataset.info:
+        raise BnnZooError("the GP baseline takes feature vectors or images, not text")
+    if isinstance(likelihood, likelihoods.Gaussian) and likelihood.scale is not None:
+        raise BnnZooError("a GP learns its noise by type II; drop the scale from --likelihood")
+    depth = 1
+    if kernel == "nngp":
+        name, net_opts = parse(net_spec, MODELS)
+        hidden, activation = _take(net_opts, "hidden", _ints, [50], net_spec), _take(net_opts, "activation", str, "tanh", net_spec)
+        if name != "mlp" or activation != "relu":
+            raise BnnZooError("kernel=nngp is the infinite-width limit of a relu MLP; pass --model mlp:activation=relu[;hidden=...]")
+        if not isinstance(prior, priors.FanInNormal):
+            raise BnnZooError("kernel=nngp needs --prior fanin (the infinite-width limit of a fan-in prior)")
+        depth = len(hidden)
+    num_classes = classes if isinstance(likelihood, likelihoods.Categorical) else None
+    return GP(kernel, likelihood, num_classes=num_classes, num_inducing=inducing, depth=depth, prior=prior if kernel == "nngp" else None)
