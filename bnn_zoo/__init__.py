@@ -19,8 +19,9 @@ from bnn_zoo.baselines import GP, TypeII  # noqa: E402
 from bnn_zoo.bnn import BNN  # noqa: E402
 from bnn_zoo.errors import BnnZooError  # noqa: E402
 from bnn_zoo.evaluation import evidence  # noqa: E402
+from bnn_zoo.evaluation.compare import compare  # noqa: E402
 from bnn_zoo.inference import HMC, NUTS, SVI, fit  # noqa: E402
 from bnn_zoo.posterior import Posterior, Prediction  # noqa: E402
 
-__all__ = ["BNN", "GP", "HMC", "NUTS", "SVI", "BnnZooError", "Posterior", "Prediction", "TypeII", "baselines", "evidence", "fit", "guides",
+__all__ = ["BNN", "GP", "HMC", "NUTS", "SVI", "BnnZooError", "Posterior", "Prediction", "TypeII", "baselines", "compare", "evidence", "fit", "guides",
            "likelihoods", "models", "priors"]

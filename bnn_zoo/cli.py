@@ -1,4 +1,4 @@
-"""The ``bnn-zoo`` command: demo, fit, list."""
+"""The ``bnn-zoo`` command: demo, fit, compare, list."""
 
 from __future__ import annotations
 
@@ -20,10 +20,10 @@ def main(argv=None) -> int:
     parser = _Parser(prog="bnn-zoo", description="Bayesian neural networks on Pyro: fit one model by SVI guides or NUTS/HMC, compare in ArviZ.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    p = sub.add_parser("demo", help="toy regression by mean-field SVI and NUTS side by side (the main job)",
+    p = sub.add_parser("demo", help="toy regression by mean-field SVI and NUTS side by side, with a GP baseline (the main job)",
                        description="Heek's toy regression (N=20, y = x^3 + N(0, 3^2)), a 1-50-1 tanh BNN (fan-in prior, noise sd 3) fitted by mean-field SVI "
-                                   "and by NUTS (initialised from the SVI fit); prints one table, writes DIR/<run>/posterior.nc, "
-                                   "metrics.json and plots, and DIR/demo.png with both predictive bands.")
+                                   "and by NUTS (initialised from the SVI fit), next to a GPyTorch GP (RBF kernel, type-II ML); prints one table, "
+                                   "writes DIR/<run>/posterior.nc, metrics.json, predictions.nc and plots, and DIR/demo.png with every predictive band.")
     p.add_argument("--out", default="runs/demo", help="output folder (default: runs/demo)")
     p.add_argument("--svi-steps", type=int, default=3000, help="SVI steps (default 3000)")
     p.add_argument("--num-warmup", type=int, default=300, help="NUTS warmup draws per chain (default 300)")
@@ -73,6 +73,14 @@ def main(argv=None) -> int:
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
+    p = sub.add_parser("compare", help="put result folders side by side: one table (evidence, LOO, WAIC, test metrics) and plots",
+                       description="Read DIR/posterior.nc, metrics.json and predictions.nc from each result folder; print one table and "
+                                   "write OUT/comparison.csv, comparison.md and plots: compare.png (az.plot_compare), reliability.png, "
+                                   "bands.png (1-D regression), evidence.png and trace/rank/energy plots of MCMC runs. LOO runs whose "
+                                   "Pareto k exceed ArviZ's threshold (0.7 at most) are flagged.")
+    p.add_argument("dirs", nargs="+", metavar="DIR", help="result folders written by `bnn-zoo fit --out` or `bnn-zoo demo` (runs/demo/svi ...)")
+    p.add_argument("--out", default="comparison", help="folder for the table and plots (default: comparison)")
+
     sub.add_parser("list", help="datasets, models, priors, likelihoods, guides and inference methods available",
                    description="List what can be named on the command line.")
 
@@ -80,7 +88,7 @@ def main(argv=None) -> int:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
-            return {"demo": _demo, "fit": _fit, "list": _list}[args.command](args)
+            return {"demo": _demo, "fit": _fit, "compare": _compare, "list": _list}[args.command](args)
     except BnnZooError as exc:
         print(f"bnn-zoo: error: {exc}", file=sys.stderr)
         return 2
@@ -156,6 +164,15 @@ def _fit(args):
     if inference == "svi" and (out / "checkpoint.pt").exists():
         (out / "checkpoint.pt").unlink()  # the finished result supersedes it
     print_table([result], title=f"{dataset.name}: {args.model} by {args.inference}; files in {out}")
+    return 0
+
+
+def _compare(args):
+    from bnn_zoo.evaluation.compare import report
+    from bnn_zoo.experiments.demo import print_comparison
+
+    table = report(args.dirs, args.out)
+    print_comparison(table, title=f"{len(table)} runs; table and plots in {args.out}")
     return 0
 
 

@@ -12,7 +12,7 @@ import torch
 from bnn_zoo.errors import BnnZooError
 
 
-def _atomic(path, write):
+def atomic_write(path, write):
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -26,7 +26,7 @@ def _atomic(path, write):
 
 
 def atomic_torch_save(obj, path):
-    _atomic(path, lambda tmp: torch.save(obj, tmp))
+    atomic_write(path, lambda tmp: torch.save(obj, tmp))
 
 
 def safe_torch_load(path):
@@ -43,12 +43,17 @@ def write_json(obj, path):
             json.dump(obj, fh, indent=2, sort_keys=True)
             fh.write("\n")
 
-    _atomic(path, write)
+    atomic_write(path, write)
 
 
 def save_inference_data(idata, path):
     """Write an InferenceData to netCDF atomically (a crash never leaves a half-written result)."""
-    _atomic(path, lambda tmp: idata.to_netcdf(tmp, engine="h5netcdf"))
+    atomic_write(path, lambda tmp: idata.to_netcdf(tmp, engine="h5netcdf"))
+
+
+def save_dataset(ds, path):
+    """Write an xarray Dataset to netCDF atomically."""
+    atomic_write(path, lambda tmp: ds.to_netcdf(tmp, engine="h5netcdf"))
 
 
 def load_inference_data(path):

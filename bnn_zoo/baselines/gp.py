@@ -115,7 +115,7 @@ class GP:
         return self.likelihood.task
 
     def describe(self) -> dict[str, str]:
-        kernel = f"nngp(depth={self.depth}, relu, {self.prior!r})" if self.kernel == "nngp" else f"{self.kernel}(ard={self.ard})"
+        kernel = f"nngp, depth={self.depth}, {self.prior!r}" if self.kernel == "nngp" else f"{self.kernel}{', ard' if self.ard else ''}"
         return {"model": f"GP({kernel})", "prior": "GP", "likelihood": repr(self.likelihood) if self.task == "classification" else "Gaussian(learned)"}
 
     def covariance(self, d: int, batch_shape: torch.Size | None = None):
@@ -216,7 +216,7 @@ class TypeII:
         if stop_reason:
             warnings.warn(f"GP type-II stopped early: {stop_reason}; lower the learning rate", stacklevel=2)
         module.eval(), lik.eval()
-        return GPPosterior(gp, module, lik, x, y, self.settings(), torch.tensor(losses), time.perf_counter() - start,
+        return GPPosterior(gp, module, lik, x, y, {**self.settings(), "kernel": gp.kernel}, torch.tensor(losses), time.perf_counter() - start,
                            {"stop_reason": stop_reason})
 
 

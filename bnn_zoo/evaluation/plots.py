@@ -1,4 +1,9 @@
-"""Plots written as PNGs: predictive bands for 1-D regression, SVI loss, NUTS/HMC energy (E-BFMI)."""
+"""Plots written as PNGs: predictive bands for 1-D regression, reliability diagrams with Heek's variance
+bands, SVI loss, NUTS/HMC energy, trace and rank plots, ArviZ's compare plot, evidence by architecture.
+
+Plots read the stored test predictions (``predictions.nc``, see ``experiments.run.test_predictions``),
+so ``bnn-zoo compare`` can draw them from result folders without refitting anything.
+"""
 
 from __future__ import annotations
 
@@ -8,50 +13,118 @@ matplotlib.use("Agg")
 
 import arviz as az  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from bnn_zoo.evaluation import calibration  # noqa: E402
 
-def predictive_bands(results, dataset, path, num_points: int = 200):
-    """One panel per result: predictive mean and 50%/95% intervals (noise included), in original units."""
-    x_all = torch.cat([dataset.x_train, dataset.x_test])[:, 0]
-    lo, hi = x_all.min().item(), x_all.max().item()
-    pad = 0.25 * (hi - lo)
-    grid = torch.linspace(lo - pad, hi + pad, num_points)[:, None]
-    fig, axes = plt.subplots(1, len(results), figsize=(5 * len(results), 4), sharey=True, squeeze=False)
-    for ax, result in zip(axes[0], results):
-        pred = result.posterior.predict((grid - dataset.x_mean) / dataset.x_std)
-        q = pred.quantiles([0.025, 0.25, 0.75, 0.975])[..., 0] * dataset.y_std + dataset.y_mean
-        mean = pred.mean[:, 0] * dataset.y_std + dataset.y_mean
-        g = grid[:, 0].numpy()
-        ax.fill_between(g, q[0], q[3], alpha=0.25, color="C0", label="95% predictive")
-        ax.fill_between(g, q[1], q[2], alpha=0.35, color="C0", label="50% predictive")
-        ax.plot(g, mean, color="C0", label="predictive mean")
-        if dataset.name == "toy-cubic":
-            ax.plot(g, g**3, "k--", lw=1, label="y = x^3")
-        ax.plot(dataset.x_test[:, 0], dataset.y_test, ".", color="0.6", ms=3, label="test")
-        ax.plot(dataset.x_train[:, 0], dataset.y_train, "o", color="C3", ms=4, label="train")
-        ax.set_title(f"{result.name}: test RMSE {result.metrics['rmse']:.2f}, LL {result.metrics['test_log_likelihood']:.2f}")
-        ax.set_xlabel("x")
-    axes[0][0].set_ylabel("y")
-    axes[0][0].legend(loc="upper left", fontsize=8)
-    span = dataset.y_train.abs().max().item()
-    axes[0][0].set_ylim(-2 * span, 2 * span)
+
+def _save(fig, path):
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
-def diagnostics(result, out_dir):
-    """SVI: the loss trace (loss.png). NUTS/HMC: ArviZ's energy plot with E-BFMI (energy.png)."""
-    stats = result.posterior.sample_stats
+def predictive_bands(predictions, path):
+    """One panel per run with a 1-D input grid: predictive mean and 50%/95% intervals (noise included),
+    in original units, over the training and test points."""
+    fig, axes = plt.subplots(1, len(predictions), figsize=(5 * len(predictions), 4), sharey=True, squeeze=False)
+    for ax, p in zip(axes[0], predictions):
+        g, q = p["x_grid"].values, p["grid_quantile"].values
+        ax.fill_between(g, q[:, 0], q[:, 3], alpha=0.25, color="C0", label="95% predictive")
+        ax.fill_between(g, q[:, 1], q[:, 2], alpha=0.35, color="C0", label="50% predictive")
+        ax.plot(g, p["grid_mean"].values, color="C0", label="predictive mean")
+        if p.attrs.get("truth") == "x^3":
+            ax.plot(g, g**3, "k--", lw=1, label="y = x^3")
+        ax.plot(p["x_test"].values, p["y"].values, ".", color="0.6", ms=3, label="test")
+        ax.plot(p["x_train"].values, p["y_train"].values, "o", color="C3", ms=4, label="train")
+        ax.set_title(f"{p.attrs['name']}: test RMSE {p.attrs['rmse']:.2f}, LL {p.attrs['test_log_likelihood']:.2f}")
+        ax.set_xlabel("x")
+        span = np.abs(p["y_train"].values).max()
+        ax.set_ylim(-2 * span, 2 * span)
+    axes[0][0].set_ylabel("y")
+    axes[0][0].legend(loc="upper left", fontsize=8)
+    _save(fig, path)
+
+
+def reliability(predictions, path, bins: int = 10):
+    """Classification: Heek's calibration bins (eqs. 3.3-3.5), observed accuracy against the model's own
+    expectation with a +-2 sd band. Regression: observed coverage of central predictive intervals
+    against their nominal level, with the +-2 sd binomial band of a calibrated predictor."""
+    fig, axes = plt.subplots(1, len(predictions), figsize=(4.2 * len(predictions), 4), squeeze=False)
+    for ax, p in zip(axes[0], predictions):
+        if "probs" in p:
+            b = calibration.calibration_bins(torch.as_tensor(p["probs"].values), torch.as_tensor(p["y"].values), bins)
+            centre = ((b.lower + b.upper) / 2).numpy()
+            sd = b.variance.sqrt().numpy()
+            ax.fill_between(centre, b.expected - 2 * sd, b.expected + 2 * sd, color="C0", alpha=0.25, step="mid", label="E[A] +- 2 sd")
+            ax.plot(centre, b.expected, "C0-", lw=1, label="expected E[A]")
+            ax.plot(centre, b.observed, "ko", ms=4, label="observed A")
+            ax.set(xlabel="predicted probability (bin)", ylabel="fraction true")
+        else:
+            nominal = np.linspace(0.02, 0.98, 25)
+            pit = p["pit"].values
+            observed = [(np.abs(pit - 0.5) <= c / 2).mean() for c in nominal]
+            sd = np.sqrt(nominal * (1 - nominal) / len(pit))
+            ax.fill_between(nominal, nominal - 2 * sd, nominal + 2 * sd, color="C0", alpha=0.25, label="calibrated +- 2 sd")
+            ax.plot(nominal, observed, "ko", ms=3, label="observed")
+            ax.set(xlabel="nominal coverage of the central interval", ylabel="observed coverage")
+        ax.plot([0, 1], [0, 1], color="0.5", lw=0.8, ls=":")
+        ax.set(xlim=(0, 1), ylim=(0, 1), title=p.attrs["name"])
+    axes[0][0].legend(loc="upper left", fontsize=8)
+    _save(fig, path)
+
+
+def diagnostics(name, idata, out_dir, prefix: str = ""):
+    """SVI and GP type II: the loss trace (loss.png). NUTS/HMC: ArviZ's energy plot with E-BFMI (energy.png),
+    and trace and rank plots of the four parameters with the worst R-hat (trace.png, rank.png). File
+    names start with ``prefix``."""
+    stats = idata.sample_stats if "sample_stats" in idata.groups() else {}
     if "loss" in stats:
         fig, ax = plt.subplots(figsize=(6, 3.5))
-        ax.plot(stats["loss"].numpy(), lw=0.8)
-        ax.set(xlabel="step", ylabel="negative ELBO", yscale="symlog", title=f"{result.name}: SVI loss")
-        fig.tight_layout()
-        fig.savefig(out_dir / "loss.png", dpi=120)
-        plt.close(fig)
+        ax.plot(stats["loss"].values, lw=0.8)
+        ax.set(xlabel="step", ylabel="negative ELBO or log ML", yscale="symlog", title=f"{name}: training loss")
+        _save(fig, out_dir / f"{prefix}loss.png")
     elif "energy" in stats:
-        ax = az.plot_energy(result.idata)
-        ax.figure.savefig(out_dir / "energy.png", dpi=120)
-        plt.close(ax.figure)
+        ax = az.plot_energy(idata)
+        _save(ax.figure, out_dir / f"{prefix}energy.png")
+        worst = _worst_mixing(idata)
+        for kind, plot in (("trace", az.plot_trace), ("rank", az.plot_rank)):
+            axes = plot(worst, compact=False) if kind == "trace" else plot(worst)
+            fig = np.asarray(axes).ravel()[0].figure
+            fig.suptitle(f"{name}: the 4 parameters with the worst R-hat")
+            _save(fig, out_dir / f"{prefix}{kind}.png")
+
+
+def _worst_mixing(idata, count: int = 4):
+    """The ``count`` scalar parameters with the highest R-hat, as a small InferenceData (trace plots of
+    thousands of weights are unreadable)."""
+    rhat = az.rhat(idata)
+    flat = [(float(v), name, idx) for name in rhat.data_vars for idx, v in np.ndenumerate(rhat[name].values)]
+    flat.sort(key=lambda t: -np.nan_to_num(t[0], nan=np.inf))
+    post = idata.posterior
+    chosen = {f"{name}{list(idx) if idx else ''}": post[name].values[(slice(None), slice(None), *idx)] for _, name, idx in flat[:count]}
+    return az.from_dict(posterior=chosen)
+
+
+def compare_plot(comparison, path):
+    """ArviZ's plot_compare: LOO elpd of each run with its SE, and the difference to the best."""
+    ax = az.plot_compare(comparison, insample_dev=False)
+    _save(ax.figure, path)
+
+
+def evidence_by_architecture(table, path):
+    """Every log-evidence estimate of every run (+-2 SE), grouped by architecture."""
+    estimates = [("elbo", "ELBO"), ("evidence_iw", "IW bound"), ("evidence_ais", "AIS"), ("log_marginal_likelihood", "GP log ML")]
+    estimates = [(k, label) for k, label in estimates if k in table and table[k].notna().any()]
+    rows = table.sort_values(["architecture", "run"])
+    fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(rows)), 4))
+    positions = np.arange(len(rows))
+    for i, (key, label) in enumerate(estimates):
+        se = rows[f"{key}_se"].fillna(0).values if f"{key}_se" in rows else np.zeros(len(rows))
+        ax.errorbar(positions + 0.12 * (i - len(estimates) / 2), rows[key].values, yerr=2 * se, fmt="o", capsize=3, label=label)
+    ax.set_xticks(positions, [f"{r.run}\n{r.architecture}" for r in rows.itertuples()], fontsize=7)
+    ax.set(ylabel="log evidence (nats)", title="evidence by architecture (+-2 SE)")
+    ax.legend(fontsize=8)
+    _save(fig, path)
+

@@ -1,4 +1,4 @@
-"""The main job: Heek's toy regression fitted by mean-field SVI and by NUTS, side by side.
+"""The main job: Heek's toy regression fitted by mean-field SVI and by NUTS, side by side, with a GP baseline.
 
 Why NUTS fits in minutes (benchmarks/nuts_toy.py, docs/benchmarks.md): a fan-in scaled prior keeps
 the output's prior sd O(1) for standardised targets; with N(0, 1) on all 151 weights the posterior is
@@ -14,6 +14,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from bnn_zoo.baselines import GP, TypeII
 from bnn_zoo.bnn import BNN
 from bnn_zoo.data import toy_cubic
 from bnn_zoo.evaluation import plots
@@ -34,9 +35,13 @@ def demo(out_dir="runs/demo", svi_steps=3000, num_warmup=300, num_samples=300, n
     svi = run("svi-mean-field", data, model, SVI(steps=svi_steps, lr=0.02, lr_decay=0.1, num_particles=4, seed=seed, progress=progress), out / "svi")
     nuts = run("nuts", data, model, NUTS(num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains, init=svi.posterior,
                                          seed=seed, progress=progress), out / "nuts")
-    plots.predictive_bands([svi, nuts], data, out / "demo.png")
-    print_table([svi, nuts], console, title=f"{data.name}: 1-50-1 tanh BNN, N={data.x_train.shape[0]}; files in {out}")
-    return [svi, nuts]
+    # The GP baseline learns its noise by type II (a GP with 3 hyperparameters does not explain the cubic away).
+    gp = run("gp-rbf", data, GP("rbf"), TypeII(steps=300, lr=0.05, seed=seed, progress=progress), out / "gp")
+    results = [svi, nuts, gp]
+    plots.predictive_bands([r.predictions for r in results], out / "demo.png")
+    print_table(results, console, title=f"{data.name}: 1-50-1 tanh BNN by SVI and NUTS, and a GP; N={data.x_train.shape[0]}; files in {out}")
+    (console or _console()).print(f"compare them: bnn-zoo compare {out / 'svi'} {out / 'nuts'} {out / 'gp'} --out {out / 'comparison'}")
+    return results
 
 
 COLUMNS = [("test RMSE", "rmse", "{:.3f}"), ("test LL", "test_log_likelihood", "{:.3f}"), ("accuracy", "accuracy", "{:.3f}"),
@@ -66,3 +71,35 @@ def print_table(results, console=None, title=None):
     for note in notes:
         (console or _console()).print(f"[yellow]note[/yellow] {note}")
     (console or _console()).print("test RMSE / LL in original units (LL per test point); evidence and LOO on the standardised training targets.")
+
+
+# (header, value key, SE key or None, format): the terminal shows a subset; comparison.csv has every column.
+COMPARE_COLUMNS = [("run", "run", None, "{}"), ("architecture", "architecture", None, "{}"), ("inference", "inference", None, "{}"),
+                   ("rank", "rank", None, "{:.0f}"), ("ELBO", "elbo", "elbo_se", "{:.2f}"), ("IW bound", "evidence_iw", "evidence_iw_se", "{:.2f}"),
+                   ("AIS", "evidence_ais", "evidence_ais_se", "{:.2f}"), ("GP log ML", "log_marginal_likelihood", None, "{:.2f}"),
+                   ("LOO elpd", "loo_elpd", "loo_se", "{:.1f}"), ("max k", "max_pareto_k", None, "{:.2f}"), ("weight", "weight", None, "{:.2f}"),
+                   ("WAIC", "waic_elpd", None, "{:.1f}"), *[(h, k, None, f) for h, k, f in COLUMNS[:5]], ("time s", "runtime_s", None, "{:.1f}")]
+
+
+def print_comparison(table, console=None, title=None):
+    """The comparison table (bnn_zoo.compare's DataFrame), in the terminal."""
+    import pandas as pd
+
+    console = console or Console(width=max(200, Console().width))
+    out = Table(title=title)
+    shown = [c for c in COMPARE_COLUMNS if c[1] in table]
+    for header, *_ in shown:
+        out.add_column(header, justify="left" if header in ("run", "architecture", "inference") else "right", no_wrap=True)
+
+    def cell(row, key, se, fmt):
+        if pd.isna(row[key]):
+            return "-"
+        return fmt.format(row[key]) + (f" ± {fmt.format(row[se])}" if se in row and not pd.isna(row[se]) else "")
+
+    for row in table.to_dict("records"):
+        out.add_row(*(cell(row, *c[1:]) for c in shown))
+    console.print(out)
+    for row in table.to_dict("records"):
+        if row.get("loo_warning"):
+            console.print(f"[yellow]note[/yellow] {row['run']}: Pareto k up to {row['max_pareto_k']:.2f}: LOO is unreliable for some points")
+    console.print("evidence and LOO/WAIC on the standardised training targets; test metrics in original units.")

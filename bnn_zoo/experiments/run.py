@@ -8,10 +8,12 @@ from pathlib import Path
 
 import arviz as az
 import numpy as np
+import torch
+import xarray as xr
 
 from bnn_zoo.evaluation import classification_metrics, language_model_metrics, regression_metrics
 from bnn_zoo.inference import fit
-from bnn_zoo.io import save_inference_data, write_json
+from bnn_zoo.io import save_dataset, save_inference_data, write_json
 
 
 @dataclass
@@ -20,6 +22,7 @@ class Result:
     posterior: object
     idata: object
     metrics: dict
+    predictions: object = None  # xr.Dataset of test predictions (see test_predictions), None for language models
 
 
 def run(name, dataset, model, method, out_dir=None, elbo_samples: int = 1000, evidence=(), ais_steps: int = 500, iw_k: int = 100) -> Result:
@@ -51,7 +54,7 @@ def run(name, dataset, model, method, out_dir=None, elbo_samples: int = 1000, ev
     if posterior.x.shape[0] < x.shape[0]:
         metrics["n_validation"] = int(x.shape[0] - posterior.x.shape[0])  # held out for early stopping
     metrics.update({k: v for k, v in posterior.info.items() if v != ""})  # stop_reason, early-stopping step
-    result = Result(name, posterior, idata, metrics)
+    result = Result(name, posterior, idata, metrics, test_predictions(name, posterior, dataset, metrics))
     if out_dir is not None:
         save(result, dataset, Path(out_dir))
     return result
@@ -104,12 +107,52 @@ def _over_sites(ds, reduce):
     return float(reduce(np.concatenate([ds[v].values.ravel() for v in ds.data_vars])))
 
 
+def test_predictions(name, posterior, dataset, metrics):
+    """What the comparison plots need, in original units: per test point, class probabilities with
+    entropy and mutual information, or the predictive mean, sd and PIT (predictive CDF at y); for 1-D
+    regression also the predictive mean and 2.5/25/75/97.5% quantiles on a grid. None for language
+    models (token probabilities are too large to keep)."""
+    task = posterior.model.likelihood.task
+    if task == "language-model":
+        return None
+    from bnn_zoo.evaluation import uncertainty
+
+    x_test, y_test = dataset.test
+    pred = posterior.predict(x_test)
+    attrs = {"name": name, "task": task, "model": metrics.get("model", ""), "method": posterior.method,
+             **{k: metrics[k] for k in ("rmse", "test_log_likelihood", "accuracy", "nll") if k in metrics}}
+    if task == "classification":
+        draws = pred.draw_probs
+        return xr.Dataset({"probs": (("obs", "class"), draws.mean(0).numpy()), "y": ("obs", y_test.long().numpy()),
+                           "entropy": ("obs", uncertainty.predictive_entropy(draws).numpy()),
+                           "mutual_information": ("obs", uncertainty.mutual_information(draws).numpy())}, attrs=attrs)
+    y = posterior.model.likelihood.check_targets(y_test, pred.f.shape[-1])
+    ds = xr.Dataset({"y": ("obs", (y * dataset.y_std + dataset.y_mean)[:, 0].numpy()),
+                     "mean": ("obs", (pred.mean * dataset.y_std + dataset.y_mean)[:, 0].numpy()),
+                     "sd": ("obs", (pred.variance.sqrt() * dataset.y_std)[:, 0].numpy()), "pit": ("obs", pred.cdf(y)[:, 0].numpy())}, attrs=attrs)
+    if dataset.in_features == 1 and y.shape[1] == 1:
+        x_all = torch.cat([dataset.x_train, dataset.x_test])[:, 0]
+        lo, hi = x_all.min().item(), x_all.max().item()
+        grid = torch.linspace(lo - 0.25 * (hi - lo), hi + 0.25 * (hi - lo), 200)[:, None]
+        band = posterior.predict((grid - dataset.x_mean) / dataset.x_std)
+        q = band.quantiles([0.025, 0.25, 0.75, 0.975])[..., 0] * dataset.y_std + dataset.y_mean
+        ds = ds.assign(x_test=("obs", dataset.x_test[:, 0].numpy()), x_grid=("grid", grid[:, 0].numpy()),
+                       grid_mean=("grid", (band.mean[:, 0] * dataset.y_std + dataset.y_mean).numpy()),
+                       grid_quantile=(("grid", "quantile"), q.T.numpy()), x_train=("train", dataset.x_train[:, 0].numpy()),
+                       y_train=("train", dataset.y_train.reshape(-1).numpy()))
+        ds.attrs["truth"] = "x^3" if dataset.name == "toy-cubic" else ""
+    return ds
+
+
 def save(result: Result, dataset, out_dir: Path):
+    """posterior.nc, metrics.json, predictions.nc (all written atomically) and the run's plots."""
     from bnn_zoo.evaluation import plots
 
     out_dir.mkdir(parents=True, exist_ok=True)
     save_inference_data(result.idata, out_dir / "posterior.nc")
     write_json(result.metrics, out_dir / "metrics.json")
-    plots.diagnostics(result, out_dir)
-    if dataset.in_features == 1 and result.posterior.model.likelihood.task == "regression":
-        plots.predictive_bands([result], dataset, out_dir / "predictive.png")
+    if result.predictions is not None:
+        save_dataset(result.predictions, out_dir / "predictions.nc")
+        if "x_grid" in result.predictions:
+            plots.predictive_bands([result.predictions], out_dir / "predictive.png")
+    plots.diagnostics(result.name, result.idata, out_dir)

@@ -1,0 +1,143 @@
+"""Runs side by side: one table of architecture, inference, evidence, LOO (az.compare, with its Pareto-k
+warnings), WAIC, test metrics and run time, from fitted results or from result folders on disk."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import warnings
+from pathlib import Path
+
+import arviz as az
+import pandas as pd
+import xarray as xr
+
+from bnn_zoo.errors import BnnZooError
+from bnn_zoo.io import load_inference_data
+
+EVIDENCE = ["elbo", "elbo_se", "evidence_iw", "evidence_iw_se", "evidence_ais", "evidence_ais_se", "log_marginal_likelihood"]
+TEST = ["rmse", "test_log_likelihood", "coverage_50", "coverage_90", "coverage_95", "accuracy", "nll", "brier", "ece", "mce",
+        "expected_accuracy", "entropy", "mutual_information", "perplexity", "rmse_at_mean", "accuracy_at_mean", "nll_at_mean"]
+DIAGNOSTICS = ["max_rhat", "min_ess_bulk", "divergences"]
+
+
+class _Loaded:
+    """A result read back from its folder: the same fields compare() uses on a fitted Result."""
+
+    def __init__(self, folder: Path):
+        self.name = folder.name
+        metrics_path = folder / "metrics.json"
+        if not metrics_path.is_file():
+            raise BnnZooError(f"{folder} has no metrics.json; pass folders written by `bnn-zoo fit --out DIR` or `bnn-zoo demo`")
+        try:
+            self.metrics = json.loads(metrics_path.read_text())
+        except json.JSONDecodeError as exc:
+            raise BnnZooError(f"{metrics_path} is not valid JSON ({exc.msg} at line {exc.lineno}); re-run the fit") from None
+        self.idata = load_inference_data(folder / "posterior.nc")
+        path = folder / "predictions.nc"
+        self.predictions = _load_predictions(path) if path.is_file() else None
+
+
+def _load_predictions(path):
+    try:
+        with xr.open_dataset(path, engine="h5netcdf") as ds:
+            return ds.load()
+    except Exception as exc:
+        raise BnnZooError(f"{path} is not a readable netCDF file ({type(exc).__name__}); re-run the fit") from None
+
+
+def load_results(results) -> list:
+    """Fitted ``Result`` objects pass through; paths are read as result folders. Names are made unique."""
+    loaded = [r if hasattr(r, "idata") else _Loaded(Path(r)) for r in results]
+    if not loaded:
+        raise BnnZooError("nothing to compare: pass at least one result or result folder")
+    names = [r.name for r in loaded]
+    for i, r in enumerate(loaded):
+        if names.count(r.name) > 1:
+            r.name = f"{r.name}-{i}"
+    return loaded
+
+
+def compare(results) -> pd.DataFrame:
+    """One row per run: run, data, model (architecture), inference, the log-evidence estimates with SEs,
+    LOO elpd/SE/p_loo and the worst Pareto k, WAIC with its SE, test metrics, MCMC diagnostics and run
+    time. Runs on the same training data are also ranked by ``az.compare`` (rank, elpd_diff, dse,
+    weight), which warns when a Pareto k exceeds ArviZ's threshold (0.7 at most); the ``loo_warning``
+    column marks those runs, whose LOO is unreliable.
+
+    ``results``: fitted ``bnn_zoo.experiments.run.Result`` objects or result folders (posterior.nc and
+    metrics.json). Evidence and LOO are on the standardised training targets; test metrics in original units.
+    """
+    runs = load_results(results)
+    rows = []
+    for r in runs:
+        m = r.metrics
+        settings = m.get("settings", {})
+        detail = settings.get("guide") or settings.get("kernel")  # SVI's guide, a GP's kernel
+        inference = settings.get("method", "?") + (f" ({detail})" if detail else "")
+        with warnings.catch_warnings():  # flagged in the loo_warning / waic_warning columns instead
+            warnings.simplefilter("ignore", UserWarning)
+            loo, waic = az.loo(r.idata), az.waic(r.idata)
+        row = {"run": r.name, "data": m.get("data", ""), "architecture": architecture(m.get("model", "")), "model": m.get("model", ""),
+               "inference": inference,
+               **{k: m.get(k) for k in EVIDENCE}, "loo_elpd": float(loo.elpd_loo), "loo_se": float(loo.se), "p_loo": float(loo.p_loo),
+               "max_pareto_k": float(loo.pareto_k.max()), "loo_warning": bool(loo.warning), "waic_elpd": float(waic.elpd_waic),
+               "waic_se": float(waic.se), "waic_warning": bool(waic.warning),
+               **{k: m.get(k) for k in TEST + DIAGNOSTICS}, "runtime_s": m.get("runtime_s"), "n_train": m.get("n_train")}
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    if len(runs) > 1 and table["data"].nunique() == 1 and table["n_train"].nunique() == 1:
+        ranked = az.compare({r.name: r.idata for r in runs}, ic="loo")  # warns itself on high Pareto k
+        table = table.merge(ranked[["rank", "elpd_diff", "dse", "weight"]], left_on="run", right_index=True).sort_values("rank")
+    return table.dropna(axis=1, how="all").reset_index(drop=True)
+
+
+def architecture(model: str) -> str:
+    """A short form of a model's description: its constructor's values without their names,
+    "MLP(in_features=1, hidden=[50], ...)" -> "MLP(1, [50], ...)"."""
+    return re.sub(r"\b\w+=", "", model)
+
+
+def to_markdown(table: pd.DataFrame, digits: int = 3) -> str:
+    """A GitHub markdown table (pandas' own needs the optional tabulate package)."""
+    def cell(v):
+        if isinstance(v, float):
+            return "" if math.isnan(v) else f"{v:.{digits}f}"
+        return "" if v is None else str(v)
+
+    lines = ["| " + " | ".join(table.columns) + " |", "|" + "---|" * len(table.columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in table.itertuples(index=False)]
+    return "\n".join(lines) + "\n"
+
+
+def report(results, out_dir) -> pd.DataFrame:
+    """compare() written to ``out_dir``: comparison.csv and comparison.md, and the plots: compare.png
+    (az.plot_compare), reliability.png (Heek's calibration bins, or interval coverage for regression),
+    bands.png (1-D regression), evidence.png (by architecture) and <run>_trace.png / <run>_rank.png /
+    <run>_energy.png for MCMC runs."""
+    from bnn_zoo.evaluation import plots
+    from bnn_zoo.io import atomic_write
+
+    runs = load_results(results)
+    table = compare(runs)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write(out / "comparison.csv", lambda tmp: table.to_csv(tmp, index=False))
+    atomic_write(out / "comparison.md", lambda tmp: Path(tmp).write_text(to_markdown(table)))
+    if "rank" in table:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # already raised by compare()
+            plots.compare_plot(az.compare({r.name: r.idata for r in runs}, ic="loo"), out / "compare.png")
+    predictions = [r.predictions for r in runs if r.predictions is not None]
+    if predictions:
+        plots.reliability(predictions, out / "reliability.png")
+    bands = [p for p in predictions if "x_grid" in p]
+    if bands:
+        plots.predictive_bands(bands, out / "bands.png")
+    if any(k in table for k in ("elbo", "evidence_iw", "evidence_ais", "log_marginal_likelihood")):
+        plots.evidence_by_architecture(table, out / "evidence.png")
+    for r in runs:
+        if "sample_stats" in r.idata.groups() and "energy" in r.idata.sample_stats:
+            plots.diagnostics(r.name, r.idata, out, prefix=f"{r.name}_")
+    return table

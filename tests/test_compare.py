@@ -1,0 +1,52 @@
+"""bnn_zoo.compare: the table, az.compare's Pareto-k warning, result folders on disk and their errors."""
+
+import arviz as az
+import numpy as np
+import pytest
+
+import bnn_zoo as bz
+from bnn_zoo.evaluation.compare import report, to_markdown
+from bnn_zoo.experiments.run import Result
+
+
+def _result(name, log_lik, **metrics):
+    idata = az.from_dict(posterior={"w": np.zeros((2, log_lik.shape[1]))}, log_likelihood={"y": log_lik},
+                         observed_data={"y": np.zeros(log_lik.shape[-1])})
+    return Result(name, None, idata, {"data": "toy", "n_train": log_lik.shape[-1], "model": "MLP(in_features=1, hidden=[50])",
+                                      "settings": {"method": "svi", "guide": "mean-field"}, **metrics})
+
+
+def test_compare_ranks_runs_and_flags_high_pareto_k():
+    rng = np.random.default_rng(0)
+    good = rng.normal(-1.0, 0.1, size=(2, 500, 30))
+    bad = rng.normal(-1.2, 0.1, size=(2, 500, 30))
+    bad[..., 0] = rng.standard_t(1, size=(2, 500)) * 30 - 5  # one point whose importance ratios have an infinite variance
+    with pytest.warns(UserWarning, match="Pareto"):
+        table = bz.compare([_result("good", good, elbo=-40.0, elbo_se=0.1, rmse=1.0), _result("bad", bad, elbo=-45.0, rmse=2.0)])
+    assert list(table["run"]) == ["good", "bad"] and list(table["rank"]) == [0, 1]
+    assert table.set_index("run").loc["bad", "max_pareto_k"] > 0.7 and table.set_index("run").loc["bad", "loo_warning"]
+    assert not table.set_index("run").loc["good", "loo_warning"]
+    assert table.loc[0, "loo_elpd"] == pytest.approx(float(az.loo(_result("g", good).idata).elpd_loo))
+    assert table.loc[0, "architecture"] == "MLP(1, [50])" and table.loc[0, "inference"] == "svi (mean-field)"
+    assert {"waic_elpd", "waic_se", "elpd_diff", "weight", "elbo", "rmse"} <= set(table.columns)
+    assert "evidence_ais" not in table  # columns no run has are dropped
+
+
+def test_markdown_table_by_hand():
+    import pandas as pd
+
+    assert to_markdown(pd.DataFrame({"run": ["a"], "x": [1.23456], "y": [float("nan")]})) == "| run | x | y |\n|---|---|---|\n| a | 1.235 |  |\n"
+
+
+def test_result_folders_with_problems_are_refused(tmp_path):
+    with pytest.raises(bz.BnnZooError, match="no metrics.json"):
+        bz.compare([tmp_path])
+    (tmp_path / "metrics.json").write_text("{not json")
+    with pytest.raises(bz.BnnZooError, match="not valid JSON"):
+        bz.compare([tmp_path])
+    (tmp_path / "metrics.json").write_text("{}")
+    (tmp_path / "posterior.nc").write_bytes(b"truncated")
+    with pytest.raises(bz.BnnZooError, match="truncated or corrupt"):
+        bz.compare([tmp_path])
+    with pytest.raises(bz.BnnZooError, match="nothing to compare"):
+        report([], tmp_path / "out")
