@@ -7,7 +7,7 @@
 2. digits (1347 train / 450 test): MLP versus LeNet, each by mean-field SVI and by MC dropout, next to a
    variational GP: evidence (ELBO, IW, AIS), LOO, WAIC and test metrics in one bnn_zoo.compare table.
 
-    python benchmarks/evidence.py [--blr] [--digits] [--steps 3000] [--ais-steps 100] [--out runs/bench-evidence]
+    python benchmarks/evidence.py [--blr] [--digits] [--steps 3000] [--ais-steps 1000 100] [--out runs/bench-evidence]
 """
 
 from __future__ import annotations
@@ -65,28 +65,37 @@ def blr_table():
 
 
 def digits_table(steps, ais_steps, out):
+    """AIS depends on the model alone (architecture, prior, likelihood), not on the guide, so it is run
+    once per architecture, with a budget per architecture, and shown on both of its rows."""
     import bnn_zoo as bz
     from bnn_zoo.data import datasets
+    from bnn_zoo.evaluation import evidence
     from bnn_zoo.evaluation.compare import report, to_markdown
     from bnn_zoo.experiments.run import run
 
     data = datasets.load("digits")
+    x, y = data.train
     prior, lik = bz.priors.Normal(1.0), bz.likelihoods.Categorical()
-    nets = {"mlp": lambda: bz.models.MLP(64, [50], 10, activation="relu"), "cnn": lambda: bz.models.LeNet(dropout="dense")}
+    nets = {"mlp": (lambda: bz.models.MLP(64, [50], 10, activation="relu"), ais_steps["mlp"]),
+            "cnn": (lambda: bz.models.LeNet(dropout="dense"), ais_steps["cnn"])}
     guides = {"mean-field": {}, "dropout": {"p": 0.5, "masks": "example"}}
     results = []
-    for net_name, net in nets.items():
+    for net_name, (net, num_steps) in nets.items():
+        model = bz.BNN(net(), prior, lik)
+        start = time.perf_counter()
+        ais = evidence.ais(model, x, y, num_steps=num_steps, num_particles=4, num_runs=4)
+        print(f"{net_name}: AIS {num_steps} steps x 16 particles = {ais[0]:.1f} +- {ais[1]:.1f} in {time.perf_counter() - start:.0f} s", flush=True)
         for guide, options in guides.items():
             method = bz.SVI(guide=guide, guide_options=options, steps=steps, lr=0.005, batch_size=128, num_draws=200, progress=False)
-            evidence = ("ais", "iw") if guide == "mean-field" else ("ais",)
             start = time.perf_counter()
-            results.append(run(f"{net_name}-{guide}", data, bz.BNN(net(), prior, lik), method, out / f"{net_name}-{guide}",
-                               evidence=evidence, ais_steps=ais_steps))
-            print(f"{net_name}-{guide}: {time.perf_counter() - start:.0f} s including evidence", flush=True)
+            result = run(f"{net_name}-{guide}", data, model, method, out / f"{net_name}-{guide}", evidence=("iw",) if guide == "mean-field" else ())
+            result.metrics.update(evidence_ais=ais[0], evidence_ais_se=ais[1], ais_steps=num_steps)
+            results.append(result)
+            print(f"{net_name}-{guide}: {time.perf_counter() - start:.0f} s including ELBO, IW and LOO", flush=True)
     results.append(run("gp-rbf", data, bz.GP("rbf", lik, num_classes=10), bz.TypeII(steps=300, progress=False), out / "gp-rbf"))
     table = report(results, out / "comparison")
     columns = ["run", "inference", "elbo", "evidence_iw", "evidence_ais", "evidence_ais_se", "loo_elpd", "loo_se", "max_pareto_k", "waic_elpd",
-               "accuracy", "nll", "ece", "expected_accuracy", "runtime_s"]
+               "accuracy", "nll", "brier", "ece", "expected_accuracy", "mutual_information", "runtime_s"]
     print(to_markdown(table[[c for c in columns if c in table]], digits=3))
 
 
@@ -95,11 +104,11 @@ if __name__ == "__main__":
     parser.add_argument("--blr", action="store_true")
     parser.add_argument("--digits", action="store_true")
     parser.add_argument("--steps", type=int, default=3000)
-    parser.add_argument("--ais-steps", type=int, default=100)
+    parser.add_argument("--ais-steps", type=int, nargs=2, default=[1000, 100], metavar=("MLP", "CNN"), help="AIS temperatures per architecture")
     parser.add_argument("--out", type=Path, default=Path("runs/bench-evidence"))
     args = parser.parse_args()
     print(f"# {time.strftime('%Y-%m-%d')} on {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads\n")
     if args.blr or not args.digits:
         blr_table()
     if args.digits:
-        digits_table(args.steps, args.ais_steps, args.out)
+        digits_table(args.steps, dict(zip(("mlp", "cnn"), args.ais_steps)), args.out)

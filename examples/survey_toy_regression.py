@@ -4,7 +4,7 @@ MC dropout and a GP with a Matern-5/2 kernel, plus NUTS, on the survey's toy set
 
     pip install -e . && python examples/survey_toy_regression.py [--out runs/survey] [--quick]
 
-Same network for every BNN: 1-20-20-1 ReLU (the survey: "two hidden layers utilising ReLU"), a N(0, 1)
+Same network for every BNN: 1-20-20-1 ReLU (the survey: "two hidden layers utilising ReLU"), a fan-in
 prior, and the noise fixed at its generating value. Deviations: the survey used a spike-and-slab
 (mixture) prior, wider layers and GPflow; NUTS is added here as the reference posterior. Writes
 <out>/<dataset>.png (one panel a method) and prints the comparison table.
@@ -47,10 +47,10 @@ def cubic(seed=0) -> Dataset:
 
 
 def main(out: Path, quick: bool):
-    steps, draws = (500, 50) if quick else (5000, 400)
+    steps, draws = (500, 50) if quick else (5000, 300)
     for data in (blundell(), cubic()):
         noise = data.info["noise_scale"] / float(data.y_std)
-        model = bz.BNN(bz.models.MLP(1, [20, 20], 1, activation="relu"), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(noise))
+        model = bz.BNN(bz.models.MLP(1, [20, 20], 1, activation="relu"), bz.priors.FanInNormal(), bz.likelihoods.Gaussian(noise))
         methods = [("mean-field", model, bz.SVI(steps=steps, lr=0.01, num_particles=8, lr_decay=0.1)),
                    ("mc-dropout", model, bz.SVI(guide="dropout", guide_options={"p": 0.1, "masks": "example"}, steps=steps, lr=0.01)),
                    ("gp-matern52", bz.GP("matern52"), bz.TypeII(steps=300, lr=0.05)),

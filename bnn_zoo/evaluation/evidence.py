@@ -68,11 +68,15 @@ def ais(model, x=None, y=None, num_steps: int = 500, num_particles: int = 16, se
     of the runs' own estimates over sqrt(runs). Like every AIS estimate it is stochastically a lower
     bound: too few temperatures bias it low, and the error bar does not see that bias.
     """
+    from bnn_zoo.bnn import BNN
     from bnn_zoo.posterior import Posterior
 
     if isinstance(model, Posterior):
         x, y = (model.x, model.y) if x is None else (x, y)
         model = model.model
+    if not isinstance(model, BNN):
+        raise BnnZooError(f"ais needs a bnn_zoo.BNN or a Posterior fitted to one, got {type(model).__name__} "
+                          "(a GP's evidence is its log_marginal_likelihood())")
     if x is None or y is None:
         raise BnnZooError("ais needs data: pass x and y (or a fitted Posterior, whose training data is used)")
     x, y = check_data(model, x, y)
