@@ -50,3 +50,17 @@ def test_result_folders_with_problems_are_refused(tmp_path):
         bz.compare([tmp_path])
     with pytest.raises(bz.BnnZooError, match="nothing to compare"):
         report([], tmp_path / "out")
+
+
+def test_reliability_diagram_for_classifiers_and_regressors(tmp_path):
+    import xarray as xr
+
+    from bnn_zoo.evaluation import plots
+
+    rng = np.random.default_rng(0)
+    probs = rng.dirichlet(np.ones(3), size=200)
+    labels = np.array([rng.choice(3, p=p) for p in probs])
+    classifier = xr.Dataset({"probs": (("obs", "class"), probs), "y": ("obs", labels)}, attrs={"name": "calibrated"})
+    regressor = xr.Dataset({"pit": ("obs", rng.uniform(size=200))}, attrs={"name": "regression"})
+    plots.reliability([classifier, regressor], tmp_path / "reliability.png")
+    assert (tmp_path / "reliability.png").stat().st_size > 10_000

@@ -57,6 +57,8 @@ def test_evidence_refuses_what_it_cannot_estimate(blr_model, blr_data):
         evidence.importance_weighted(bz.fit(blr_model, *blr_data, bz.SVI(steps=5, progress=False)), k=10, num_repeats=1)
     with pytest.raises(bz.BnnZooError, match="log_marginal_likelihood"):
         evidence.ais(bz.GP(), *blr_data)
+    with pytest.warns(UserWarning, match="of HMC moves were accepted"):  # steps far too long: particles stay at their prior draws
+        evidence.ais(blr_model, *blr_data, num_steps=3, step_size=1e3)
     with pytest.raises(bz.BnnZooError, match="needs data"):
         evidence.ais(blr_model)
     with pytest.raises(bz.BnnZooError, match="NaN"):

@@ -13,6 +13,7 @@ many particles, so the HMC move here is written out, vectorised over particles (
 from __future__ import annotations
 
 import math
+import warnings
 
 import pyro
 import torch
@@ -87,6 +88,10 @@ def ais(model, x=None, y=None, num_steps: int = 500, num_particles: int = 16, se
     with torch.random.fork_rng(), pyro.validation_enabled(False):
         torch.manual_seed(seed)
         log_w, accept = _anneal(_Target(model, x, y), num_runs * num_particles, num_steps, leapfrog_steps, step_size, target_accept, progress)
+    if accept < 0.1:
+        warnings.warn(f"AIS: only {accept:.0%} of HMC moves were accepted, so particles barely left their prior draws and the "
+                      "estimate is close to simple Monte Carlo from the prior (biased low); use more num_steps or a smaller step_size",
+                      stacklevel=2)
     runs = torch.logsumexp(log_w.reshape(num_runs, num_particles), 1) - math.log(num_particles)
     estimate = torch.logsumexp(log_w, 0) - math.log(len(log_w))
     return estimate.item(), (runs.std() / math.sqrt(num_runs)).item()
@@ -142,7 +147,9 @@ def _anneal(target, n, num_steps, leapfrog_steps, step_size, target_accept, prog
         log_w += (b - b_prev) * log_lik.detach().double()
         z, log_prior, log_lik, rate = _hmc_move(target, z, log_prior, log_lik, b, step_size, leapfrog_steps)
         accepted += rate
-        step_size *= 1.02 if rate > target_accept else 0.98
+        # grow slowly while moves succeed; halve at once when nearly all fail (a step far too long for
+        # the sharpening target would otherwise leave every particle at its prior draw)
+        step_size *= 1.02 if rate > target_accept else (0.5 if rate < 0.05 else 0.98)
     if not torch.isfinite(log_w).all():
         raise BnnZooError("AIS produced non-finite weights; the likelihood is -inf under some prior draws (check the data and prior scales)")
     return log_w, accepted / num_steps

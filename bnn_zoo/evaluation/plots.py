@@ -55,11 +55,10 @@ def reliability(predictions, path, bins: int = 10):
     for ax, p in zip(axes[0], predictions):
         if "probs" in p:
             b = calibration.calibration_bins(torch.as_tensor(p["probs"].values), torch.as_tensor(p["y"].values), bins)
-            centre = ((b.lower + b.upper) / 2).numpy()
-            sd = b.variance.sqrt().numpy()
-            ax.fill_between(centre, b.expected - 2 * sd, b.expected + 2 * sd, color="C0", alpha=0.25, step="mid", label="E[A] +- 2 sd")
-            ax.plot(centre, b.expected, "C0-", lw=1, label="expected E[A]")
-            ax.plot(centre, b.observed, "ko", ms=4, label="observed A")
+            centre, expected, sd = ((b.lower + b.upper) / 2).numpy(), b.expected.numpy(), b.variance.sqrt().numpy()
+            ax.fill_between(centre, expected - 2 * sd, expected + 2 * sd, color="C0", alpha=0.25, step="mid", label="E[A] +- 2 sd")
+            ax.plot(centre, expected, "C0-", lw=1, label="expected E[A]")
+            ax.plot(centre, b.observed.numpy(), "ko", ms=4, label="observed A")
             ax.set(xlabel="predicted probability (bin)", ylabel="fraction true")
         else:
             nominal = np.linspace(0.02, 0.98, 25)
