@@ -63,7 +63,8 @@ def ais(model, x=None, y=None, num_steps: int = 500, num_particles: int = 16, se
     dense near both ends). Particle n gathers log w_n = sum_t (beta_t - beta_{t-1}) log p(y | x, w_n^{(t-1)})
     and then takes one HMC move (``leapfrog_steps`` steps) that leaves p(w) p(y | x, w)^beta_t invariant.
     Moves are made in coordinates whitened by the prior's scale, in the unconstrained space of each site;
-    the step size adapts between temperatures towards ``target_accept`` (as in Grosse et al.'s BDMC).
+    the step size adapts between temperatures towards ``target_accept`` (as in Grosse et al.'s BDMC),
+    halving at once when nearly every move fails; under 10% acceptance overall raises a warning.
 
     The estimate is log (1/P) sum_n w_n over all P = runs x particles; the SE is the standard deviation
     of the runs' own estimates over sqrt(runs). Like every AIS estimate it is stochastically a lower

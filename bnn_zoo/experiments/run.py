@@ -56,7 +56,7 @@ def run(name, dataset, model, method, out_dir=None, elbo_samples: int = 1000, ev
     metrics.update({k: v for k, v in posterior.info.items() if v != ""})  # stop_reason, early-stopping step
     result = Result(name, posterior, idata, metrics, test_predictions(name, posterior, dataset, metrics))
     if out_dir is not None:
-        save(result, dataset, Path(out_dir))
+        save(result, Path(out_dir))
     return result
 
 
@@ -144,7 +144,7 @@ def test_predictions(name, posterior, dataset, metrics):
     return ds
 
 
-def save(result: Result, dataset, out_dir: Path):
+def save(result: Result, out_dir: Path):
     """posterior.nc, metrics.json, predictions.nc (all written atomically) and the run's plots."""
     from bnn_zoo.evaluation import plots
 
