@@ -22,7 +22,7 @@ class Result:
     posterior: object
     idata: object
     metrics: dict
-    predictions: object = None  # xr.Dataset of test predictions (see test_predictions), None for language models
+    predictions: object = None  # xr.Dataset of test predictions (see test_predictions); None for language models
 
 
 def run(name, dataset, model, method, out_dir=None, elbo_samples: int = 1000, evidence=(), ais_steps: int = 500, iw_k: int = 100) -> Result:
@@ -39,10 +39,12 @@ def run(name, dataset, model, method, out_dir=None, elbo_samples: int = 1000, ev
     x, y = dataset.train
     posterior = fit(model, x, y, method)
     x_test, y_test = dataset.test
+    pred = None
     if model.likelihood.task == "language-model":  # (draws, N, T, V) outputs are too large to hold: averaged in chunks
         metrics = language_model_metrics(posterior.predictive_mean(x_test), y_test)
     else:
-        metrics = _test_metrics(posterior.predict(x_test), model, y_test, dataset)
+        pred = posterior.predict(x_test)
+        metrics = _test_metrics(pred, model, y_test, dataset)
     if hasattr(posterior.guide, "mean"):  # one pass at E_q[w]: standard dropout's weight scaling for the dropout guide
         at_mean = _test_metrics(posterior.predict(x_test, at_mean=True), model, y_test, dataset)
         metrics.update({f"{k}_at_mean": v for k, v in at_mean.items()})
@@ -54,7 +56,7 @@ def run(name, dataset, model, method, out_dir=None, elbo_samples: int = 1000, ev
     if posterior.x.shape[0] < x.shape[0]:
         metrics["n_validation"] = int(x.shape[0] - posterior.x.shape[0])  # held out for early stopping
     metrics.update({k: v for k, v in posterior.info.items() if v != ""})  # stop_reason, early-stopping step
-    result = Result(name, posterior, idata, metrics, test_predictions(name, posterior, dataset, metrics))
+    result = Result(name, posterior, idata, metrics, None if pred is None else test_predictions(name, posterior, dataset, metrics, pred))
     if out_dir is not None:
         save(result, Path(out_dir))
     return result
@@ -107,18 +109,15 @@ def _over_sites(ds, reduce):
     return float(reduce(np.concatenate([ds[v].values.ravel() for v in ds.data_vars])))
 
 
-def test_predictions(name, posterior, dataset, metrics):
-    """What the comparison plots need, in original units: per test point, class probabilities with
-    entropy and mutual information, or the predictive mean, sd and PIT (predictive CDF at y); for 1-D
-    regression also the predictive mean and 2.5/25/75/97.5% quantiles on a grid. None for language
-    models (token probabilities are too large to keep)."""
-    task = posterior.model.likelihood.task
-    if task == "language-model":
-        return None
+def test_predictions(name, posterior, dataset, metrics, pred):
+    """What the comparison plots need, in original units, from the test-set prediction ``pred``: per test
+    point, class probabilities with entropy and mutual information, or the predictive mean, sd and PIT
+    (predictive CDF at y); for 1-D regression also the predictive mean and 2.5/25/75/97.5% quantiles on
+    a grid. (Language models keep none: token probabilities are too large.)"""
     from bnn_zoo.evaluation import uncertainty
 
-    x_test, y_test = dataset.test
-    pred = posterior.predict(x_test)
+    task = posterior.model.likelihood.task
+    y_test = dataset.test[1]
     attrs = {"name": name, "task": task, "model": metrics.get("model", ""), "method": posterior.method,
              **{k: metrics[k] for k in ("rmse", "test_log_likelihood", "accuracy", "nll") if k in metrics}}
     if task == "classification":
