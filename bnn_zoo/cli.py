@@ -59,7 +59,8 @@ def main(argv=None) -> int:
     p.add_argument("--eval-every", type=int, default=100, help="SVI early stopping: score the held-out data every K steps (default 100)")
     p.add_argument("--patience", type=int, default=5, help="SVI early stopping: stop after this many scores without improvement (default 5)")
     p.add_argument("--checkpoint-every", type=int, default=1000, help="SVI: write DIR/checkpoint.pt every K steps (default 1000)")
-    p.add_argument("--resume", action="store_true", help="SVI: continue from DIR/checkpoint.pt if present")
+    p.add_argument("--resume", action="store_true", help="continue an interrupted run from DIR/checkpoint.pt (SVI) and "
+                   "DIR/ais_checkpoint.pt (--evidence ais) if present")
     p.add_argument("--num-warmup", type=int, default=500, help="NUTS/HMC warmup draws per chain (default 500)")
     p.add_argument("--num-samples", type=int, default=500, help="NUTS/HMC kept draws per chain (default 500)")
     p.add_argument("--num-chains", type=int, default=2, help="NUTS/HMC chains (default 2)")
@@ -135,6 +136,9 @@ def _fit(args):
     out_features = classes if isinstance(likelihood, likelihoods.Categorical) else 1
     out = Path(args.out)
     progress = not args.quiet
+    if not args.resume:  # a fresh run must not pick up an old run's state
+        for stale in (out / "checkpoint.pt", out / "ais_checkpoint.pt"):
+            stale.unlink(missing_ok=True)
     if inference == "gp":
         model = specs.build_gp(args.inference, inference_options, net_spec, prior, likelihood, classes, dataset)
         method = TypeII(steps=args.steps or 300, lr=args.lr or 0.05, seed=args.seed, progress=progress)
@@ -144,8 +148,6 @@ def _fit(args):
         n, batch = dataset.x_train.shape[0], args.batch_size or dataset.x_train.shape[0]
         steps = args.epochs * math.ceil(n / batch) if args.epochs is not None else (args.steps or 3000)
         checkpoint = out / "checkpoint.pt"
-        if not args.resume and checkpoint.exists():
-            checkpoint.unlink()
         method = SVI(guide=guide, guide_options=guide_options, steps=steps, lr=args.lr or 0.01, batch_size=args.batch_size, num_particles=args.num_particles,
                      seed=args.seed, checkpoint=checkpoint, checkpoint_every=args.checkpoint_every, kl_weight=args.kl_weight,
                      kl_warmup=args.kl_warmup, objective=args.objective, alpha=args.alpha, validation=args.validation,

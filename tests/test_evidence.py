@@ -63,3 +63,26 @@ def test_evidence_refuses_what_it_cannot_estimate(blr_model, blr_data):
         evidence.ais(blr_model)
     with pytest.raises(bz.BnnZooError, match="NaN"):
         evidence.ais(blr_model, blr_data[0], blr_data[1] * float("nan"))
+
+
+def test_ais_resumes_from_its_checkpoint_exactly(blr_model, blr_data, tmp_path, monkeypatch):
+    """Ctrl-C during AIS saves the last completed temperature; running again ends where an uninterrupted run ends."""
+    settings = dict(num_steps=60, num_particles=4, seed=3)
+    uninterrupted = evidence.ais(blr_model, *blr_data, **settings)
+    path, real_move, calls = tmp_path / "ais.pt", evidence._hmc_move, []
+
+    def interrupted_move(*args):
+        calls.append(1)
+        if len(calls) == 40:
+            raise KeyboardInterrupt
+        return real_move(*args)
+
+    monkeypatch.setattr(evidence, "_hmc_move", interrupted_move)
+    with pytest.raises(KeyboardInterrupt):
+        evidence.ais(blr_model, *blr_data, **settings, checkpoint=path)
+    monkeypatch.setattr(evidence, "_hmc_move", real_move)
+    assert path.exists()
+    with pytest.raises(bz.BnnZooError, match="delete it"):  # a checkpoint of another run is refused
+        evidence.ais(blr_model, *blr_data, num_steps=60, num_particles=8, seed=3, checkpoint=path)
+    assert evidence.ais(blr_model, *blr_data, **settings, checkpoint=path) == uninterrupted
+    assert not path.exists()  # the finished estimate supersedes it

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from pathlib import Path
 
 import pyro
 import torch
@@ -23,6 +24,7 @@ from tqdm.auto import tqdm
 
 from bnn_zoo.data.validation import check_data
 from bnn_zoo.errors import BnnZooError
+from bnn_zoo.io import atomic_torch_save, safe_torch_load
 
 
 def elbo(posterior, x=None, y=None, num_samples: int = 1000) -> tuple[float, float]:
@@ -54,7 +56,8 @@ def _check_density(posterior, what):
 
 
 def ais(model, x=None, y=None, num_steps: int = 500, num_particles: int = 16, seed: int = 0, num_runs: int = 4,
-        leapfrog_steps: int = 10, step_size: float = 0.1, target_accept: float = 0.65, progress: bool = False) -> tuple[float, float]:
+        leapfrog_steps: int = 10, step_size: float = 0.1, target_accept: float = 0.65, progress: bool = False,
+        checkpoint: str | Path | None = None) -> tuple[float, float]:
     """Annealed importance sampling estimate of log p(y | x) with its standard error.
 
     ``model`` is a :class:`bnn_zoo.BNN` or a fitted Posterior (then x, y default to its training data).
@@ -69,6 +72,9 @@ def ais(model, x=None, y=None, num_steps: int = 500, num_particles: int = 16, se
     The estimate is log (1/P) sum_n w_n over all P = runs x particles; the SE is the standard deviation
     of the runs' own estimates over sqrt(runs). Like every AIS estimate it is stochastically a lower
     bound: too few temperatures bias it low, and the error bar does not see that bias.
+
+    ``checkpoint``: a path written every 25 temperatures and on Ctrl-C; an existing one is resumed, and
+    it is deleted once the estimate is complete.
     """
     from bnn_zoo.bnn import BNN
     from bnn_zoo.posterior import Posterior
@@ -88,7 +94,10 @@ def ais(model, x=None, y=None, num_steps: int = 500, num_particles: int = 16, se
     # must not raise on it first.
     with torch.random.fork_rng(), pyro.validation_enabled(False):
         torch.manual_seed(seed)
-        log_w, accept = _anneal(_Target(model, x, y), num_runs * num_particles, num_steps, leapfrog_steps, step_size, target_accept, progress)
+        log_w, accept = _anneal(_Target(model, x, y), num_runs * num_particles, num_steps, leapfrog_steps, step_size, target_accept, progress,
+                                checkpoint)
+    if checkpoint is not None:
+        Path(checkpoint).unlink(missing_ok=True)  # the estimate supersedes it
     if accept < 0.1:
         warnings.warn(f"AIS: only {accept:.0%} of HMC moves were accepted, so particles barely left their prior draws and the "
                       "estimate is close to simple Monte Carlo from the prior (biased low); use more num_steps or a smaller step_size",
@@ -136,24 +145,49 @@ def _real(d) -> bool:
     return getattr(d.support, "base_constraint", d.support) is constraints.real
 
 
-def _anneal(target, n, num_steps, leapfrog_steps, step_size, target_accept, progress):
-    """Log importance weights (n,) and the mean acceptance rate of the HMC moves."""
+def _anneal(target, n, num_steps, leapfrog_steps, step_size, target_accept, progress, checkpoint=None, checkpoint_every=25):
+    """Log importance weights (n,) and the mean acceptance rate of the HMC moves. With ``checkpoint``
+    the state (particles, weights, step size, RNG) is written atomically every ``checkpoint_every``
+    temperatures and on Ctrl-C, and an existing checkpoint is resumed: the run ends exactly where an
+    uninterrupted one ends."""
     t = torch.linspace(-4, 4, num_steps + 1, dtype=torch.float64).sigmoid()
     betas = ((t - t[0]) / (t[-1] - t[0])).tolist()  # sigmoid schedule from 0 to 1 (Grosse et al. 2015)
     z = target.sample_prior(n)
     log_prior, log_lik = target(z)
-    log_w = torch.zeros(n, dtype=torch.float64)
-    accepted = 0.0
-    for b_prev, b in tqdm(list(zip(betas[:-1], betas[1:])), desc="AIS", disable=not progress):
-        log_w += (b - b_prev) * log_lik.detach().double()
-        z, log_prior, log_lik, rate = _hmc_move(target, z, log_prior, log_lik, b, step_size, leapfrog_steps)
-        accepted += rate
-        # grow slowly while moves succeed; halve at once when nearly all fail (a step far too long for
-        # the sharpening target would otherwise leave every particle at its prior draw)
-        step_size *= 1.02 if rate > target_accept else (0.5 if rate < 0.05 else 0.98)
+    state = {"step": 0, "z": z, "log_prior": log_prior.detach(), "log_lik": log_lik.detach(), "log_w": torch.zeros(n, dtype=torch.float64),
+             "step_size": step_size, "accepted": 0.0, "rng": torch.get_rng_state(), "shape": [n, num_steps, z.shape[1]]}
+    if checkpoint is not None and Path(checkpoint).exists():
+        state = _resume(checkpoint, state["shape"])
+        torch.set_rng_state(state["rng"])
+    try:
+        for step in tqdm(range(state["step"], num_steps), desc="AIS", disable=not progress, initial=state["step"], total=num_steps):
+            b_prev, b = betas[step], betas[step + 1]
+            log_w = state["log_w"] + (b - b_prev) * state["log_lik"].double()
+            z, log_prior, log_lik, rate = _hmc_move(target, state["z"], state["log_prior"], state["log_lik"], b, state["step_size"], leapfrog_steps)
+            # grow slowly while moves succeed; halve at once when nearly all fail (a step far too long for
+            # the sharpening target would otherwise leave every particle at its prior draw)
+            step_size = state["step_size"] * (1.02 if rate > target_accept else (0.5 if rate < 0.05 else 0.98))
+            state.update(step=step + 1, z=z.detach(), log_prior=log_prior, log_lik=log_lik, log_w=log_w, step_size=step_size,
+                         accepted=state["accepted"] + rate, rng=torch.get_rng_state())
+            if checkpoint is not None and (step + 1) % checkpoint_every == 0:
+                atomic_torch_save(state, checkpoint)
+    except KeyboardInterrupt:
+        if checkpoint is not None:
+            atomic_torch_save(state, checkpoint)  # the last completed temperature
+            print(f"interrupted: AIS checkpoint at temperature {state['step']} of {num_steps} saved to {checkpoint}; run again to resume")
+        raise
+    log_w = state["log_w"]
     if not torch.isfinite(log_w).all():
         raise BnnZooError("AIS produced non-finite weights; the likelihood is -inf under some prior draws (check the data and prior scales)")
-    return log_w, accepted / num_steps
+    return log_w, state["accepted"] / num_steps
+
+
+def _resume(path, shape):
+    state = safe_torch_load(path)
+    if state.get("shape") != shape:
+        raise BnnZooError(f"AIS checkpoint {path} is for (particles, steps, dimensions) = {state.get('shape')}, not {shape}; "
+                          "delete it or pass another checkpoint path")
+    return state
 
 
 def _hmc_move(target, z, log_prior, log_lik, beta, step_size, leapfrog_steps):

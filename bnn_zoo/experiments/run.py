@@ -29,7 +29,7 @@ def run(name, dataset, model, method, out_dir=None, elbo_samples: int = 1000, ev
     """Fit ``model`` to ``dataset`` with ``method``; metrics and, with ``out_dir``, posterior.nc, metrics.json, plots.
 
     ``evidence`` names extra log-evidence estimates on the training data: "ais" (annealed importance
-    sampling, ``ais_steps`` temperatures; any model) and "iw" (the importance-weighted bound with K =
+    sampling, ``ais_steps`` temperatures, checkpointed to out_dir/ais_checkpoint.pt; any model) and "iw" (the importance-weighted bound with K =
     ``iw_k``; guides with a density), stored as evidence_ais(_se) and evidence_iw(_se).
 
     rmse and test_log_likelihood are in the targets' original units (``*_at_mean``: one pass at the
@@ -50,7 +50,8 @@ def run(name, dataset, model, method, out_dir=None, elbo_samples: int = 1000, ev
         metrics.update({f"{k}_at_mean": v for k, v in at_mean.items()})
     idata = posterior.to_inference_data()
     metrics.update(_evidence(posterior, idata, elbo_samples))
-    metrics.update(_extra_evidence(posterior, evidence, ais_steps, iw_k, getattr(method, "progress", False)))
+    ais_checkpoint = None if out_dir is None else Path(out_dir) / "ais_checkpoint.pt"
+    metrics.update(_extra_evidence(posterior, evidence, ais_steps, iw_k, getattr(method, "progress", False), ais_checkpoint))
     metrics.update(runtime_s=posterior.runtime_s, data=dataset.name, n_train=int(posterior.x.shape[0]), n_test=int(x_test.shape[0]),
                    settings=posterior.settings, **model.describe())
     if posterior.x.shape[0] < x.shape[0]:
@@ -92,7 +93,7 @@ def _evidence(posterior, idata, elbo_samples):
     return out
 
 
-def _extra_evidence(posterior, names, ais_steps, iw_k, progress):
+def _extra_evidence(posterior, names, ais_steps, iw_k, progress, ais_checkpoint):
     from bnn_zoo.evaluation import evidence
 
     out = {}
@@ -100,7 +101,8 @@ def _extra_evidence(posterior, names, ais_steps, iw_k, progress):
         out["evidence_iw"], out["evidence_iw_se"] = evidence.importance_weighted(posterior, k=iw_k, num_repeats=10)
     if "ais" in names:
         seed = int(posterior.settings.get("seed", 0))
-        out["evidence_ais"], out["evidence_ais_se"] = evidence.ais(posterior, num_steps=ais_steps, seed=seed, progress=progress)
+        out["evidence_ais"], out["evidence_ais_se"] = evidence.ais(posterior, num_steps=ais_steps, seed=seed, progress=progress,
+                                                                      checkpoint=ais_checkpoint)
     return out
 
 
