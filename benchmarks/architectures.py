@@ -26,10 +26,10 @@ warnings.filterwarnings("ignore", message="Failed to verify mean field")
 def digits_table(steps=3000):
 
     import bnn_zoo as bz
-    from bnn_zoo.data import datasets
+    from bnn_zoo.data import catalog
     from bnn_zoo.evaluation import classification_metrics
 
-    d = datasets.load("digits")
+    d = catalog.load("digits")
     (x, y), (xt, yt) = d.train, d.test
     runs = [("dropout p=0.5", "all", "dropout", {"p": 0.5, "masks": "example"}),
             ("dropout p=0.5", "dense", "dropout", {"p": 0.5, "masks": "example"}),
@@ -56,10 +56,10 @@ def shakespeare_table(path, epochs=1, batch=64):
     import math
 
     import bnn_zoo as bz
-    from bnn_zoo.data import datasets
+    from bnn_zoo.data import catalog
     from bnn_zoo.evaluation import language_model_metrics
 
-    d = datasets.load(f"text:{path}:level=char;seq_len=50")
+    d = catalog.load(f"text:{path}:level=char;seq_len=50")
     (x, y), (xt, yt) = d.train, d.test
     steps = epochs * math.ceil(len(x) / batch)
     print(f"\n{len(x)} training windows of 50 characters, {len(xt)} test windows, vocabulary {len(d.info['vocab'])}; "
@@ -83,9 +83,9 @@ def shakespeare_table(path, epochs=1, batch=64):
 def nuts_table(warmup=100, samples=100):
     """NUTS on small instances: which sizes finish within minutes on 2 cores."""
     import bnn_zoo as bz
-    from bnn_zoo.data import datasets
+    from bnn_zoo.data import catalog
 
-    digits, toy = datasets.load("digits"), datasets.load("toy-text")
+    digits, toy = catalog.load("digits"), catalog.load("toy-text")
     (xd, yd), (xdt, ydt) = digits.train, digits.test
     (xs, ys), (xst, yst) = toy.train, toy.test
     vocab = len(toy.info["vocab"])

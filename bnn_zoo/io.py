@@ -29,12 +29,15 @@ def atomic_torch_save(obj, path):
     atomic_write(path, lambda tmp: torch.save(obj, tmp))
 
 
-def safe_torch_load(path):
+def safe_torch_load(path, what: str = "checkpoint"):
     """torch.load with weights_only=True: tensors and plain containers only, no arbitrary unpickling."""
+    if not Path(path).is_file():
+        raise BnnZooError(f"{what} {path} does not exist")
     try:
         return torch.load(path, weights_only=True, map_location="cpu")
     except Exception as exc:  # torch raises several types for truncated or foreign files
-        raise BnnZooError(f"checkpoint {path} is unreadable ({type(exc).__name__}); delete it to start afresh") from None
+        fix = "delete it to start afresh" if what == "checkpoint" else "the folder is corrupt; save it again"
+        raise BnnZooError(f"{what} {path} is unreadable ({type(exc).__name__}); {fix}") from None
 
 
 def write_json(obj, path):

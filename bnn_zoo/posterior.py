@@ -7,13 +7,17 @@ import json
 import math
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 
 import numpy as np
+import pyro
 import torch
 import xarray as xr
 
 from bnn_zoo.data.validation import check_data, check_inputs
 from bnn_zoo.errors import BnnZooError
+from bnn_zoo import guides, saving
+from bnn_zoo.variational import guide_state, load_guide_state, log_weights, parameters, sample_guide
 
 
 @dataclass
@@ -128,8 +132,6 @@ class Posterior:
         if num_samples > total:
             if self.guide is None:
                 raise BnnZooError(f"only {total} posterior draws are stored; ask for num_samples <= {total}")
-            from bnn_zoo.inference.svi import sample_guide
-
             with torch.no_grad():
                 return sample_guide(self.guide, self.model, num_samples, self.x, self.y)
         idx = torch.linspace(0, total - 1, num_samples).round().long()
@@ -191,8 +193,6 @@ class Posterior:
         if not getattr(self.guide, "has_density", True):
             raise BnnZooError(f"the {self.settings.get('guide')} guide has no density (a point mass as s -> 0), so its ELBO is "
                               "-infinity up to a constant; compare it by test log-likelihood or LOO instead")
-        from bnn_zoo.inference.svi import log_weights
-
         x, y = (self.x, self.y) if x is None else check_data(self.model, x, y)
         with torch.no_grad():
             lw = log_weights(self.guide, self.model, x, y, num_samples)
@@ -232,9 +232,20 @@ class Posterior:
         count = int(min(self.num_draws, max(1, draws_per_chain / self.num_chains)))
         return torch.linspace(0, self.num_draws - 1, count).round().long()
 
-    def attrs(self) -> dict:
-        import pyro
+    def save(self, path, idata=None) -> Path:
+        """Save to folder ``path`` (see :mod:`bnn_zoo.saving`): the model's description, the stored draws,
+        the guide's state, the training data and the InferenceData (``idata``, or made now).
+        ``bnn_zoo.load(path)`` gives back a posterior that predicts exactly what this one does."""
+        state = {"x": self.x, "y": self.y, "samples": self.samples, "sample_stats": self.sample_stats, "fixed": self.model.fixed,
+                 "guide": None if self.guide is None else guide_state(self.guide)}
+        try:
+            header = {"model": saving.describe(self.model)}
+        except saving.NotDescribable as exc:
+            header = {"model": None, "model_note": str(exc)}
+        header.update(settings=self.settings, info=self.info, runtime_s=self.runtime_s)
+        return saving.write(path, "bnn", header, state, self.to_inference_data() if idata is None else idata)
 
+    def attrs(self) -> dict:
         return {**self.model.describe(), **common_attrs(self.settings, self.runtime_s), "inference_library": "pyro",
                 "inference_library_version": pyro.__version__, **{k: str(v) for k, v in self.info.items()}}
 
@@ -280,3 +291,23 @@ def _dims(name: str, shape) -> tuple[str, ...]:
     if module and kind == "bias" and len(shape) == 1:
         return (f"{module}.out",)
     return tuple(f"{name}_dim_{i}" for i in range(len(shape)))
+
+
+@saving.register_loader("bnn")
+def _load(header: dict, state: dict, model=None, guide=None) -> Posterior:
+    """A saved BNN posterior: the model rebuilt (or given), its point estimates and, when it had one, its
+    guide rebuilt exactly as SVI built it (same seed, so even random flow permutations match)."""
+    settings = header["settings"]
+    model = saving.rebuild_model(header, model).with_fixed(state["fixed"])
+    x, y = state["x"], state["y"]
+    if guide is None and state["guide"] is not None and settings.get("guide_source") in ("registry", "class"):
+        spec = settings["guide"] if settings["guide_source"] == "registry" else saving.resolve_class(settings["guide"])
+        with torch.random.fork_rng():
+            pyro.set_rng_seed(int(settings.get("seed", 0)))
+            guide = guides.make(spec, model, model.network_init(int(settings.get("seed", 0))), settings.get("guide_options"))
+    if guide is not None:
+        with torch.random.fork_rng():
+            parameters(guide, x, y)  # creates parameters that a guide makes on its first call
+        if state["guide"] is not None:
+            load_guide_state(guide, state["guide"])
+    return Posterior(model, x, y, state["samples"], settings, state["sample_stats"], guide, header.get("runtime_s", 0.0), header.get("info"))

@@ -1,19 +1,36 @@
 """Priors over network weights: one distribution per parameter, event shape = parameter shape.
 
-Gal's thesis (ch. 3, eq. 3.11) writes the weight prior as p(w) = N(0, l^{-2} I), with l the prior
-length-scale; :class:`Normal` with ``scale = 1 / l`` is that prior.
+A prior is any callable ``(name, param) -> Distribution`` (the :class:`Prior` protocol). The library's
+own: :class:`Normal` (Gal's thesis eq. 3.11 writes p(w) = N(0, l^{-2} I), i.e. ``scale = 1 / l``),
+:class:`FanInNormal` (Neal's infinite-width scaling) and :class:`PerSite`, which gives each parameter,
+chosen by name pattern or module, its own prior: another prior or any torch/Pyro distribution.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import math
+from collections.abc import Mapping
+from typing import Protocol, runtime_checkable
 
 import pyro.distributions as dist
 import torch
+from torch import nn
+from torch.distributions import Distribution
+
+from bnn_zoo.errors import BnnZooError
 
 
-class Prior:
-    """Maps a parameter (its name and its tensor) to the prior distribution of its sample site."""
+@runtime_checkable
+class Prior(Protocol):
+    """The prior contract: the distribution of the sample site for parameter ``name`` (value ``param``),
+    with event shape ``param.shape``."""
+
+    def __call__(self, name: str, param: torch.Tensor) -> Distribution: ...
+
+
+class NormalPrior:
+    """Zero-mean Normal priors with a scale per parameter (``scale_of``): closed-form KL for every guide."""
 
     def __call__(self, name: str, param: torch.Tensor) -> dist.Distribution:
         loc = torch.zeros_like(param)
@@ -26,7 +43,7 @@ class Prior:
         return repr(self)
 
 
-class Normal(Prior):
+class Normal(NormalPrior):
     """Isotropic Normal N(0, scale^2) on every weight, with optional per-layer scales.
 
     ``layer_scales`` maps a parameter-name prefix (``"layers.0"`` or ``"layers.0.bias"``) to its scale;
@@ -36,7 +53,7 @@ class Normal(Prior):
     def __init__(self, scale: float = 1.0, layer_scales: dict[str, float] | None = None):
         scales = [scale, *(layer_scales or {}).values()]
         if not all(math.isfinite(s) and s > 0 for s in scales):
-            raise ValueError(f"prior scales must be positive and finite, got {scales}")
+            raise BnnZooError(f"prior scales must be positive and finite, got {scales}")
         self.scale = float(scale)
         self.layer_scales = dict(layer_scales or {})
 
@@ -54,7 +71,7 @@ class Normal(Prior):
         return f"Normal(scale={self.scale}{extra})"
 
 
-class FanInNormal(Prior):
+class FanInNormal(NormalPrior):
     """Weights ~ N(0, gain^2 / fan_in), biases ~ N(0, bias_scale^2) (Neal's infinite-width scaling).
 
     fan_in is the number of inputs of a unit: the product of all but the first weight dimension, so
@@ -63,7 +80,7 @@ class FanInNormal(Prior):
 
     def __init__(self, gain: float = 1.0, bias_scale: float = 1.0):
         if not (gain > 0 and bias_scale > 0):
-            raise ValueError(f"gain and bias_scale must be positive, got {gain}, {bias_scale}")
+            raise BnnZooError(f"gain and bias_scale must be positive, got {gain}, {bias_scale}")
         self.gain = float(gain)
         self.bias_scale = float(bias_scale)
 
@@ -74,3 +91,67 @@ class FanInNormal(Prior):
 
     def __repr__(self) -> str:
         return f"FanInNormal(gain={self.gain}, bias_scale={self.bias_scale})"
+
+
+def site_distribution(prior: Prior | Distribution, name: str, param: torch.Tensor) -> Distribution:
+    """The site distribution for ``param`` from a prior or a distribution: a distribution whose event
+    shape is the parameter's is used as is; a scalar one, or one with batch shape ``param.shape``, is
+    expanded and made one event (i.i.d. weights)."""
+    d = prior if isinstance(prior, Distribution) else prior(name, param)
+    if tuple(d.event_shape) == tuple(param.shape):
+        return d
+    if d.event_shape == torch.Size() and d.batch_shape in (torch.Size(), param.shape):
+        return dist.Independent(d.expand(param.shape), param.dim()) if param.dim() else d
+    raise BnnZooError(f"the prior for {name} has batch shape {tuple(d.batch_shape)} and event shape {tuple(d.event_shape)}, but the "
+                      f"parameter has shape {tuple(param.shape)}; give a scalar distribution or one of that shape")
+
+
+class PerSite:
+    """A prior per parameter, chosen by the first matching rule, else ``default``.
+
+    ``rules`` maps a key to a prior (:class:`Normal`, :class:`FanInNormal`, any :class:`Prior`) or a
+    torch/Pyro distribution (scalar: i.i.d. over the parameter's elements; or of the parameter's
+    shape). A key is a glob pattern on parameter names (``"layers.*.bias"``), a module name (``"out"``
+    covers ``out.weight`` and ``out.bias``) or a module of the network (resolved when the BNN is built).
+
+    Example (a heavy-tailed output layer, Normal elsewhere)::
+
+        prior = bz.priors.PerSite({net.layers[-1]: dist.StudentT(3.0, 0.0, 1.0)}, default=bz.priors.Normal(1.0))
+    """
+
+    def __init__(self, rules: Mapping[str | nn.Module, Prior | Distribution], default: Prior | Distribution | None = None):
+        self.rules = dict(rules)
+        self.default = default if default is not None else Normal(1.0)
+        for value in [*self.rules.values(), self.default]:
+            if not (isinstance(value, Distribution) or callable(value)):
+                raise BnnZooError(f"a PerSite rule must map to a prior or a torch/Pyro distribution, got {value!r}")
+
+    def named(self, net: nn.Module) -> PerSite:
+        """The same rules with module keys replaced by their names in ``net``."""
+        names = {id(m): n for n, m in net.named_modules()}
+        rules = {}
+        for key, value in self.rules.items():
+            if isinstance(key, nn.Module):
+                if id(key) not in names:
+                    raise BnnZooError(f"a PerSite rule names a module that is not part of the network: {key!r}")
+                key = names[id(key)]
+            rules[key] = value
+        return PerSite(rules, self.default)
+
+    def rule_for(self, name: str) -> Prior | Distribution:
+        for key, value in self.rules.items():
+            if isinstance(key, str) and matches(name, key):
+                return value
+        return self.default
+
+    def __call__(self, name: str, param: torch.Tensor) -> Distribution:
+        return site_distribution(self.rule_for(name), name, param)
+
+    def __repr__(self) -> str:
+        rules = ", ".join(f"{k!r}: {v!r}" for k, v in self.rules.items())
+        return f"PerSite({{{rules}}}, default={self.default!r})"
+
+
+def matches(name: str, key: str) -> bool:
+    """A parameter name matches a glob pattern, or a module name that owns it (``"out"`` -> ``out.weight``)."""
+    return fnmatch.fnmatchcase(name, key) or name.startswith(key + ".")

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import bnn_zoo as bz
-from bnn_zoo.inference import local_noise
-from bnn_zoo.inference.local_noise import InputDropout
+from bnn_zoo import local_noise
+from bnn_zoo.local_noise import InputDropout
 from bnn_zoo.models.rnn import GATES, word_type_mask
 
 V, D, K = 12, 5, 4

@@ -11,7 +11,7 @@ from pyro.infer import TraceMeanField_ELBO
 
 import bnn_zoo as bz
 from bnn_zoo.guides import dropout
-from bnn_zoo.inference.local_noise import InputDropout
+from bnn_zoo.local_noise import InputDropout
 
 N, TAU, L = 40, 4.0, 2.0  # data size, model precision (noise sd 1/2), prior length-scale
 P = [0.2, 0.4]  # drop probability of the inputs, and of the hidden units

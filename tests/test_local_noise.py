@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 import bnn_zoo as bz
-from bnn_zoo.inference.local_noise import GaussianWeights
+from bnn_zoo.local_noise import GaussianWeights
 
 S = 20000  # replicated rows: each gets its own noise, so moments over rows have SE ~ sd / sqrt(S)
 

@@ -8,13 +8,13 @@ import torch
 
 import bnn_zoo as bz
 from bnn_zoo.cli import main
-from bnn_zoo.data import datasets, text
+from bnn_zoo.data import catalog, datasets, text
 from bnn_zoo.evaluation import expected_calibration_error, language_model_metrics
 from bnn_zoo.io import load_inference_data
 
 
 def test_digits_split_is_fixed_and_stratified():
-    a, b = datasets.load("digits"), datasets.load("digits", seed=7)
+    a, b = catalog.load("digits"), catalog.load("digits", seed=7)
     assert torch.equal(a.y_test, b.y_test) and a.x_train.shape == (1347, 64) and a.x_test.shape == (450, 64)
     test, full = torch.bincount(a.y_test, minlength=10), torch.bincount(torch.cat([a.y_train, a.y_test]), minlength=10)
     assert ((test - full * 450 / 1797).abs() <= 1).all()  # each class in the test set in its overall proportion
@@ -40,12 +40,12 @@ def test_classification_text_is_padded_at_the_end_and_unknown_words_map_to_unk()
 
 def test_text_spec_errors_are_one_line(tmp_path):
     with pytest.raises(bz.BnnZooError, match="no text file"):
-        datasets.load(f"text:{tmp_path}")
+        catalog.load(f"text:{tmp_path}")
     (tmp_path / "input.txt").write_text("short")
     with pytest.raises(bz.BnnZooError, match="too few tokens"):
-        datasets.load(f"text:{tmp_path}:seq_len=64")
+        catalog.load(f"text:{tmp_path}:seq_len=64")
     with pytest.raises(bz.BnnZooError, match="bad text option"):
-        datasets.load(f"text:{tmp_path}:size=3")
+        catalog.load(f"text:{tmp_path}:size=3")
 
 
 def test_ece_on_hand_cases():

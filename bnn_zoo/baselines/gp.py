@@ -17,6 +17,7 @@ import math
 import time
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 
 import gpytorch
 import numpy as np
@@ -24,7 +25,7 @@ import torch
 import xarray as xr
 from tqdm.auto import tqdm
 
-from bnn_zoo import likelihoods, priors
+from bnn_zoo import likelihoods, priors, saving
 from bnn_zoo.errors import BnnZooError
 from bnn_zoo.posterior import Prediction, common_attrs, function_space_inference_data
 
@@ -326,7 +327,26 @@ class GPPosterior:
         attrs = {**self.attrs(), "draws_posterior": num_samples, "draws_function_space": num_samples}
         return function_space_inference_data(posterior, y_rep[None], log_lik[None], draws, self.x, self.y, self.sample_stats, attrs)
 
+    def save(self, path, idata=None) -> Path:
+        """Save to folder ``path``: the GP's description, the fitted GPyTorch state, the training data and
+        the InferenceData; ``bnn_zoo.load(path)`` predicts exactly what this posterior does."""
+        state = {"x": self.x, "y": self.y, "module": self.module.state_dict(), "likelihood": self.gp_likelihood.state_dict(),
+                 "losses": self.sample_stats["loss"]}
+        header = {"model": saving.describe(self.model), "settings": self.settings, "info": self.info, "runtime_s": self.runtime_s}
+        return saving.write(path, "gp", header, state, self.to_inference_data() if idata is None else idata)
+
     def attrs(self) -> dict:
         return {**self.model.describe(), **common_attrs(self.settings, self.runtime_s), "inference_library": "gpytorch",
                 "inference_library_version": gpytorch.__version__, "hyperparameters": json.dumps(self.hyperparameters()),
                 **{k: str(v) for k, v in self.info.items()}}
+
+
+@saving.register_loader("gp")
+def _load(header: dict, state: dict, model=None, guide=None) -> GPPosterior:
+    gp = saving.rebuild_model(header, model)
+    x, y = state["x"], state["y"]
+    module, lik = gp.build(x.double(), y.double() if gp.task == "regression" else y.long())
+    module.load_state_dict(state["module"])
+    lik.load_state_dict(state["likelihood"])
+    module.eval(), lik.eval()
+    return GPPosterior(gp, module, lik, x, y, header["settings"], state["losses"], header.get("runtime_s", 0.0), header.get("info", {}))

@@ -6,6 +6,7 @@ import numpy as np
 import torch
 
 from bnn_zoo.errors import BnnZooError
+from bnn_zoo.protocols import DeclaresWidths
 
 
 def as_tensor(name: str, value) -> torch.Tensor:
@@ -46,9 +47,10 @@ def check_inputs(model, x) -> torch.Tensor:
 
 def output_width(model, x: torch.Tensor) -> int:
     """The network's number of outputs: declared (``net.out_features``) or read off one forward pass."""
-    declared = getattr(getattr(model, "net", model), "out_features", None)
-    if declared is not None:
-        return declared
+    if isinstance(getattr(model, "net", None), DeclaresWidths):  # a BNN whose network declares its widths
+        return model.net.out_features
+    if isinstance(getattr(model, "out_features", None), int):  # a GP declares its outputs
+        return model.out_features
     try:
         with torch.no_grad():
             return model.forward(model.params, x[:1]).shape[-1]

@@ -24,7 +24,10 @@ from tqdm.auto import tqdm
 
 from bnn_zoo.data.validation import check_data
 from bnn_zoo.errors import BnnZooError
+from bnn_zoo.bnn import BNN
 from bnn_zoo.io import atomic_torch_save, safe_torch_load
+from bnn_zoo.posterior import Posterior
+from bnn_zoo.variational import log_weights
 
 
 def elbo(posterior, x=None, y=None, num_samples: int = 1000) -> tuple[float, float]:
@@ -36,8 +39,6 @@ def importance_weighted(posterior, x=None, y=None, k: int = 100, num_repeats: in
     """The importance-weighted bound L_K = E[logsumexp_k (log p(y, w_k | x) - log q(w_k)) - log K] with
     K = ``k`` guide draws, averaged over ``num_repeats`` independent sets; SE from the spread of the sets.
     L_1 is the ELBO; L_K <= L_{K+1} <= log p(y | x)."""
-    from bnn_zoo.inference.svi import log_weights
-
     _check_density(posterior, "the importance-weighted bound")
     if not (k >= 1 and num_repeats >= 2):
         raise BnnZooError(f"importance_weighted needs k >= 1 and num_repeats >= 2 (for a standard error), got k={k}, num_repeats={num_repeats}")
@@ -76,9 +77,6 @@ def ais(model, x=None, y=None, num_steps: int = 500, num_particles: int = 16, se
     ``checkpoint``: a path written every 25 temperatures and on Ctrl-C; an existing one is resumed, and
     it is deleted once the estimate is complete.
     """
-    from bnn_zoo.bnn import BNN
-    from bnn_zoo.posterior import Posterior
-
     if isinstance(model, Posterior):
         x, y = (model.x, model.y) if x is None else (x, y)
         model = model.model
@@ -113,7 +111,7 @@ class _Target:
     def __init__(self, model, x, y):
         self.model, self.x, self.y = model, x, y
         shapes = model.latent_shapes()
-        self.priors = {**{k: model.prior(k, p) for k, p in model.params.items()}, **model.likelihood.latent_prior()}
+        self.priors = {**{k: model.site_prior(k) for k in model.params}, **model.likelihood.latent_prior()}
         self.transforms = {k: biject_to(d.support) for k, d in self.priors.items()}
         self.shapes = {k: shapes[k] for k in self.priors}
         self.sizes = [math.prod(s) for s in self.shapes.values()]

@@ -7,16 +7,12 @@ so ``bnn-zoo compare`` can draw them from result folders without refitting anyth
 
 from __future__ import annotations
 
-import matplotlib
+import arviz as az
+import matplotlib.pyplot as plt  # the backend is matplotlib's own choice (Agg when there is no display)
+import numpy as np
+import torch
 
-matplotlib.use("Agg")
-
-import arviz as az  # noqa: E402
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-from bnn_zoo.evaluation import calibration  # noqa: E402
+from bnn_zoo.evaluation import calibration
 
 
 def _save(fig, path):

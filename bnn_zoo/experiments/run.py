@@ -13,7 +13,7 @@ import xarray as xr
 
 from bnn_zoo.evaluation import classification_metrics, language_model_metrics, regression_metrics
 from bnn_zoo.inference import fit
-from bnn_zoo.io import save_dataset, save_inference_data, write_json
+from bnn_zoo.io import save_dataset, write_json
 
 
 @dataclass
@@ -146,11 +146,11 @@ def test_predictions(name, posterior, dataset, metrics, pred):
 
 
 def save(result: Result, out_dir: Path):
-    """posterior.nc, metrics.json, predictions.nc (all written atomically) and the run's plots."""
+    """The saved posterior (loadable with ``bnn_zoo.load``), metrics.json, predictions.nc (all written
+    atomically) and the run's plots."""
     from bnn_zoo.evaluation import plots
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    save_inference_data(result.idata, out_dir / "posterior.nc")
+    result.posterior.save(out_dir, idata=result.idata)  # posterior.nc, posterior.json, state.pt: bnn_zoo.load(out_dir)
     write_json(result.metrics, out_dir / "metrics.json")
     if result.predictions is not None:
         save_dataset(result.predictions, out_dir / "predictions.nc")

@@ -7,41 +7,7 @@ model's latent sites. ``fit`` never branches on the guide; new families only reg
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from bnn_zoo.guides import dropout, flow, matrix_normal, mean_field  # noqa: F401  (they register themselves)
+from bnn_zoo.guides.registry import DESCRIPTIONS, GUIDES, build, flag, is_autoguide_class, make, register, source
 
-from bnn_zoo.errors import BnnZooError
-
-GUIDES: dict[str, Callable] = {}
-DESCRIPTIONS: dict[str, str] = {}
-
-
-def register(name: str, description: str):
-    def decorate(factory):
-        GUIDES[name] = factory
-        DESCRIPTIONS[name] = description
-        return factory
-
-    return decorate
-
-
-def flag(value) -> bool:
-    """A boolean guide option from Python or the command line (true/false, 1/0)."""
-    if isinstance(value, str) and value.lower() in ("true", "false"):
-        return value.lower() == "true"
-    if value in (True, False, 0, 1):
-        return bool(value)
-    raise BnnZooError(f"expected true or false, got {value!r}")
-
-
-def build(name: str, model, init_values: dict, **options):
-    if name not in GUIDES:
-        raise BnnZooError(f"unknown guide {name!r}; available guides: {', '.join(sorted(GUIDES))}")
-    try:
-        return GUIDES[name](model, init_values, **options)
-    except TypeError as exc:
-        raise BnnZooError(f"bad options for guide {name!r}: {exc}") from None
-
-
-from bnn_zoo.guides import dropout, flow, matrix_normal, mean_field  # noqa: E402,F401  (they register themselves)
-
-__all__ = ["GUIDES", "build", "register"]
+__all__ = ["DESCRIPTIONS", "GUIDES", "build", "flag", "is_autoguide_class", "make", "register", "source"]

@@ -30,9 +30,11 @@ from pyro.nn import PyroModule, PyroParam
 from torch.distributions import kl_divergence, register_kl
 
 from bnn_zoo.errors import BnnZooError
-from bnn_zoo.guides import register
+from bnn_zoo.guides.registry import register
 from bnn_zoo.guides.mean_field import MeanField
-from bnn_zoo.inference.local_noise import InputDropout
+from bnn_zoo.local_noise import InputDropout
+from bnn_zoo.protocols import PlacesDropout
+from bnn_zoo.variational import LocalParamModule
 
 
 class DropoutMixture(TorchDistribution):
@@ -84,7 +86,7 @@ def _kl_dropout_normal(q, p):
     return ((1 - q.p) * q.loc.pow(2) / (2 * base.scale.pow(2))).sum(dims)
 
 
-class DropoutGuide(PyroModule):
+class DropoutGuide(LocalParamModule):
     """Dropout mixture on every weight with 2 or more dims, point masses on biases, mean field on the
     likelihood's own latents (a learned noise scale).
 
@@ -106,7 +108,7 @@ class DropoutGuide(PyroModule):
         self.biases = [k for k, v in model.params.items() if v.dim() < 2]
         self.order = list(model.params)
         # an architecture may say where dropout goes (LeNet's lenet-all / lenet-ip): other weights keep p = 0
-        placed = getattr(model.net, "dropout_layers", None)
+        placed = model.net.dropout_layers if isinstance(model.net, PlacesDropout) else None
         dropped = [k for k in self.weights if placed is None or k in placed]
         self.p = {k: 0.0 for k in self.weights} | dict(zip(dropped, _per_layer(p, len(dropped))))
         self.locs = PyroModule()
@@ -114,7 +116,7 @@ class DropoutGuide(PyroModule):
             setattr(self.locs, name.replace(".", "__"), PyroParam(init_values[name].detach().clone()))
         for name in self.weights:  # Gal's KL condition needs a zero-mean Normal prior
             try:
-                kl_divergence(DropoutMixture(init_values[name], self.p[name]), model.prior(name, model.params[name]))
+                kl_divergence(DropoutMixture(init_values[name], self.p[name]), model.site_prior(name))
             except NotImplementedError:
                 raise BnnZooError(f"the dropout guide needs a zero-mean Normal prior on every weight, got {model.prior!r}") from None
         self.rest = MeanField(model, init_values, sites=[k for k in model.latent_shapes() if k not in model.params])

@@ -23,14 +23,15 @@ from pyro.nn import PyroModule, PyroParam
 from torch import nn
 
 from bnn_zoo.errors import BnnZooError
-from bnn_zoo.guides import register
+from bnn_zoo.guides.registry import register
 from bnn_zoo.guides.mean_field import MeanField
+from bnn_zoo.variational import LocalParamModule
 
 TRANSFORMS = ("affine", "spline")
 MAX_AFFINE_DIM = 1024
 
 
-class Flow(AutoContinuous):
+class Flow(LocalParamModule, AutoContinuous):
     """A flow over the flattened unconstrained latents of ``model``, started at ``init_values``."""
 
     def __init__(self, model, init_values, transform="affine", num_flows=2, init_scale=1e-2, hidden=None, name="Flow"):
@@ -75,7 +76,7 @@ class Flow(AutoContinuous):
         return ComposeTransform([*self._layers, AffineTransform(self.loc, self.scale)])
 
 
-class LayerFlows(PyroModule):
+class LayerFlows(LocalParamModule):
     """One :class:`Flow` per weight with 2 or more dims; mean-field over the other sites."""
 
     def __init__(self, model, init_values, init_scale=1e-2, **flow_options):

@@ -12,7 +12,7 @@ O((n m)^2). The KL to a diagonal Gaussian prior is closed form (registered below
 
 which for s_ij = s, mu = 0 is DESIGN.md's 1/2 [tr(U) tr(V)/s^2 + ||M||^2/s^2 - nm + nm log s^2 - m log|U| - n log|V|].
 Pyro has no matrix-normal distribution, hence this one. ``local_reparam=True`` samples a dense layer's
-outputs x W^T ~ N(x M^T, (x V x^T) U) per example during training (:mod:`bnn_zoo.inference.local_noise`).
+outputs x W^T ~ N(x M^T, (x V x^T) U) per example during training (:mod:`bnn_zoo.local_noise`).
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ from pyro.distributions.torch_distribution import TorchDistribution
 from pyro.nn import PyroModule, PyroParam
 from torch.distributions import register_kl
 
-from bnn_zoo.guides import flag, register
+from bnn_zoo.guides.registry import flag, register
 from bnn_zoo.guides.mean_field import MeanField
-from bnn_zoo.inference.local_noise import MatrixNormalWeights
+from bnn_zoo.local_noise import MatrixNormalWeights
+from bnn_zoo.variational import LocalParamModule
 
 
 class MatrixNormal(TorchDistribution):
@@ -118,7 +119,7 @@ class _Factor(PyroModule):
         return torch.cat([torch.diag_embed(self.diag.sqrt()), self.low_rank], -1)
 
 
-class MatrixNormalGuide(PyroModule):
+class MatrixNormalGuide(LocalParamModule):
     """MN over every weight with 2 or more dims; the mean-field guide over the other sites (biases, noise)."""
 
     def __init__(self, model, init_values, init_scale: float = 1e-2, rank: int | None = None, local_reparam: bool = False):

@@ -9,7 +9,7 @@ turns that KL into a Monte Carlo estimate, hence this guide. Constrained sites (
 scale) get a Normal in unconstrained space pushed through ``biject_to(support)``.
 
 ``local_reparam=True`` samples pre-activations instead of weights during training (Kingma et al.
-2015; see :mod:`bnn_zoo.inference.local_noise`) for dense and convolutional layers; biases are still
+2015; see :mod:`bnn_zoo.local_noise`) for dense and convolutional layers; biases are still
 drawn once per particle.
 """
 
@@ -23,11 +23,12 @@ from pyro.nn import PyroModule, PyroParam
 from torch.distributions import biject_to
 
 from bnn_zoo.errors import BnnZooError
-from bnn_zoo.guides import flag, register
-from bnn_zoo.inference.local_noise import GaussianWeights
+from bnn_zoo.guides.registry import flag, register
+from bnn_zoo.local_noise import GaussianWeights
+from bnn_zoo.variational import LocalParamModule
 
 
-class MeanField(PyroModule):
+class MeanField(LocalParamModule):
     """Diagonal Gaussian over ``sites`` (default: every latent site of ``model``)."""
 
     def __init__(self, model, init_values, init_scale: float = 1e-2, sites=None, parametrization: str = "softplus",

@@ -6,10 +6,10 @@ import math
 import time
 import warnings
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 
 import pyro
-import pyro.poutine as poutine
 import torch
 from pyro.infer import RenyiELBO, TraceMeanField_ELBO
 from pyro.poutine.messenger import Messenger
@@ -19,6 +19,7 @@ from bnn_zoo import guides
 from bnn_zoo.errors import BnnZooError
 from bnn_zoo.io import atomic_torch_save, safe_torch_load
 from bnn_zoo.posterior import Posterior, Prediction
+from bnn_zoo.variational import guide_state, load_guide_state, parameters, sample_guide, scope
 
 
 @dataclass
@@ -41,7 +42,7 @@ class SVI:
     kept. The Posterior then holds the training part only.
     """
 
-    guide: str = "mean-field"
+    guide: str | type | Callable = "mean-field"
     steps: int = 2000
     lr: float = 1e-2
     batch_size: int | None = None
@@ -63,8 +64,20 @@ class SVI:
 
     name = "svi"
 
+    @property
+    def guide_name(self) -> str:
+        """The registered name, or ``module:QualName`` of an AutoGuide class, instance or guide function."""
+        if isinstance(self.guide, str):
+            return self.guide
+        target = self.guide if isinstance(self.guide, type) or not isinstance(self.guide, torch.nn.Module) else type(self.guide)
+        return f"{target.__module__}:{getattr(target, '__qualname__', type(target).__qualname__)}"
+
+    def build_guide(self, model):
+        """The guide to fit (see :func:`bnn_zoo.guides.make`), started at the network's own initialisation."""
+        return guides.make(self.guide, model, model.network_init(self.seed), self.guide_options)
+
     def settings(self) -> dict:
-        return {"method": self.name, "guide": self.guide, "steps": self.steps, "lr": self.lr, "batch_size": self.batch_size,
+        return {"method": self.name, "guide": self.guide_name, "guide_source": guides.source(self.guide), "steps": self.steps, "lr": self.lr, "batch_size": self.batch_size,
                 "num_particles": self.num_particles, "seed": self.seed, "lr_decay": self.lr_decay,
                 "guide_options": dict(self.guide_options), "num_draws": self.num_draws, "kl_weight": self.kl_weight,
                 "kl_warmup": self.kl_warmup, "objective": self.objective, **({"alpha": self.alpha} if self.objective == "renyi" else {}),
@@ -86,35 +99,44 @@ class SVI:
             raise BnnZooError("the Renyi objective needs num_particles >= 2 and alpha != 1 (alpha = 1 is the ELBO)")
         if not 0 <= self.validation < 1:
             raise BnnZooError(f"validation is the held-out fraction of the data, in [0, 1); got {self.validation}")
-        if self.guide not in guides.GUIDES:
+        if isinstance(self.guide, str) and self.guide not in guides.GUIDES:
             raise BnnZooError(f"unknown guide {self.guide!r}; available guides: {', '.join(sorted(guides.GUIDES))}")
+        if not (isinstance(self.guide, str) or callable(self.guide)):
+            raise BnnZooError(f"guide must be a registered name ({', '.join(sorted(guides.GUIDES))}), a Pyro AutoGuide class or instance, "
+                              f"or a callable guide; got {self.guide!r}")
+        if self.guide_options and guides.source(self.guide) == "user":
+            raise BnnZooError("guide_options apply to a guide built by bnn-zoo (a registered name or an AutoGuide class); "
+                              "configure a guide instance when you create it")
 
     def run(self, model, x, y) -> Posterior:
         start = time.perf_counter()
         (x, y), held_out = self._split(x, y)
         batch_size = None if self.batch_size is None or self.batch_size >= x.shape[0] else self.batch_size
         pyro.set_rng_seed(self.seed)
-        guide = guides.build(self.guide, model, model.network_init(self.seed), **self.guide_options)
+        point = model.point_estimates()  # non-Bayesian parameters (hide/expose), fitted with the guide
+        model = model.with_fixed(point)
+        guide = self.build_guide(model)
         if self.objective == "renyi" and not getattr(guide, "has_density", True):
-            raise BnnZooError(f"the Renyi objective needs log q(w), which the {self.guide} guide does not have; use objective=elbo")
-        guide(x, y)  # creates the guide's parameters
+            raise BnnZooError(f"the Renyi objective needs log q(w), which the {self.guide_name} guide does not have; use objective=elbo")
+        params = parameters(guide, x, y) + list(point.values())  # the first call also creates the guide's parameters
+        if self.checkpoint is not None and not isinstance(guide, torch.nn.Module):
+            raise BnnZooError("checkpoints need a guide that is a torch module (a bnn-zoo guide or a Pyro AutoGuide), not a plain function")
         particles = dict(num_particles=self.num_particles, vectorize_particles=self.num_particles > 1, max_plate_nesting=1)
         elbo = RenyiELBO(alpha=self.alpha, **particles) if self.objective == "renyi" else TraceMeanField_ELBO(**particles)
-        optim = torch.optim.Adam(guide.parameters(), lr=self.lr)
+        optim = torch.optim.Adam(params, lr=self.lr)
         sched = torch.optim.lr_scheduler.ExponentialLR(optim, gamma=self.lr_decay ** (1.0 / self.steps))
         losses, first, stop_reason, best = [], 0, None, None
         if self.checkpoint is not None and Path(self.checkpoint).exists():
-            first, losses, best = _resume(self.checkpoint, guide, optim, sched)
-        params = list(guide.parameters())
+            first, losses, best = _resume(self.checkpoint, guide, point, optim, sched)
         last_finite = [p.detach().clone() for p in params]  # the state whose loss was finite, copied in place each step
-        bar = tqdm(range(first, self.steps), desc=f"SVI {self.guide}", disable=not self.progress, initial=first, total=self.steps)
-        guide.train()  # guides add per-example (local) noise in training mode only
+        bar = tqdm(range(first, self.steps), desc=f"SVI {self.guide_name}", disable=not self.progress, initial=first, total=self.steps)
+        _set_training(guide, True)  # guides add per-example (local) noise in training mode only
         try:
             for step in bar:
                 rng = torch.get_rng_state()  # a checkpoint taken mid-step restarts this step exactly
                 weight = self.kl_weight * min(1.0, (step + 1) / self.kl_warmup) if self.kl_warmup else self.kl_weight
                 optim.zero_grad()
-                with _ScaleLatent(weight):
+                with _ScaleLatent(weight), scope(guide):
                     loss = _loss_and_grads(elbo, model, guide, x, y, batch_size)
                 if not math.isfinite(loss):
                     stop_reason = f"loss became {loss} at step {step}"
@@ -134,18 +156,18 @@ class SVI:
                 if held_out is not None and (step + 1) % self.eval_every == 0:
                     score = validation_log_lik(guide, model, *held_out)
                     if best is None or score > best["score"]:
-                        best = {"score": score, "step": step + 1, "guide": {k: v.clone() for k, v in guide.state_dict().items()}}
+                        best = {"score": score, "step": step + 1, "state": _state(guide, point)}
                     elif step + 1 - best["step"] >= self.patience * self.eval_every:
                         break
                 if self.checkpoint is not None and (step + 1) % self.checkpoint_every == 0:
-                    _save(self.checkpoint, step + 1, guide, optim, sched, losses, torch.get_rng_state(), best)
+                    _save(self.checkpoint, step + 1, _state(guide, point), optim, sched, losses, torch.get_rng_state(), best)
         except KeyboardInterrupt:
             if self.checkpoint is not None:
-                _save(self.checkpoint, len(losses), guide, optim, sched, losses, rng, best)
+                _save(self.checkpoint, len(losses), _state(guide, point), optim, sched, losses, rng, best)
                 print(f"interrupted: checkpoint at step {len(losses)} saved to {self.checkpoint}; run again to resume")
             raise
         finally:
-            guide.eval()
+            _set_training(guide, False)
         if stop_reason:
             with torch.no_grad():
                 for p, good in zip(params, last_finite):
@@ -154,8 +176,9 @@ class SVI:
                           "Lower the learning rate or check the prior and likelihood scales.", stacklevel=2)
         info = {"stop_reason": stop_reason or ""}
         if best is not None:
-            guide.load_state_dict(best["guide"])
+            _load_state(guide, point, best["state"])
             info.update(best_step=best["step"], best_validation_log_lik=best["score"], steps_run=len(losses))
+        model = model.with_fixed({k: v.detach() for k, v in point.items()})
         with torch.no_grad():
             samples = {k: v[None] for k, v in sample_guide(guide, model, self.num_draws, x, y).items()}
         return Posterior(model, x, y, samples, self.settings(), sample_stats={"loss": torch.tensor(losses)},
@@ -171,6 +194,11 @@ class SVI:
         order = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(self.seed))
         train, val = order[n_val:], order[:n_val]
         return (x[train], y[train]), (x[val], y[val])
+
+
+def _set_training(guide, mode: bool) -> None:
+    if isinstance(guide, torch.nn.Module):
+        guide.train(mode)
 
 
 class _ScaleLatent(Messenger):
@@ -206,14 +234,6 @@ def _loss_and_grads(elbo, model, guide, *args) -> float:
         raise
 
 
-def sample_guide(guide, model, num_samples: int, *args) -> dict[str, torch.Tensor]:
-    """``num_samples`` joint draws of the model's latent sites from ``guide``, vectorised: (S, *event)."""
-    with pyro.plate("_draws", num_samples, dim=-2):
-        tr = poutine.trace(guide).get_trace(*args)
-    shapes = model.latent_shapes()
-    return {k: tr.nodes[k]["value"].reshape(num_samples, *shapes[k]) for k in shapes}
-
-
 def validation_log_lik(guide, model, x, y, num_draws: int = 64) -> float:
     """Mean over points of log (1/S) sum_s p(y_n | x_n, w_s), w_s ~ q (Gal eq. 3.18), without touching the RNG stream."""
     with torch.no_grad(), torch.random.fork_rng():
@@ -223,35 +243,27 @@ def validation_log_lik(guide, model, x, y, num_draws: int = 64) -> float:
         return Prediction(model.forward(weights, x), latent, model.likelihood).log_likelihood(y).mean().item()
 
 
-def log_weights(guide, model, x, y, num_samples: int, chunk: int = 256) -> torch.Tensor:
-    """log p(y, w_s | x) - log q(w_s) for ``num_samples`` draws w_s ~ q, on the full data: shape (S,)."""
-    out = []
-    for size in [chunk] * (num_samples // chunk) + ([num_samples % chunk] if num_samples % chunk else []):
-        with pyro.plate("_draws", size, dim=-2):
-            guide_tr = poutine.trace(guide).get_trace(x, y)
-            model_tr = poutine.trace(poutine.replay(model, trace=guide_tr)).get_trace(x, y)
-        out.append(_per_draw_log_prob(model_tr, size) - _per_draw_log_prob(guide_tr, size))
-    return torch.cat(out)
+def _state(guide, point: dict) -> dict:
+    """What SVI trains: the guide's state and the point estimates, copied."""
+    return {"guide": guide_state(guide), "point": {k: v.detach().clone() for k, v in point.items()}}
 
 
-def _per_draw_log_prob(trace, size):
-    trace.compute_log_prob()
-    total = 0.0
-    for site in trace.nodes.values():
-        if site["type"] == "sample" and "log_prob" in site:
-            total = total + site["log_prob"].expand(size, *site["log_prob"].shape[1:]).reshape(size, -1).sum(-1)
-    return total
+def _load_state(guide, point: dict, state: dict) -> None:
+    load_guide_state(guide, state["guide"])
+    with torch.no_grad():
+        for k, v in point.items():
+            v.copy_(state["point"][k])
 
 
-def _save(path, step, guide, optim, sched, losses, rng, best):
-    atomic_torch_save({"step": step, "guide": guide.state_dict(), "optim": optim.state_dict(), "sched": sched.state_dict(),
+def _save(path, step, state, optim, sched, losses, rng, best):
+    atomic_torch_save({"step": step, "state": state, "optim": optim.state_dict(), "sched": sched.state_dict(),
                        "losses": torch.tensor(losses), "rng": rng, "best": best}, path)
 
 
-def _resume(path, guide, optim, sched):
+def _resume(path, guide, point, optim, sched):
     state = safe_torch_load(path)
     try:
-        guide.load_state_dict(state["guide"])
+        _load_state(guide, point, state["state"])
         optim.load_state_dict(state["optim"])
         sched.load_state_dict(state["sched"])
     except (KeyError, RuntimeError, ValueError) as exc:
@@ -259,5 +271,3 @@ def _resume(path, guide, optim, sched):
                           "delete it or point SVI(checkpoint=...) elsewhere") from None
     torch.set_rng_state(state["rng"])
     return int(state["step"]), state["losses"].tolist(), state.get("best")
-
-

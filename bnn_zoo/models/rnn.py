@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from bnn_zoo.errors import BnnZooError
-from bnn_zoo.inference.local_noise import bernoulli_mask, dropout_keep, input_mask
+from bnn_zoo.local_noise import bernoulli_mask, dropout_keep, input_mask
 
 GATES = ("i", "f", "o", "g")  # input, forget, output gates and the candidate cell
 

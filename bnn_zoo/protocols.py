@@ -1,0 +1,94 @@
+"""The contracts between bnn-zoo's parts, stated as ``typing.Protocol``s.
+
+A network is any ``torch.nn.Module``; the optional attributes below are how it tells bnn-zoo more
+(its widths, where a dropout guide puts masks). A posterior is what every inference method returns:
+the BNN :class:`~bnn_zoo.posterior.Posterior` and the GP baseline's ``GPPosterior`` both implement
+:class:`PosteriorLike`, so evaluation, comparison and saving never ask which method made it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import torch
+
+if TYPE_CHECKING:
+    from arviz import InferenceData
+
+    from bnn_zoo.posterior import Prediction
+
+
+@runtime_checkable
+class Network(Protocol):
+    """What :class:`bnn_zoo.BNN` needs of an architecture: a torch module mapping inputs (N, features)
+    to outputs (N, out). Every parameter it owns becomes a sample site named after it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor: ...
+
+    def named_parameters(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True) -> Any: ...
+
+
+@runtime_checkable
+class DeclaresWidths(Protocol):
+    """Optional: a network that declares its input and output widths (checked against the data
+    before any training; otherwise they are read off one forward pass)."""
+
+    in_features: int
+    out_features: int
+
+
+@runtime_checkable
+class PlacesDropout(Protocol):
+    """Optional: a network that says which weights a dropout guide masks (LeNet's lenet-all and
+    lenet-ip); other weights get drop probability 0."""
+
+    @property
+    def dropout_layers(self) -> list[str]: ...
+
+
+@runtime_checkable
+class MovesMasks(Protocol):
+    """Optional: a network whose per-example input mask for a weight acts on another module's input
+    (LeNet: before the pooling that precedes the next convolution). Maps weight name to module name."""
+
+    @property
+    def mask_sites(self) -> dict[str, str]: ...
+
+
+@runtime_checkable
+class HandlesLocalNoise(Protocol):
+    """Optional, on a submodule: it applies its own per-example noise (recurrent layers, embeddings),
+    reading it from ``module._local_noise`` instead of through forward hooks."""
+
+    handles_local_noise: bool
+
+
+@runtime_checkable
+class PosteriorLike(Protocol):
+    """What every fit returns. Predictions are draws of the network output (or the GP's latent
+    function) with the likelihood; log-likelihoods are pointwise per draw; the InferenceData holds
+    posterior, posterior_predictive, log_likelihood, observed and constant data."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    settings: dict
+    runtime_s: float
+    info: dict
+
+    @property
+    def method(self) -> str: ...
+
+    def predict(self, x: torch.Tensor, num_samples: int | None = None, at_mean: bool = False) -> Prediction: ...
+
+    def predictive_mean(self, x: torch.Tensor, num_samples: int | None = None) -> torch.Tensor: ...
+
+    def log_likelihood(self, x: torch.Tensor | None = None, y: torch.Tensor | None = None) -> torch.Tensor: ...
+
+    def elbo(self, x: torch.Tensor | None = None, y: torch.Tensor | None = None, num_samples: int = 1000) -> tuple[float, float]: ...
+
+    def to_inference_data(self) -> InferenceData: ...
+
+    def attrs(self) -> dict: ...
+
+    def save(self, path: str | Path) -> Path: ...

@@ -1,0 +1,188 @@
+"""Saved posteriors: ``posterior.save(DIR)`` and ``bnn_zoo.load(DIR)``.
+
+A posterior folder holds three files, each written atomically:
+
+- ``posterior.json``: what the posterior is: its kind (``bnn``, ``gp``), the resolved description of
+  the model (classes and constructor arguments, nested), the method's settings and the fit's info;
+- ``state.pt``: tensors only (training data, stored draws, sample stats, the guide's or GP's
+  state_dict, point estimates), read back with ``torch.load(weights_only=True)``: never unpickled;
+- ``posterior.nc``: the ArviZ InferenceData.
+
+Descriptions name classes as ``module:QualName`` with the constructor arguments read back from the
+object's attributes of the same name (the convention every bnn-zoo class follows). Loading rebuilds
+only classes from bnn_zoo, torch, pyro and gpytorch; anything else (a user's own network) is passed
+in: ``bnn_zoo.load(DIR, model=BNN(MyNet(...), ...))``. Pickle would restore any object, but loading a
+pickle runs arbitrary code, which a result folder from someone else must never do.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bnn_zoo.errors import BnnZooError
+from bnn_zoo.io import atomic_torch_save, safe_torch_load, save_inference_data, write_json
+
+FORMAT = "bnn-zoo-posterior"
+VERSION = 1
+TRUSTED = ("bnn_zoo", "torch", "pyro", "gpytorch")
+HEADER, STATE, IDATA = "posterior.json", "state.pt", "posterior.nc"
+
+Loader = Callable[..., Any]
+_LOADERS: dict[str, Loader] = {}
+
+
+class NotDescribable(Exception):
+    """An object whose constructor arguments cannot be read back from its attributes."""
+
+
+def register_loader(kind: str) -> Callable[[Loader], Loader]:
+    """Register ``loader(header, state, model=..., guide=...)`` for posterior folders of ``kind``."""
+
+    def decorate(loader: Loader) -> Loader:
+        _LOADERS[kind] = loader
+        return loader
+
+    return decorate
+
+
+def describe(obj: Any) -> Any:
+    """A JSON description of ``obj``: plain values as they are, tensors as nested lists, and objects as
+    ``{"class": "module:QualName", "args": {...}}`` from the attributes named like the constructor's
+    arguments (optional arguments without such an attribute keep their defaults). A parameter-valued
+    attribute (``nn.Linear.bias``) is recorded as present (``True``): its value lives in the state.
+    Raises :class:`NotDescribable` when a required argument has no attribute."""
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    if isinstance(obj, (list, tuple, torch.Size)):
+        return [describe(v) for v in obj]
+    if isinstance(obj, dict):
+        if not all(isinstance(k, str) for k in obj):
+            raise NotDescribable(f"a dict with non-string keys: {list(obj)}")
+        return {"dict": {k: describe(v) for k, v in obj.items()}}
+    if isinstance(obj, torch.nn.Parameter):
+        return True
+    if isinstance(obj, torch.Tensor):
+        return {"tensor": obj.tolist(), "dtype": str(obj.dtype).removeprefix("torch.")}
+    cls = type(obj)
+    args = {}
+    for name, p in list(inspect.signature(cls.__init__).parameters.items())[1:]:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or name == "validate_args":
+            continue
+        if hasattr(obj, name):
+            args[name] = describe(getattr(obj, name))
+        elif p.default is p.empty:
+            raise NotDescribable(f"{cls.__qualname__} keeps no attribute for its argument {name!r}")
+    return {"class": f"{cls.__module__}:{cls.__qualname__}", "args": args}
+
+
+def rebuild(desc: Any) -> Any:
+    """The object a :func:`describe` output stands for; classes only from trusted packages."""
+    if isinstance(desc, list):
+        return [rebuild(v) for v in desc]
+    if not isinstance(desc, dict):
+        return desc
+    if "tensor" in desc:
+        return torch.tensor(desc["tensor"], dtype=getattr(torch, desc["dtype"]))
+    if "dict" in desc:
+        return {k: rebuild(v) for k, v in desc["dict"].items()}
+    return resolve_class(desc["class"])(**{k: rebuild(v) for k, v in desc["args"].items()})
+
+
+def resolve_class(path: str) -> type:
+    """The class named ``module:QualName``, imported only from bnn_zoo, torch, pyro or gpytorch."""
+    module, _, qualname = path.partition(":")
+    if module.split(".")[0] not in TRUSTED:
+        raise NotDescribable(f"{path} is outside bnn_zoo, torch, pyro and gpytorch")
+    obj: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    if not isinstance(obj, type):
+        raise NotDescribable(f"{path} is not a class")
+    return obj
+
+
+def class_path(cls: type) -> str:
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def write(path: str | Path, kind: str, header: dict, state: dict, idata=None) -> Path:
+    """Write a posterior folder (see the module docstring); returns its path."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise BnnZooError(f"{path} is a file; give a folder to save the posterior in")
+    path.mkdir(parents=True, exist_ok=True)
+    atomic_torch_save(state, path / STATE)
+    if idata is not None:
+        save_inference_data(idata, path / IDATA)
+    import bnn_zoo
+
+    write_json({"format": FORMAT, "version": VERSION, "kind": kind, "bnn_zoo_version": bnn_zoo.__version__, **header}, path / HEADER)
+    return path
+
+
+def load(path: str | Path, model: Any = None, guide: Any = None):
+    """Load a posterior saved by ``posterior.save(DIR)`` or written by ``bnn-zoo fit --out DIR``.
+
+    Args:
+        path: the folder.
+        model: the model, when its description cannot be rebuilt (a network class from outside
+            bnn-zoo); it must be built as the saved one was.
+        guide: the guide, when it was an instance or function given by the user (a fresh one, built
+            the same way); without it such a posterior keeps its stored draws but no guide.
+
+    Returns:
+        A posterior that predicts exactly what the saved one did.
+
+    Raises:
+        BnnZooError: the folder is missing, is not a bnn-zoo posterior, or is corrupt.
+    """
+    path = Path(path)
+    header_file = path / HEADER
+    if not path.is_dir():
+        raise BnnZooError(f"{path} is not a folder; give a folder written by posterior.save(DIR) or bnn-zoo fit --out DIR")
+    if not header_file.is_file():
+        raise BnnZooError(f"{path} has no {HEADER}: it is not a saved bnn-zoo posterior (save one with posterior.save(DIR))")
+    try:
+        header = json.loads(header_file.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BnnZooError(f"{header_file} is unreadable ({type(exc).__name__}); the folder is corrupt, save the posterior again") from None
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise BnnZooError(f"{header_file} is not a bnn-zoo posterior header")
+    if header.get("version") != VERSION or header.get("kind") not in _LOADERS:
+        raise BnnZooError(f"{path} holds a {header.get('kind')!r} posterior of format version {header.get('version')}, "
+                          f"which this bnn-zoo ({', '.join(sorted(_LOADERS))}, version {VERSION}) cannot read")
+    state = safe_torch_load(path / STATE, what="posterior state")
+    try:
+        return _LOADERS[header["kind"]](header, state, model=model, guide=guide)
+    except (KeyError, RuntimeError, TypeError) as exc:
+        raise BnnZooError(f"{path} does not match its description ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
+                          "the folder is corrupt or was saved for another model") from None
+
+
+def rebuild_model(header: dict, model: Any) -> Any:
+    """The model from the header's description, or ``model`` when given (checked against it)."""
+    if model is not None:
+        if describe_or_none(model) not in (None, header.get("model")):
+            raise BnnZooError("the model passed to load() is not the one that was saved (their descriptions differ)")
+        return model
+    if header.get("model") is None:
+        raise BnnZooError(f"this posterior's model could not be described when saved ({header.get('model_note', 'unknown')}); "
+                          "pass it: bnn_zoo.load(DIR, model=...) built as the saved one was")
+    try:
+        return rebuild(header["model"])
+    except NotDescribable as exc:
+        raise BnnZooError(f"the saved model cannot be rebuilt here ({exc}); pass it: bnn_zoo.load(DIR, model=...)") from None
+
+
+def describe_or_none(obj: Any) -> Any:
+    try:
+        return describe(obj)
+    except NotDescribable:
+        return None
