@@ -60,8 +60,7 @@ def blr_table():
     for _ in range(64):
         _anneal(target, 1, steps, 10, 0.1, 0.65, False)
     looped = time.perf_counter() - start
-    print(f"\nAIS, 64 particles x {steps} steps: vectorised {vectorised:.1f} s, one particle at a time {looped:.1f} s "
-          f"(ratio {looped / vectorised:.1f}x)")
+    print(f"\nAIS, 64 particles x {steps} steps: vectorised {vectorised:.1f} s, one particle at a time {looped:.1f} s (ratio {looped / vectorised:.1f}x)")
 
 
 def digits_table(steps, ais_steps, out):
@@ -76,8 +75,10 @@ def digits_table(steps, ais_steps, out):
     data = catalog.load("digits")
     x, y = data.train
     prior, lik = bz.priors.Normal(1.0), bz.likelihoods.Categorical()
-    nets = {"mlp": (lambda: bz.models.MLP(64, [50], 10, activation="relu"), ais_steps["mlp"]),
-            "cnn": (lambda: bz.models.LeNet(dropout="dense"), ais_steps["cnn"])}
+    nets = {
+        "mlp": (lambda: bz.models.MLP(64, [50], 10, activation="relu"), ais_steps["mlp"]),
+        "cnn": (lambda: bz.models.LeNet(dropout="dense"), ais_steps["cnn"]),
+    }
     guides = {"mean-field": {}, "dropout": {"p": 0.5, "masks": "example"}}
     results = []
     for net_name, (net, num_steps) in nets.items():
@@ -94,8 +95,25 @@ def digits_table(steps, ais_steps, out):
             print(f"{net_name}-{guide}: {time.perf_counter() - start:.0f} s including ELBO, IW and LOO", flush=True)
     results.append(run("gp-rbf", data, bz.GP("rbf", lik, num_classes=10), bz.TypeII(steps=300, progress=False), out / "gp-rbf"))
     table = report(results, out / "comparison")
-    columns = ["run", "inference", "elbo", "evidence_iw", "evidence_ais", "evidence_ais_se", "loo_elpd", "loo_se", "max_pareto_k", "waic_elpd",
-               "accuracy", "nll", "brier", "ece", "expected_accuracy", "mutual_information", "runtime_s"]
+    columns = [
+        "run",
+        "inference",
+        "elbo",
+        "evidence_iw",
+        "evidence_ais",
+        "evidence_ais_se",
+        "loo_elpd",
+        "loo_se",
+        "max_pareto_k",
+        "waic_elpd",
+        "accuracy",
+        "nll",
+        "brier",
+        "ece",
+        "expected_accuracy",
+        "mutual_information",
+        "runtime_s",
+    ]
     print(to_markdown(table[[c for c in columns if c in table]], digits=3))
 
 

@@ -22,14 +22,25 @@ import warnings
 warnings.simplefilter("ignore", FutureWarning)
 warnings.filterwarnings("ignore", message="Failed to verify mean field")  # structured guides order sites differently; KLs stay exact
 
-GUIDES = [("mean-field", {}), ("matrix-normal", {}), ("matrix-normal", {"rank": 2}), ("flow", {"transform": "affine"}),
-          ("flow", {"transform": "spline"}), ("flow", {"transform": "affine", "scope": "layer"}),
-          ("flow", {"transform": "spline", "scope": "layer"}), ("mean-field", {"local_reparam": True}),
-          ("matrix-normal", {"local_reparam": True}), ("dropout", {"p": 0.1}), ("dropout", {"p": 0.1, "masks": "example"})]
+GUIDES = [
+    ("mean-field", {}),
+    ("matrix-normal", {}),
+    ("matrix-normal", {"rank": 2}),
+    ("flow", {"transform": "affine"}),
+    ("flow", {"transform": "spline"}),
+    ("flow", {"transform": "affine", "scope": "layer"}),
+    ("flow", {"transform": "spline", "scope": "layer"}),
+    ("mean-field", {"local_reparam": True}),
+    ("matrix-normal", {"local_reparam": True}),
+    ("dropout", {"p": 0.1}),
+    ("dropout", {"p": 0.1, "masks": "example"}),
+]
 # per-example noise on / off, by the guide attribute that switches it
-SHARED_VS_LOCAL = [("mean-field", {"local_reparam": True, "init_scale": 0.1}, "local", set()),
-                   ("matrix-normal", {"local_reparam": True, "init_scale": 0.1}, "local_reparam", False),
-                   ("dropout", {"p": 0.1, "masks": "example"}, "masks", "step")]
+SHARED_VS_LOCAL = [
+    ("mean-field", {"local_reparam": True, "init_scale": 0.1}, "local", set()),
+    ("matrix-normal", {"local_reparam": True, "init_scale": 0.1}, "local_reparam", False),
+    ("dropout", {"p": 0.1, "masks": "example"}, "masks", "step"),
+]
 # An affine autoregressive flow over d latents needs a MADE at least d wide (O(d^2) memory): over the
 # MLP's 2951 weights (or its 2500-weight layer) the library refuses it, so it is not timed there.
 TOO_BIG_FOR_MLP = {("flow", "affine")}

@@ -57,8 +57,10 @@ def main():
     args = parser.parse_args()
     data = toy_cubic()
     x, y = data.train
-    print(f"# {time.strftime('%Y-%m-%d')}, {platform.processor() or platform.machine()}, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads; {args.warmup} warmup + {args.samples} draws, 1 chain")
+    print(
+        f"# {time.strftime('%Y-%m-%d')}, {platform.processor() or platform.machine()}, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads; {args.warmup} warmup + {args.samples} draws, 1 chain"
+    )
     for jit in (True, False):
         print(f"potential + gradient, jit={jit}: {potential_cost(model_for(data, 'fanin'), x, y, jit):.3f} ms")
     rows = []
@@ -74,8 +76,19 @@ def main():
         stats = post.sample_stats
         ess = az.ess(post.to_inference_data(), method="bulk")
         min_ess = min(float(ess[v].min()) for v in ess.data_vars)
-        rows.append((name, total, svi_s, float(stats["tree_depth"].float().mean()), float(stats["n_steps"].float().mean()),
-                     float(stats["step_size"][0, 0]), int(stats["diverging"].sum()), min_ess, total / max(min_ess, 1e-9)))
+        rows.append(
+            (
+                name,
+                total,
+                svi_s,
+                float(stats["tree_depth"].float().mean()),
+                float(stats["n_steps"].float().mean()),
+                float(stats["step_size"][0, 0]),
+                int(stats["diverging"].sum()),
+                min_ess,
+                total / max(min_ess, 1e-9),
+            )
+        )
     base = rows[0][-1]
     print("| configuration | total s | of which SVI s | mean tree depth | leapfrog steps/draw | step size | divergences | min bulk ESS | s per ESS | ratio |")
     print("|---|---|---|---|---|---|---|---|---|---|")

@@ -5,16 +5,10 @@ and matplotlib's backend is left to matplotlib.
 """
 
 import warnings
-from importlib.metadata import PackageNotFoundError, version
 
 with warnings.catch_warnings():  # ArviZ 0.2x announces its 1.0 refactor on import
     warnings.simplefilter("ignore", FutureWarning)
     import arviz  # noqa: F401
-
-try:
-    __version__ = version("bnn-zoo")
-except PackageNotFoundError:  # run from a source tree that was never installed
-    __version__ = "0+unknown"
 
 from bnn_zoo import baselines, guides, likelihoods, models, priors  # noqa: E402
 from bnn_zoo.baselines import GP, TypeII  # noqa: E402
@@ -23,9 +17,30 @@ from bnn_zoo.errors import BnnZooError  # noqa: E402
 from bnn_zoo.evaluation import evidence  # noqa: E402
 from bnn_zoo.evaluation.compare import compare  # noqa: E402
 from bnn_zoo.inference import HMC, NUTS, SVI, fit  # noqa: E402
-from bnn_zoo.posterior import Posterior, Prediction  # noqa: E402
-from bnn_zoo.protocols import Network, PosteriorLike  # noqa: E402
+from bnn_zoo.posterior import Posterior, PosteriorLike, Prediction  # noqa: E402
+from bnn_zoo.protocols import Network  # noqa: E402
 from bnn_zoo.saving import load  # noqa: E402
+from bnn_zoo.version import __version__  # noqa: E402,F401  (the package version)
 
-__all__ = ["BNN", "GP", "HMC", "NUTS", "SVI", "BnnZooError", "Network", "Posterior", "PosteriorLike", "Prediction", "TypeII", "baselines",
-           "compare", "evidence", "fit", "guides", "likelihoods", "load", "models", "priors"]
+__all__ = [
+    "BNN",
+    "GP",
+    "HMC",
+    "NUTS",
+    "SVI",
+    "BnnZooError",
+    "Network",
+    "Posterior",
+    "PosteriorLike",
+    "Prediction",
+    "TypeII",
+    "baselines",
+    "compare",
+    "evidence",
+    "fit",
+    "guides",
+    "likelihoods",
+    "load",
+    "models",
+    "priors",
+]

@@ -46,8 +46,14 @@ class BNN:
         hide: these parameters are not Bayesian (point estimates); the complement of ``expose``.
     """
 
-    def __init__(self, net: nn.Module, prior: Prior | Distribution | None = None, likelihood: Likelihood | None = None,
-                 expose: Selection | None = None, hide: Selection | None = None):
+    def __init__(
+        self,
+        net: nn.Module,
+        prior: Prior | Distribution | None = None,
+        likelihood: Likelihood | None = None,
+        expose: Selection | None = None,
+        hide: Selection | None = None,
+    ):
         if not isinstance(net, nn.Module):
             raise BnnZooError(f"net must be a torch.nn.Module, got {type(net).__name__}")
         prior = Normal(1.0) if prior is None else prior

@@ -20,10 +20,13 @@ def main(argv=None) -> int:
     parser = _Parser(prog="bnn-zoo", description="Bayesian neural networks on Pyro: fit one model by SVI guides or NUTS/HMC, compare in ArviZ.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    p = sub.add_parser("demo", help="toy regression by mean-field SVI and NUTS side by side, with a GP baseline (the main job)",
-                       description="Heek's toy regression (N=20, y = x^3 + N(0, 3^2)), a 1-50-1 tanh BNN (fan-in prior, noise sd 3) fitted by mean-field SVI "
-                                   "and by NUTS (initialised from the SVI fit), next to a GPyTorch GP (RBF kernel, type-II ML); prints one table, "
-                                   "writes DIR/<run>/posterior.nc, metrics.json, predictions.nc and plots, and DIR/demo.png with every predictive band.")
+    p = sub.add_parser(
+        "demo",
+        help="toy regression by mean-field SVI and NUTS side by side, with a GP baseline (the main job)",
+        description="Heek's toy regression (N=20, y = x^3 + N(0, 3^2)), a 1-50-1 tanh BNN (fan-in prior, noise sd 3) fitted by mean-field SVI "
+        "and by NUTS (initialised from the SVI fit), next to a GPyTorch GP (RBF kernel, type-II ML); prints one table, "
+        "writes DIR/<run>/posterior.nc, metrics.json, predictions.nc and plots, and DIR/demo.png with every predictive band.",
+    )
     p.add_argument("--out", default="runs/demo", help="output folder (default: runs/demo)")
     p.add_argument("--svi-steps", type=int, default=3000, help="SVI steps (default 3000)")
     p.add_argument("--num-warmup", type=int, default=300, help="NUTS warmup draws per chain (default 300)")
@@ -32,20 +35,40 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
-    p = sub.add_parser("fit", help="fit one model to one dataset and write posterior.nc, metrics.json and plots",
-                       description="Fit a BNN and write DIR/posterior.nc (ArviZ InferenceData), DIR/metrics.json and plots. "
-                                   "Inputs and targets are standardised with training statistics; rmse and test_log_likelihood are "
-                                   "reported in original units.")
+    p = sub.add_parser(
+        "fit",
+        help="fit one model to one dataset and write posterior.nc, metrics.json and plots",
+        description="Fit a BNN and write DIR/posterior.nc (ArviZ InferenceData), DIR/posterior.json and DIR/state.pt "
+        "(the saved posterior: bnn_zoo.load(DIR)), DIR/metrics.json and plots. "
+        "Inputs and targets are standardised with training statistics; rmse and test_log_likelihood are "
+        "reported in original units.",
+    )
     p.add_argument("--data", required=True, help="toy-cubic | digits | toy-text | uci:PATH[:split=K] | text:PATH[:level=char|word;seq_len=64]")
-    p.add_argument("--model", default="mlp", help="mlp[:hidden=50,50;activation=relu] | linear | cnn[:dropout=all|dense] | lstm-tied | "
-                   "lstm-untied | embedding-rnn[:embed=32;hidden=64] (default mlp)")
-    p.add_argument("--inference", required=True, help="svi | nuts | hmc | gp[:kernel=rbf|matern52|nngp;inducing=128] (gp: a GPyTorch baseline "
-                   "fitted by type-II ML; nngp is the infinite-width kernel of --model mlp with relu units under --prior fanin)")
-    p.add_argument("--guide", default="mean-field", help="variational family for svi, with options: mean-field[:local_reparam=true] | "
-                   "matrix-normal[:rank=K] | flow[:transform=spline;scope=layer] | dropout[:p=0.05,0.1;masks=example] (see `bnn-zoo list`)")
+    p.add_argument(
+        "--model",
+        default="mlp",
+        help="mlp[:hidden=50,50;activation=relu] | linear | cnn[:dropout=all|dense] | lstm-tied | "
+        "lstm-untied | embedding-rnn[:embed=32;hidden=64] (default mlp)",
+    )
+    p.add_argument(
+        "--inference",
+        required=True,
+        help="svi | nuts | hmc | gp[:kernel=rbf|matern52|nngp;inducing=128] (gp: a GPyTorch baseline "
+        "fitted by type-II ML; nngp is the infinite-width kernel of --model mlp with relu units under --prior fanin)",
+    )
+    p.add_argument(
+        "--guide",
+        default="mean-field",
+        help="variational family for svi, with options: mean-field[:local_reparam=true] | "
+        "matrix-normal[:rank=K] | flow[:transform=spline;scope=layer] | dropout[:p=0.05,0.1;masks=example] (see `bnn-zoo list`)",
+    )
     p.add_argument("--prior", default="fanin", help="fanin[:gain=1;bias_scale=1] | normal[:scale=1] (default fanin)")
-    p.add_argument("--likelihood", default=None, help="gaussian[:scale=S] (learned noise without scale) | bernoulli | categorical | tokens "
-                   "(default: gaussian for regression, categorical for classification, tokens for text corpora)")
+    p.add_argument(
+        "--likelihood",
+        default=None,
+        help="gaussian[:scale=S] (learned noise without scale) | bernoulli | categorical | tokens "
+        "(default: gaussian for regression, categorical for classification, tokens for text corpora)",
+    )
     p.add_argument("--steps", type=int, default=None, help="SVI steps (default 3000); gp type-II steps (default 300)")
     p.add_argument("--epochs", type=int, default=None, help="SVI epochs instead of steps: steps = epochs * ceil(N / batch size)")
     p.add_argument("--lr", type=float, default=None, help="learning rate (Adam; default 0.01 for SVI, 0.05 for gp)")
@@ -59,31 +82,45 @@ def main(argv=None) -> int:
     p.add_argument("--eval-every", type=int, default=100, help="SVI early stopping: score the held-out data every K steps (default 100)")
     p.add_argument("--patience", type=int, default=5, help="SVI early stopping: stop after this many scores without improvement (default 5)")
     p.add_argument("--checkpoint-every", type=int, default=1000, help="SVI: write DIR/checkpoint.pt every K steps (default 1000)")
-    p.add_argument("--resume", action="store_true", help="continue an interrupted run from DIR/checkpoint.pt (SVI) and "
-                   "DIR/ais_checkpoint.pt (--evidence ais) if present")
+    p.add_argument(
+        "--resume", action="store_true", help="continue an interrupted run from DIR/checkpoint.pt (SVI) and DIR/ais_checkpoint.pt (--evidence ais) if present"
+    )
     p.add_argument("--num-warmup", type=int, default=500, help="NUTS/HMC warmup draws per chain (default 500)")
     p.add_argument("--num-samples", type=int, default=500, help="NUTS/HMC kept draws per chain (default 500)")
     p.add_argument("--num-chains", type=int, default=2, help="NUTS/HMC chains (default 2)")
-    p.add_argument("--init", choices=["network", "prior", "svi"], default="network",
-                   help="NUTS/HMC start: the network's own init, a prior draw, or a quick mean-field SVI fit")
-    p.add_argument("--evidence", default="", help="extra log-evidence estimates on the training data, comma-separated: ais (annealed "
-                   "importance sampling from the prior; any inference) | iw (importance-weighted bound; svi guides with a density)")
+    p.add_argument(
+        "--init",
+        choices=["network", "prior", "svi"],
+        default="network",
+        help="NUTS/HMC start: the network's own init, a prior draw, or a quick mean-field SVI fit",
+    )
+    p.add_argument(
+        "--evidence",
+        default="",
+        help="extra log-evidence estimates on the training data, comma-separated: ais (annealed "
+        "importance sampling from the prior; any inference) | iw (importance-weighted bound; svi guides with a density)",
+    )
     p.add_argument("--ais-steps", type=int, default=500, help="AIS temperatures (default 500; 64 particles in 4 runs)")
     p.add_argument("--iw-k", type=int, default=100, help="guide draws K per importance-weighted bound (default 100, 10 repeats)")
+    p.add_argument("--device", default=None, help="cpu (default) or cuda: where a BNN is fitted")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--out", required=True, help="output folder; bnn_zoo.load(DIR) reads the fitted posterior back")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
-    p = sub.add_parser("compare", help="put result folders side by side: one table (evidence, LOO, WAIC, test metrics) and plots",
-                       description="Read DIR/posterior.nc, metrics.json and predictions.nc from each result folder; print one table and "
-                                   "write OUT/comparison.csv, comparison.md and plots: compare.png (az.plot_compare), reliability.png, "
-                                   "bands.png (1-D regression), evidence.png and trace/rank/energy plots of MCMC runs. LOO runs whose "
-                                   "Pareto k exceed ArviZ's threshold (0.7 at most) are flagged.")
+    p = sub.add_parser(
+        "compare",
+        help="put result folders side by side: one table (evidence, LOO, WAIC, test metrics) and plots",
+        description="Read DIR/posterior.nc, metrics.json and predictions.nc from each result folder; print one table and "
+        "write OUT/comparison.csv, comparison.md and plots: compare.png (az.plot_compare), reliability.png, "
+        "bands.png (1-D regression), evidence.png and trace/rank/energy plots of MCMC runs. LOO runs whose "
+        "Pareto k exceed ArviZ's threshold (0.7 at most) are flagged.",
+    )
     p.add_argument("dirs", nargs="+", metavar="DIR", help="result folders written by `bnn-zoo fit --out` or `bnn-zoo demo` (runs/demo/svi ...)")
     p.add_argument("--out", default="comparison", help="folder for the table and plots (default: comparison)")
 
-    sub.add_parser("list", help="datasets, models, priors, likelihoods, guides and inference methods available",
-                   description="List what can be named on the command line.")
+    sub.add_parser(
+        "list", help="datasets, models, priors, likelihoods, guides and inference methods available", description="List what can be named on the command line."
+    )
 
     args = parser.parse_args(argv)
     try:
@@ -103,10 +140,13 @@ def _demo(args):
 
 
 def _fit(args):
-    from bnn_zoo import BNN, HMC, NUTS, SVI, TypeII, data, likelihoods
+    from bnn_zoo import data, likelihoods
+    from bnn_zoo.baselines import TypeII
+    from bnn_zoo.bnn import BNN
     from bnn_zoo.experiments import specs
     from bnn_zoo.experiments.demo import print_table
     from bnn_zoo.experiments.run import run
+    from bnn_zoo.inference import HMC, NUTS, SVI, fit
 
     # Everything named on the command line is resolved before the data is read or anything trains.
     net_spec, prior = args.model, specs.build_prior(args.prior)
@@ -130,8 +170,10 @@ def _fit(args):
         args.likelihood = specs.default_likelihood(dataset.task)
         likelihood = specs.build_likelihood(args.likelihood)
     if likelihood.task != dataset.task:
-        raise BnnZooError(f"--likelihood {args.likelihood} is for {likelihood.task} but {dataset.name} is a {dataset.task} dataset; "
-                          f"use {specs.default_likelihood(dataset.task)}")
+        raise BnnZooError(
+            f"--likelihood {args.likelihood} is for {likelihood.task} but {dataset.name} is a {dataset.task} dataset; "
+            f"use {specs.default_likelihood(dataset.task)}"
+        )
     classes = len(dataset.info["vocab"]) if dataset.task == "language-model" else int(dataset.y_train.max()) + 1
     out_features = classes if isinstance(likelihood, likelihoods.Categorical) else 1
     out = Path(args.out)
@@ -148,21 +190,33 @@ def _fit(args):
         n, batch = dataset.x_train.shape[0], args.batch_size or dataset.x_train.shape[0]
         steps = args.epochs * math.ceil(n / batch) if args.epochs is not None else (args.steps or 3000)
         checkpoint = out / "checkpoint.pt"
-        method = SVI(guide=guide, guide_options=guide_options, steps=steps, lr=args.lr or 0.01, batch_size=args.batch_size, num_particles=args.num_particles,
-                     seed=args.seed, checkpoint=checkpoint, checkpoint_every=args.checkpoint_every, kl_weight=args.kl_weight,
-                     kl_warmup=args.kl_warmup, objective=args.objective, alpha=args.alpha, validation=args.validation,
-                     eval_every=args.eval_every, patience=args.patience, progress=progress)
+        method = SVI(
+            guide=guide,
+            guide_options=guide_options,
+            steps=steps,
+            lr=args.lr or 0.01,
+            batch_size=args.batch_size,
+            num_particles=args.num_particles,
+            seed=args.seed,
+            checkpoint=checkpoint,
+            checkpoint_every=args.checkpoint_every,
+            kl_weight=args.kl_weight,
+            kl_warmup=args.kl_warmup,
+            objective=args.objective,
+            alpha=args.alpha,
+            validation=args.validation,
+            eval_every=args.eval_every,
+            patience=args.patience,
+            progress=progress,
+        )
     elif inference in ("nuts", "hmc"):
         init = None if args.init == "network" else args.init
         if init == "svi":
             x, y = dataset.train
-            from bnn_zoo import fit
-
             init = fit(model, x, y, SVI(steps=2000, lr=0.02, lr_decay=0.1, num_particles=4, seed=args.seed, progress=progress))
         kind = NUTS if inference == "nuts" else HMC
-        method = kind(num_warmup=args.num_warmup, num_samples=args.num_samples, num_chains=args.num_chains, init=init, seed=args.seed,
-                      progress=progress)
-    result = run(inference, dataset, model, method, out, evidence=evidence, ais_steps=args.ais_steps, iw_k=args.iw_k)
+        method = kind(num_warmup=args.num_warmup, num_samples=args.num_samples, num_chains=args.num_chains, init=init, seed=args.seed, progress=progress)
+    result = run(inference, dataset, model, method, out, evidence=evidence, ais_steps=args.ais_steps, iw_k=args.iw_k, device=args.device)
     if inference == "svi" and (out / "checkpoint.pt").exists():
         (out / "checkpoint.pt").unlink()  # the finished result supersedes it
     print_table([result], title=f"{dataset.name}: {args.model} by {args.inference}; files in {out}")
@@ -190,9 +244,14 @@ def _list(args):
     table.add_column("kind")
     table.add_column("name")
     table.add_column("what it is")
-    sections = [("dataset", DATASETS), ("model", specs.MODELS), ("prior", specs.PRIORS), ("likelihood", specs.LIKELIHOODS),
-                ("guide", guides.DESCRIPTIONS),
-                ("inference", specs.INFERENCE)]
+    sections = [
+        ("dataset", DATASETS),
+        ("model", specs.MODELS),
+        ("prior", specs.PRIORS),
+        ("likelihood", specs.LIKELIHOODS),
+        ("guide", guides.DESCRIPTIONS),
+        ("inference", specs.INFERENCE),
+    ]
     for kind, entries in sections:
         for name, text in entries.items():
             table.add_row(kind, name, text)

@@ -6,10 +6,13 @@ batch shape equal to the draws' batch shape of ``f`` minus its last two dims (da
 
 from __future__ import annotations
 
+import copy
+
 import pyro
 import pyro.distributions as dist
 import torch
 from pyro.distributions import constraints
+from torch.distributions import Distribution
 
 from bnn_zoo.errors import BnnZooError
 
@@ -43,6 +46,26 @@ class Likelihood:
     def check_targets(self, y: torch.Tensor, out_features: int) -> torch.Tensor:
         """Validate y (already finite, N rows) and return it in this likelihood's canonical form."""
         raise NotImplementedError
+
+    def to(self, device: torch.device | str) -> Likelihood:
+        """A copy whose distributions' tensors (a learned noise's prior) live on ``device``."""
+        other = copy.copy(self)
+        for name, value in vars(self).items():
+            if isinstance(value, Distribution):
+                setattr(other, name, move_distribution(value, device))
+        return other
+
+
+def move_distribution(d: Distribution, device: torch.device | str) -> Distribution:
+    """A copy of a torch/Pyro distribution with every tensor it holds (and its base distribution's)
+    on ``device``; torch distributions have no ``.to``, and their parameters are plain attributes."""
+    other = copy.copy(d)
+    for name, value in vars(d).items():
+        if isinstance(value, torch.Tensor):
+            setattr(other, name, value.to(device))
+        elif isinstance(value, Distribution):
+            setattr(other, name, move_distribution(value, device))
+    return other
 
 
 class Gaussian(Likelihood):
@@ -95,10 +118,7 @@ class Gaussian(Likelihood):
         if y.dim() == 1 and out_features == 1:
             y = y[:, None]
         if y.dim() != 2 or y.shape[1] != out_features:
-            raise BnnZooError(
-                f"y has shape {tuple(y.shape)} but the network has {out_features} output(s); "
-                f"pass y with shape (N,) or (N, {out_features})"
-            )
+            raise BnnZooError(f"y has shape {tuple(y.shape)} but the network has {out_features} output(s); pass y with shape (N,) or (N, {out_features})")
         return y
 
     def __repr__(self):

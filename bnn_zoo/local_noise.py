@@ -84,8 +84,9 @@ class MatrixNormalWeights(LocalNoise):
 
     def outputs(self, module, x, out):
         if not isinstance(module, nn.Linear):
-            raise BnnZooError(f"matrix-normal local reparameterisation supports dense layers only, not {type(module).__name__}; "
-                              "set local_reparam=false for this model")
+            raise BnnZooError(
+                f"matrix-normal local reparameterisation supports dense layers only, not {type(module).__name__}; set local_reparam=false for this model"
+            )
         spread = (x @ self.col_factor).pow(2).sum(-1, keepdim=True)  # x V x^T per example
         z = torch.randn(*out.shape[:-1], self.row_factor.shape[-1], dtype=out.dtype, device=out.device)
         return out + spread.sqrt() * (z @ self.row_factor.T)
@@ -97,8 +98,7 @@ def linear_op(module: nn.Module, x: torch.Tensor, weight: torch.Tensor) -> torch
         return F.linear(x, weight)
     if isinstance(module, nn.modules.conv._ConvNd):
         return module._conv_forward(x, weight, None)
-    raise BnnZooError(f"local reparameterisation supports Linear and Conv layers, not {type(module).__name__}; "
-                      "set local_reparam=false for this model")
+    raise BnnZooError(f"local reparameterisation supports Linear and Conv layers, not {type(module).__name__}; set local_reparam=false for this model")
 
 
 class collect(Messenger):
@@ -120,8 +120,10 @@ def dropout_keep(module: nn.Module, weight: str) -> float | None:
     if noise is None:
         return None
     if not isinstance(noise, InputDropout):
-        raise BnnZooError(f"{type(module).__name__} takes per-example dropout masks only: local reparameterisation would draw new "
-                          "weight noise at every step of a sequence; set local_reparam=false")
+        raise BnnZooError(
+            f"{type(module).__name__} takes per-example dropout masks only: local reparameterisation would draw new "
+            "weight noise at every step of a sequence; set local_reparam=false"
+        )
     return noise.keep
 
 

@@ -8,16 +8,21 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 import pyro
 import torch
 import xarray as xr
 
+if TYPE_CHECKING:
+    import arviz as az
+
+from bnn_zoo import guides, saving
 from bnn_zoo.data.validation import check_data, check_inputs
 from bnn_zoo.errors import BnnZooError
-from bnn_zoo import guides, saving
 from bnn_zoo.variational import guide_state, load_guide_state, log_weights, parameters, sample_guide
+from bnn_zoo.version import __version__
 
 
 @dataclass
@@ -92,6 +97,37 @@ class Prediction:
         return torch.logsumexp(lp, 0) - math.log(lp.shape[0])
 
 
+@runtime_checkable
+class PosteriorLike(Protocol):
+    """The posterior contract: what every fit returns (the BNN :class:`Posterior`, the GP baseline's
+    ``GPPosterior``), so evaluation, comparison and saving never ask which method made it. Predictions are draws of the network output (or the GP's latent
+    function) with the likelihood; log-likelihoods are pointwise per draw; the InferenceData holds
+    posterior, posterior_predictive, log_likelihood, observed and constant data."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    settings: dict
+    runtime_s: float
+    info: dict
+
+    @property
+    def method(self) -> str: ...
+
+    def predict(self, x: torch.Tensor, num_samples: int | None = None, at_mean: bool = False) -> Prediction: ...
+
+    def predictive_mean(self, x: torch.Tensor, num_samples: int | None = None) -> torch.Tensor: ...
+
+    def log_likelihood(self, x: torch.Tensor | None = None, y: torch.Tensor | None = None) -> torch.Tensor: ...
+
+    def elbo(self, x: torch.Tensor | None = None, y: torch.Tensor | None = None, num_samples: int = 1000) -> tuple[float, float]: ...
+
+    def to_inference_data(self) -> az.InferenceData: ...
+
+    def attrs(self) -> dict: ...
+
+    def save(self, path: str | Path) -> Path: ...
+
+
 class Posterior:
     """Draws of every latent site, stored as (chain, draw, *shape), plus the guide when there is one.
 
@@ -114,6 +150,24 @@ class Posterior:
     @property
     def method(self) -> str:
         return self.settings["method"]
+
+    def to(self, device: torch.device | str) -> Posterior:
+        """The same posterior on ``device`` (e.g. fitted on CUDA, evaluated and saved on the CPU)."""
+        if self.guide is not None and not isinstance(self.guide, torch.nn.Module):
+            raise BnnZooError("a posterior whose guide is a plain function cannot change device; use a torch-module guide")
+        move = {k: v.to(device) for k, v in self.sample_stats.items()}
+        guide = None if self.guide is None else self.guide.to(device)
+        return Posterior(
+            self.model.to(device),
+            self.x.to(device),
+            self.y.to(device),
+            {k: v.to(device) for k, v in self.samples.items()},
+            self.settings,
+            move,
+            guide,
+            self.runtime_s,
+            self.info,
+        )
 
     @property
     def num_chains(self) -> int:
@@ -153,7 +207,7 @@ class Posterior:
         dropout guide: MC dropout, eq. 3.16). ``at_mean=True`` is one pass at the posterior mean weights
         instead: the guide's E_q[w] where it has one (for dropout, standard dropout's weight scaling),
         else the average of the stored draws."""
-        x = check_inputs(self.model, x)
+        x = check_inputs(self.model, x).to(self.model.device)
         weights, latent = self._split(self.mean_weights() if at_mean else self.draws(num_samples))
         with torch.no_grad():
             return Prediction(self.model.forward(weights, x), latent, self.model.likelihood)
@@ -191,8 +245,10 @@ class Posterior:
         if self.guide is None:
             raise BnnZooError(f"the ELBO needs a variational guide; this posterior came from {self.method.upper()}")
         if not getattr(self.guide, "has_density", True):
-            raise BnnZooError(f"the {self.settings.get('guide')} guide has no density (a point mass as s -> 0), so its ELBO is "
-                              "-infinity up to a constant; compare it by test log-likelihood or LOO instead")
+            raise BnnZooError(
+                f"the {self.settings.get('guide')} guide has no density (a point mass as s -> 0), so its ELBO is "
+                "-infinity up to a constant; compare it by test log-likelihood or LOO instead"
+            )
         x, y = (self.x, self.y) if x is None else check_data(self.model, x, y)
         with torch.no_grad():
             lw = log_weights(self.guide, self.model, x, y, num_samples)
@@ -209,18 +265,24 @@ class Posterior:
         """
         budget = max_mb * 2**20
         weight_bytes = 4 * sum(v[0, 0].numel() for v in self.samples.values())
-        kept = {"posterior": self._keep(budget / weight_bytes),
-                "function": self._keep(min(budget / (8 * self.y.numel()), 4e8 / self._outputs_per_draw(self.x)))}
-        posterior = xr.Dataset({k: (("chain", "draw", *_dims(k, v.shape[2:])), v[:, kept["posterior"]].numpy()) for k, v in self.samples.items()},
-                               coords={"chain": np.arange(self.num_chains), "draw": kept["posterior"].numpy()})
+        kept = {
+            "posterior": self._keep(budget / weight_bytes),
+            "function": self._keep(min(budget / (8 * self.y.numel()), 4e8 / self._outputs_per_draw(self.x))),
+        }
+        posterior = xr.Dataset(
+            {k: (("chain", "draw", *_dims(k, v.shape[2:])), v[:, kept["posterior"]].numpy()) for k, v in self.samples.items()},
+            coords={"chain": np.arange(self.num_chains), "draw": kept["posterior"].numpy()},
+        )
         with torch.random.fork_rng():  # the same fit always writes the same file
             torch.manual_seed(int(self.settings.get("seed", 0)))
-            y_rep = torch.cat(list(self._per_draw(self.x, self._chain_draws(kept["function"]),
-                                                  lambda f, lat: self.model.likelihood.distribution(f, lat).sample())))
+            y_rep = torch.cat(
+                list(self._per_draw(self.x, self._chain_draws(kept["function"]), lambda f, lat: self.model.likelihood.distribution(f, lat).sample()))
+            )
         y_rep = y_rep.reshape(self.num_chains, len(kept["function"]), *self.y.shape)
         attrs = {**self.attrs(), "draws_posterior": len(kept["posterior"]), "draws_function_space": len(kept["function"])}
-        return function_space_inference_data(posterior, y_rep, self.log_likelihood(draw_index=kept["function"]), kept["function"].numpy(),
-                                             self.x, self.y, self.sample_stats, attrs)
+        return function_space_inference_data(
+            posterior, y_rep, self.log_likelihood(draw_index=kept["function"]), kept["function"].numpy(), self.x, self.y, self.sample_stats, attrs
+        )
 
     def _outputs_per_draw(self, x) -> int:
         """Numbers in the network's output on all of ``x`` for one draw (read off one example)."""
@@ -236,8 +298,14 @@ class Posterior:
         """Save to folder ``path`` (see :mod:`bnn_zoo.saving`): the model's description, the stored draws,
         the guide's state, the training data and the InferenceData (``idata``, or made now).
         ``bnn_zoo.load(path)`` gives back a posterior that predicts exactly what this one does."""
-        state = {"x": self.x, "y": self.y, "samples": self.samples, "sample_stats": self.sample_stats, "fixed": self.model.fixed,
-                 "guide": None if self.guide is None else guide_state(self.guide)}
+        state = {
+            "x": self.x,
+            "y": self.y,
+            "samples": self.samples,
+            "sample_stats": self.sample_stats,
+            "fixed": self.model.fixed,
+            "guide": None if self.guide is None else guide_state(self.guide),
+        }
         try:
             header = {"model": saving.describe(self.model)}
         except saving.NotDescribable as exc:
@@ -246,19 +314,29 @@ class Posterior:
         return saving.write(path, "bnn", header, state, self.to_inference_data() if idata is None else idata)
 
     def attrs(self) -> dict:
-        return {**self.model.describe(), **common_attrs(self.settings, self.runtime_s), "inference_library": "pyro",
-                "inference_library_version": pyro.__version__, **{k: str(v) for k, v in self.info.items()}}
+        return {
+            **self.model.describe(),
+            **common_attrs(self.settings, self.runtime_s),
+            "inference_library": "pyro",
+            "inference_library_version": pyro.__version__,
+            **{k: str(v) for k, v in self.info.items()},
+        }
 
 
 def common_attrs(settings: dict, runtime_s: float) -> dict:
     """Attributes every result file carries: method, settings, seed, run time, creation time, versions."""
     import arviz
 
-    import bnn_zoo
-
-    return {"method": settings["method"], "settings": json.dumps(settings, sort_keys=True, default=str), "seed": int(settings.get("seed", 0)),
-            "runtime_s": float(runtime_s), "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "torch_version": str(torch.__version__), "arviz_version": arviz.__version__, "bnn_zoo_version": bnn_zoo.__version__}
+    return {
+        "method": settings["method"],
+        "settings": json.dumps(settings, sort_keys=True, default=str),
+        "seed": int(settings.get("seed", 0)),
+        "runtime_s": float(runtime_s),
+        "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "torch_version": str(torch.__version__),
+        "arviz_version": arviz.__version__,
+        "bnn_zoo_version": __version__,
+    }
 
 
 def function_space_inference_data(posterior: xr.Dataset, y_rep, log_lik, draws, x, y, sample_stats: dict, attrs: dict):
@@ -300,14 +378,15 @@ def _load(header: dict, state: dict, model=None, guide=None) -> Posterior:
     settings = header["settings"]
     model = saving.rebuild_model(header, model).with_fixed(state["fixed"])
     x, y = state["x"], state["y"]
-    if guide is None and state["guide"] is not None and settings.get("guide_source") in ("registry", "class"):
-        spec = settings["guide"] if settings["guide_source"] == "registry" else saving.resolve_class(settings["guide"])
-        with torch.random.fork_rng():
-            pyro.set_rng_seed(int(settings.get("seed", 0)))
-            guide = guides.make(spec, model, model.network_init(int(settings.get("seed", 0))), settings.get("guide_options"))
-    if guide is not None:
-        with torch.random.fork_rng():
-            parameters(guide, x, y)  # creates parameters that a guide makes on its first call
-        if state["guide"] is not None:
-            load_guide_state(guide, state["guide"])
+    seed = int(settings.get("seed", 0))
+    rebuild = guide is None and state["guide"] is not None and settings.get("guide_source") in ("registry", "class")
+    with torch.random.fork_rng():
+        pyro.set_rng_seed(seed)  # as SVI.run seeds before building: random parts (flow permutations) come out the same
+        if rebuild:
+            spec = settings["guide"] if settings["guide_source"] == "registry" else saving.resolve_class(settings["guide"])
+            guide = guides.make(spec, model, model.network_init(seed), settings.get("guide_options"))
+        if guide is not None:
+            parameters(guide, x, y)  # creates the parameters that a guide makes on its first call
+    if guide is not None and state["guide"] is not None:
+        load_guide_state(guide, state["guide"])
     return Posterior(model, x, y, state["samples"], settings, state["sample_stats"], guide, header.get("runtime_s", 0.0), header.get("info"))

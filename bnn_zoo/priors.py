@@ -102,8 +102,10 @@ def site_distribution(prior: Prior | Distribution, name: str, param: torch.Tenso
         return d
     if d.event_shape == torch.Size() and d.batch_shape in (torch.Size(), param.shape):
         return dist.Independent(d.expand(param.shape), param.dim()) if param.dim() else d
-    raise BnnZooError(f"the prior for {name} has batch shape {tuple(d.batch_shape)} and event shape {tuple(d.event_shape)}, but the "
-                      f"parameter has shape {tuple(param.shape)}; give a scalar distribution or one of that shape")
+    raise BnnZooError(
+        f"the prior for {name} has batch shape {tuple(d.batch_shape)} and event shape {tuple(d.event_shape)}, but the "
+        f"parameter has shape {tuple(param.shape)}; give a scalar distribution or one of that shape"
+    )
 
 
 class PerSite:

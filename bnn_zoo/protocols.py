@@ -1,22 +1,15 @@
-"""The contracts between bnn-zoo's parts, stated as ``typing.Protocol``s.
+"""The network contract, stated as ``typing.Protocol``s.
 
 A network is any ``torch.nn.Module``; the optional attributes below are how it tells bnn-zoo more
-(its widths, where a dropout guide puts masks). A posterior is what every inference method returns:
-the BNN :class:`~bnn_zoo.posterior.Posterior` and the GP baseline's ``GPPosterior`` both implement
-:class:`PosteriorLike`, so evaluation, comparison and saving never ask which method made it.
+(its widths, where a dropout guide puts masks). The posterior contract, which the BNN ``Posterior``
+and the GP baseline's ``GPPosterior`` both implement, is :class:`bnn_zoo.posterior.PosteriorLike`.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
-
-if TYPE_CHECKING:
-    from arviz import InferenceData
-
-    from bnn_zoo.posterior import Prediction
 
 
 @runtime_checkable
@@ -62,33 +55,3 @@ class HandlesLocalNoise(Protocol):
     reading it from ``module._local_noise`` instead of through forward hooks."""
 
     handles_local_noise: bool
-
-
-@runtime_checkable
-class PosteriorLike(Protocol):
-    """What every fit returns. Predictions are draws of the network output (or the GP's latent
-    function) with the likelihood; log-likelihoods are pointwise per draw; the InferenceData holds
-    posterior, posterior_predictive, log_likelihood, observed and constant data."""
-
-    x: torch.Tensor
-    y: torch.Tensor
-    settings: dict
-    runtime_s: float
-    info: dict
-
-    @property
-    def method(self) -> str: ...
-
-    def predict(self, x: torch.Tensor, num_samples: int | None = None, at_mean: bool = False) -> Prediction: ...
-
-    def predictive_mean(self, x: torch.Tensor, num_samples: int | None = None) -> torch.Tensor: ...
-
-    def log_likelihood(self, x: torch.Tensor | None = None, y: torch.Tensor | None = None) -> torch.Tensor: ...
-
-    def elbo(self, x: torch.Tensor | None = None, y: torch.Tensor | None = None, num_samples: int = 1000) -> tuple[float, float]: ...
-
-    def to_inference_data(self) -> InferenceData: ...
-
-    def attrs(self) -> dict: ...
-
-    def save(self, path: str | Path) -> Path: ...

@@ -28,6 +28,7 @@ import torch
 
 from bnn_zoo.errors import BnnZooError
 from bnn_zoo.io import atomic_torch_save, safe_torch_load, save_inference_data, write_json
+from bnn_zoo.version import __version__
 
 FORMAT = "bnn-zoo-posterior"
 VERSION = 1
@@ -121,9 +122,7 @@ def write(path: str | Path, kind: str, header: dict, state: dict, idata=None) ->
     atomic_torch_save(state, path / STATE)
     if idata is not None:
         save_inference_data(idata, path / IDATA)
-    import bnn_zoo
-
-    write_json({"format": FORMAT, "version": VERSION, "kind": kind, "bnn_zoo_version": bnn_zoo.__version__, **header}, path / HEADER)
+    write_json({"format": FORMAT, "version": VERSION, "kind": kind, "bnn_zoo_version": __version__, **header}, path / HEADER)
     return path
 
 
@@ -138,7 +137,7 @@ def load(path: str | Path, model: Any = None, guide: Any = None):
             the same way); without it such a posterior keeps its stored draws but no guide.
 
     Returns:
-        A posterior that predicts exactly what the saved one did.
+        PosteriorLike: a posterior that predicts exactly what the saved one did.
 
     Raises:
         BnnZooError: the folder is missing, is not a bnn-zoo posterior, or is corrupt.
@@ -156,14 +155,18 @@ def load(path: str | Path, model: Any = None, guide: Any = None):
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise BnnZooError(f"{header_file} is not a bnn-zoo posterior header")
     if header.get("version") != VERSION or header.get("kind") not in _LOADERS:
-        raise BnnZooError(f"{path} holds a {header.get('kind')!r} posterior of format version {header.get('version')}, "
-                          f"which this bnn-zoo ({', '.join(sorted(_LOADERS))}, version {VERSION}) cannot read")
+        raise BnnZooError(
+            f"{path} holds a {header.get('kind')!r} posterior of format version {header.get('version')}, "
+            f"which this bnn-zoo ({', '.join(sorted(_LOADERS))}, version {VERSION}) cannot read"
+        )
     state = safe_torch_load(path / STATE, what="posterior state")
     try:
         return _LOADERS[header["kind"]](header, state, model=model, guide=guide)
     except (KeyError, RuntimeError, TypeError) as exc:
-        raise BnnZooError(f"{path} does not match its description ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
-                          "the folder is corrupt or was saved for another model") from None
+        raise BnnZooError(
+            f"{path} does not match its description ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
+            "the folder is corrupt or was saved for another model"
+        ) from None
 
 
 def rebuild_model(header: dict, model: Any) -> Any:
@@ -173,8 +176,10 @@ def rebuild_model(header: dict, model: Any) -> Any:
             raise BnnZooError("the model passed to load() is not the one that was saved (their descriptions differ)")
         return model
     if header.get("model") is None:
-        raise BnnZooError(f"this posterior's model could not be described when saved ({header.get('model_note', 'unknown')}); "
-                          "pass it: bnn_zoo.load(DIR, model=...) built as the saved one was")
+        raise BnnZooError(
+            f"this posterior's model could not be described when saved ({header.get('model_note', 'unknown')}); "
+            "pass it: bnn_zoo.load(DIR, model=...) built as the saved one was"
+        )
     try:
         return rebuild(header["model"])
     except NotDescribable as exc:

@@ -1,6 +1,6 @@
 """Bayesian linear regression three ways: closed form, NUTS and mean-field SVI on the same BNN object.
 
-    python examples/linear_regression_ground_truth.py
+python examples/linear_regression_ground_truth.py
 """
 
 import torch

@@ -46,17 +46,19 @@ def main(out: Path, quick: bool):
     def net(activation):
         return bz.BNN(bz.models.MLP(1, [512] * 4, 1, activation=activation), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.05))
 
-    relu = run("mc-dropout-relu", data, net("relu"), bz.SVI(guide="dropout", guide_options=dropout, steps=steps, lr=1e-3, num_draws=200),
-               out / "relu")
-    tanh = run("mc-dropout-tanh", data, net("tanh"), bz.SVI(guide="dropout", guide_options=dropout, steps=steps, lr=1e-3, num_draws=200),
-               out / "tanh")
+    relu = run("mc-dropout-relu", data, net("relu"), bz.SVI(guide="dropout", guide_options=dropout, steps=steps, lr=1e-3, num_draws=200), out / "relu")
+    tanh = run("mc-dropout-tanh", data, net("tanh"), bz.SVI(guide="dropout", guide_options=dropout, steps=steps, lr=1e-3, num_draws=200), out / "tanh")
     gp = run("gp-se", data, bz.GP("rbf"), bz.TypeII(steps=300, lr=0.05), out / "gp")
     print_table([relu, tanh, gp], title=f"{data.name}: trained before 1991, tested on 1991-2001; figure in {out}")
 
     grid = torch.linspace(1958, 2020, 400)[:, None]
     x = (grid - data.x_mean) / data.x_std
-    panels = [("Standard dropout, ReLU", relu.posterior.predict(x, at_mean=True)), ("MC dropout, ReLU", relu.posterior.predict(x)),
-              ("MC dropout, TanH", tanh.posterior.predict(x)), ("GP, SE covariance", gp.posterior.predict(x))]
+    panels = [
+        ("Standard dropout, ReLU", relu.posterior.predict(x, at_mean=True)),
+        ("MC dropout, ReLU", relu.posterior.predict(x)),
+        ("MC dropout, TanH", tanh.posterior.predict(x)),
+        ("GP, SE covariance", gp.posterior.predict(x)),
+    ]
     fig, axes = plt.subplots(2, 2, figsize=(11, 7), sharex=True, sharey=True)
     for ax, (title, pred) in zip(axes.ravel(), panels):
         mean = pred.mean[:, 0] * data.y_std + data.y_mean

@@ -51,10 +51,12 @@ def main(out: Path, quick: bool):
     for data in (blundell(), cubic()):
         noise = data.info["noise_scale"] / float(data.y_std)
         model = bz.BNN(bz.models.MLP(1, [20, 20], 1, activation="relu"), bz.priors.FanInNormal(), bz.likelihoods.Gaussian(noise))
-        methods = [("mean-field", model, bz.SVI(steps=steps, lr=0.01, num_particles=8, lr_decay=0.1)),
-                   ("mc-dropout", model, bz.SVI(guide="dropout", guide_options={"p": 0.1, "masks": "example"}, steps=steps, lr=0.01)),
-                   ("gp-matern52", bz.GP("matern52"), bz.TypeII(steps=300, lr=0.05)),
-                   ("nuts", model, bz.NUTS(num_warmup=draws, num_samples=draws, num_chains=1))]
+        methods = [
+            ("mean-field", model, bz.SVI(steps=steps, lr=0.01, num_particles=8, lr_decay=0.1)),
+            ("mc-dropout", model, bz.SVI(guide="dropout", guide_options={"p": 0.1, "masks": "example"}, steps=steps, lr=0.01)),
+            ("gp-matern52", bz.GP("matern52"), bz.TypeII(steps=300, lr=0.05)),
+            ("nuts", model, bz.NUTS(num_warmup=draws, num_samples=draws, num_chains=1)),
+        ]
         results = [run(name, data, m, method, out / data.name / name) for name, m, method in methods]
         plots.predictive_bands([r.predictions for r in results], out / f"{data.name}.png")
         print_table(results, title=f"{data.name}: 1-20-20-1 ReLU BNNs and a GP; figure {out / data.name}.png")

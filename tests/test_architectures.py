@@ -22,8 +22,7 @@ def _recorded_masks(module, noise: dict, x):
         drawn.append(mask)
         return mask
 
-    with mock.patch.object(local_noise, "bernoulli_mask", recording), \
-            local_noise.hooks(module, {name: InputDropout(None, 0.5) for name in noise}):
+    with mock.patch.object(local_noise, "bernoulli_mask", recording), local_noise.hooks(module, {name: InputDropout(None, 0.5) for name in noise}):
         return module(x), drawn
 
 
@@ -123,8 +122,10 @@ def _text_data(n=48, steps=6):
 
 
 @pytest.mark.parametrize("gates", ["tied", "untied"])
-@pytest.mark.parametrize("guide, options", [("dropout", {"p": 0.2, "masks": "example"}), ("mean-field", {}), ("matrix-normal", {"rank": 2}),
-                                            ("flow", {"transform": "spline", "scope": "layer"})])
+@pytest.mark.parametrize(
+    "guide, options",
+    [("dropout", {"p": 0.2, "masks": "example"}), ("mean-field", {}), ("matrix-normal", {"rank": 2}), ("flow", {"transform": "spline", "scope": "layer"})],
+)
 def test_every_guide_fits_the_text_rnn(gates, guide, options):
     x, y = _text_data()
     model = bz.BNN(bz.models.TextRNN(V, 6, 8, gates=gates, embedding_dropout=True), bz.priors.Normal(1.0), bz.likelihoods.Categorical())
@@ -152,8 +153,15 @@ def test_mcmc_runs_on_small_cnn_and_rnn(kind):
     assert bz.fit(cnn, xi, yi, method).predict(xi).probs.shape == (12, 3)
 
 
-@pytest.mark.parametrize("guide, options", [("dropout", {"p": 0.3, "masks": "example"}), ("mean-field", {"local_reparam": True}),
-                                            ("matrix-normal", {"rank": 2}), ("flow", {"transform": "spline", "scope": "layer", "hidden": 8})])
+@pytest.mark.parametrize(
+    "guide, options",
+    [
+        ("dropout", {"p": 0.3, "masks": "example"}),
+        ("mean-field", {"local_reparam": True}),
+        ("matrix-normal", {"rank": 2}),
+        ("flow", {"transform": "spline", "scope": "layer", "hidden": 8}),
+    ],
+)
 def test_every_guide_fits_the_cnn(guide, options):
     g = torch.Generator().manual_seed(6)
     x, y = torch.randn(24, 16, generator=g), torch.arange(24) % 3

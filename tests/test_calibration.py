@@ -79,11 +79,14 @@ def test_selective_prediction_by_hand():
     assert by_entropy.accuracy.tolist() == pytest.approx([1, 1, 2 / 3, 1 / 2])
 
 
-@pytest.mark.parametrize("draws, entropy, mi", [
-    ([[1.0, 0.0]] * 4, 0.0, 0.0),  # every draw certain of class 0
-    ([[0.5, 0.5]] * 4, math.log(2), 0.0),  # every draw undecided: all uncertainty is noise
-    ([[1.0, 0.0]] * 2 + [[0.0, 1.0]] * 2, math.log(2), math.log(2)),  # confident draws that disagree: all model
-])
+@pytest.mark.parametrize(
+    "draws, entropy, mi",
+    [
+        ([[1.0, 0.0]] * 4, 0.0, 0.0),  # every draw certain of class 0
+        ([[0.5, 0.5]] * 4, math.log(2), 0.0),  # every draw undecided: all uncertainty is noise
+        ([[1.0, 0.0]] * 2 + [[0.0, 1.0]] * 2, math.log(2), math.log(2)),  # confident draws that disagree: all model
+    ],
+)
 def test_gals_three_entropy_and_mutual_information_examples(draws, entropy, mi):
     p = torch.tensor(draws)[:, None, :]  # (S, N=1, C)
     assert uncertainty.predictive_entropy(p).item() == pytest.approx(entropy, abs=1e-7)

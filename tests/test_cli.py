@@ -56,16 +56,40 @@ def test_compare_on_the_demo_results_prints_the_table_and_writes_the_plots(demo_
     assert len(csv) == 4 and csv[0].startswith("run,data,architecture")
 
 
-@pytest.mark.parametrize("inference", ["svi", "svi:mean-field:local_reparam=true", "svi:matrix-normal:rank=2", "svi:flow:transform=spline;scope=layer",
-                                       "svi:dropout:p=0.05,0.1;masks=example", "nuts", "hmc"])
+@pytest.mark.parametrize(
+    "inference",
+    [
+        "svi",
+        "svi:mean-field:local_reparam=true",
+        "svi:matrix-normal:rank=2",
+        "svi:flow:transform=spline;scope=layer",
+        "svi:dropout:p=0.05,0.1;masks=example",
+        "nuts",
+        "hmc",
+    ],
+)
 def test_fit_on_a_uci_folder_writes_results_in_original_units(tmp_path, inference):
     _uci_folder(tmp_path / "uci", rows=40)
     out = tmp_path / "out"
     inference, _, guide = inference.partition(":")
-    extra = ["--steps", "150", "--batch-size", "16", "--guide", guide or "mean-field"] if inference == "svi" else \
-        ["--num-warmup", "20", "--num-samples", "20", "--num-chains", "1"]
-    argv = ["fit", "--data", f"uci:{tmp_path / 'uci'}:split=0", "--model", "mlp:hidden=8;activation=relu", "--inference", inference,
-            "--out", str(out), "--quiet", *extra]
+    extra = (
+        ["--steps", "150", "--batch-size", "16", "--guide", guide or "mean-field"]
+        if inference == "svi"
+        else ["--num-warmup", "20", "--num-samples", "20", "--num-chains", "1"]
+    )
+    argv = [
+        "fit",
+        "--data",
+        f"uci:{tmp_path / 'uci'}:split=0",
+        "--model",
+        "mlp:hidden=8;activation=relu",
+        "--inference",
+        inference,
+        "--out",
+        str(out),
+        "--quiet",
+        *extra,
+    ]
     assert main(argv) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     for key in ("rmse", "test_log_likelihood", "loo_elpd", "loo_se", "runtime_s", "settings"):
@@ -84,8 +108,31 @@ def test_fit_on_a_uci_folder_writes_results_in_original_units(tmp_path, inferenc
 
 def test_early_stopping_from_the_command_line(tmp_path):
     out = tmp_path / "es"
-    assert main(["fit", "--data", "toy-cubic", "--inference", "svi", "--steps", "4000", "--lr", "0.05", "--validation", "0.25",
-                 "--eval-every", "20", "--patience", "2", "--out", str(out), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "fit",
+                "--data",
+                "toy-cubic",
+                "--inference",
+                "svi",
+                "--steps",
+                "4000",
+                "--lr",
+                "0.05",
+                "--validation",
+                "0.25",
+                "--eval-every",
+                "20",
+                "--patience",
+                "2",
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["steps_run"] == metrics["best_step"] + 40 < 4000 and (metrics["n_train"], metrics["n_validation"]) == (15, 5)
     assert metrics["settings"]["validation"] == 0.25
@@ -93,8 +140,31 @@ def test_early_stopping_from_the_command_line(tmp_path):
 
 def test_linear_model_on_toy_data_and_epochs(tmp_path):
     out = tmp_path / "lin"
-    assert main(["fit", "--data", "toy-cubic", "--model", "linear", "--inference", "svi", "--epochs", "30", "--batch-size", "5",
-                 "--prior", "normal:scale=2", "--likelihood", "gaussian:scale=0.5", "--out", str(out), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "fit",
+                "--data",
+                "toy-cubic",
+                "--model",
+                "linear",
+                "--inference",
+                "svi",
+                "--epochs",
+                "30",
+                "--batch-size",
+                "5",
+                "--prior",
+                "normal:scale=2",
+                "--likelihood",
+                "gaussian:scale=0.5",
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["settings"]["steps"] == 30 * 4 and "Normal(scale=2.0)" in metrics["prior"]
     assert (out / "predictive.png").exists()

@@ -10,10 +10,19 @@ from bnn_zoo.experiments.run import Result
 
 
 def _result(name, log_lik, **metrics):
-    idata = az.from_dict(posterior={"w": np.zeros((2, log_lik.shape[1]))}, log_likelihood={"y": log_lik},
-                         observed_data={"y": np.zeros(log_lik.shape[-1])})
-    return Result(name, None, idata, {"data": "toy", "n_train": log_lik.shape[-1], "model": "MLP(in_features=1, hidden=[50])",
-                                      "settings": {"method": "svi", "guide": "mean-field"}, **metrics})
+    idata = az.from_dict(posterior={"w": np.zeros((2, log_lik.shape[1]))}, log_likelihood={"y": log_lik}, observed_data={"y": np.zeros(log_lik.shape[-1])})
+    return Result(
+        name,
+        None,
+        idata,
+        {
+            "data": "toy",
+            "n_train": log_lik.shape[-1],
+            "model": "MLP(in_features=1, hidden=[50])",
+            "settings": {"method": "svi", "guide": "mean-field"},
+            **metrics,
+        },
+    )
 
 
 def test_compare_ranks_runs_and_flags_high_pareto_k():

@@ -99,8 +99,7 @@ def test_mc_dropout_predictive_and_test_log_likelihood_eq_3_18_on_a_hand_case():
     patterns = {tuple(w.flatten().tolist()) for w in draws}
     assert patterns == {(1.0, 2.0), (1.0, 0.0), (0.0, 2.0), (0.0, 0.0)}
     assert abs((draws[:, 0, 1] == 0).float().mean() - 0.5) < 4 * math.sqrt(0.25 / 4000)
-    samples = {"layers.0.weight": torch.tensor([[[[1.0, 2.0]], [[1.0, 0.0]], [[0.0, 2.0]], [[0.0, 0.0]]]]),
-               "layers.0.bias": torch.full((1, 4, 1), 0.5)}
+    samples = {"layers.0.weight": torch.tensor([[[[1.0, 2.0]], [[1.0, 0.0]], [[0.0, 2.0]], [[0.0, 0.0]]]]), "layers.0.bias": torch.full((1, 4, 1), 0.5)}
     post = bz.Posterior(model, x, y, samples, {"method": "svi", "guide": "dropout"}, guide=guide)
     pred = post.predict(torch.ones(1, 2))
     assert pred.f.flatten().tolist() == [3.5, 1.5, 2.5, 0.5]

@@ -138,3 +138,15 @@ def test_last_layer_bnn_on_the_toy_regression_fits_features_and_widens_its_band(
     grid = torch.linspace(-2, 2, 9)[:, None]
     assert torch.allclose(module(grid), post.model.forward(mean, grid), atol=1e-6)
     assert [n for n, p in module.named_parameters() if p.requires_grad] == ["layers.1.weight", "layers.1.bias"]
+
+
+def test_device_is_chosen_at_fit_and_checked(blr_model, blr_data):
+    method = bz.SVI(steps=20, num_draws=10, progress=False)
+    on_cpu = bz.fit(blr_model, *blr_data, method, device="cpu")
+    assert on_cpu.model.device.type == "cpu" and torch.equal(on_cpu.samples["layers.0.weight"], bz.fit(blr_model, *blr_data, method).samples["layers.0.weight"])
+    assert torch.equal(on_cpu.to("cpu").predict(blr_data[0]).f, on_cpu.predict(blr_data[0]).f)
+    if not torch.cuda.is_available():
+        with pytest.raises(bz.BnnZooError, match="no CUDA device"):
+            bz.fit(blr_model, *blr_data, method, device="cuda")
+    with pytest.raises(bz.BnnZooError, match="unknown device"):
+        bz.fit(blr_model, *blr_data, method, device="banana")

@@ -44,8 +44,14 @@ def test_log_marginal_likelihood_and_predictive_equal_the_numpy_closed_form(kind
     x_new = torch.tensor([[0.3, -0.2], [1.5, 1.5]])
     xn, xt = x.double().numpy(), x_new.double().numpy()
     k_test = np.diag(_numpy_kernel(kind, h, xt, xt))
-    lml, mean, var = gp_regression(_numpy_kernel(kind, h, xn, xn), _numpy_kernel(kind, h, xn, xt), k_test, y.double().numpy(),
-                                   h["likelihood.noise_covar.noise"][0], h["mean_module.constant"][0])
+    lml, mean, var = gp_regression(
+        _numpy_kernel(kind, h, xn, xn),
+        _numpy_kernel(kind, h, xn, xt),
+        k_test,
+        y.double().numpy(),
+        h["likelihood.noise_covar.noise"][0],
+        h["mean_module.constant"][0],
+    )
     assert post.log_marginal_likelihood() == pytest.approx(lml, rel=1e-6)
     got_mean, got_var = post.latent(x_new)
     np.testing.assert_allclose(got_mean[:, 0].numpy(), mean, rtol=1e-6)
@@ -121,5 +127,4 @@ def test_gp_bad_input_is_refused_with_the_fix():
     with pytest.raises(bz.BnnZooError, match="TypeII"):
         bz.fit(bz.BNN(bz.models.MLP(2, [4], 1)), x, y, bz.TypeII(steps=5))
     with pytest.raises(bz.BnnZooError, match="no closed-form"):
-        bz.fit(bz.GP(likelihood=bz.likelihoods.Bernoulli(), num_inducing=8), x, (y > 0).long(),
-               bz.TypeII(steps=2, progress=False)).log_marginal_likelihood()
+        bz.fit(bz.GP(likelihood=bz.likelihoods.Bernoulli(), num_inducing=8), x, (y > 0).long(), bz.TypeII(steps=2, progress=False)).log_marginal_likelihood()

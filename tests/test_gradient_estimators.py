@@ -57,5 +57,6 @@ def test_matches_the_reference_file_when_present():
     if not path.exists():
         pytest.skip("../shared is not beside this checkout")
     rows = [r for r in csv.DictReader(line for line in path.read_text().splitlines() if not line.startswith("#"))]
-    assert [(r["derivative"], r["f"], r["estimator"], float(r["exact"])) for r in rows] == \
-        [(r["derivative"], r["f"], r["estimator"], float(r["exact"])) for r in ROWS]
+    assert [(r["derivative"], r["f"], r["estimator"], float(r["exact"])) for r in rows] == [
+        (r["derivative"], r["f"], r["estimator"], float(r["exact"])) for r in ROWS
+    ]

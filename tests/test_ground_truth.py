@@ -18,8 +18,7 @@ def nuts_fit(blr_model, blr_data):
 @pytest.fixture(scope="module", params=[False, True], ids=["weight-draws", "local-reparam"])
 def svi_fit(blr_model, blr_data, request):
     """Local reparameterisation changes the gradient estimator, not the objective: same optimum."""
-    method = bz.SVI(steps=3000, lr=0.05, lr_decay=0.02, num_particles=16, seed=0, progress=False,
-                    guide_options={"local_reparam": request.param})
+    method = bz.SVI(steps=3000, lr=0.05, lr_decay=0.02, num_particles=16, seed=0, progress=False, guide_options={"local_reparam": request.param})
     return bz.fit(blr_model, *blr_data, method)
 
 
@@ -45,8 +44,9 @@ def test_nuts_sample_stats_are_consistent(nuts_fit):
 
 def _mean_field(svi_fit):
     pairs = [svi_fit.guide.loc_and_scale(k) for k in ("layers.0.weight", "layers.0.bias")]
-    return flat({"layers.0.weight": pairs[0][0], "layers.0.bias": pairs[1][0]}).detach().double(), \
-        flat({"layers.0.weight": pairs[0][1], "layers.0.bias": pairs[1][1]}).detach().double()
+    return flat({"layers.0.weight": pairs[0][0], "layers.0.bias": pairs[1][0]}).detach().double(), flat(
+        {"layers.0.weight": pairs[0][1], "layers.0.bias": pairs[1][1]}
+    ).detach().double()
 
 
 def test_mean_field_converges_to_the_exact_mean_field_solution(svi_fit, blr_exact):

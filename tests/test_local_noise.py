@@ -31,7 +31,7 @@ def test_mean_field_dense_pre_activations_are_n_of_x_mu_and_x2_sigma2():
     x = torch.tensor([1.0, -2.0, 0.5]).expand(S, 3)
     f = _outputs(model, guide, x)
     mu, sigma = guide.loc_and_scale("weight")
-    _within(f.mean(0), f.var(0), (x[0] @ mu.T).detach(), (x[0] ** 2 @ sigma.T ** 2).detach(), S)
+    _within(f.mean(0), f.var(0), (x[0] @ mu.T).detach(), (x[0] ** 2 @ sigma.T**2).detach(), S)
     assert torch.corrcoef(f.T)[0, 1].abs() < 5 / S**0.5  # outputs are independent under a diagonal guide
 
 
@@ -63,8 +63,9 @@ def test_matrix_normal_outputs_have_covariance_x_v_x_times_u():
     assert abs(torch.corrcoef(f.T)[0, 1] - corr) < 5 * (1 - corr**2) / S**0.5
 
 
-@pytest.mark.parametrize("guide, options", [("mean-field", {"local_reparam": True}), ("matrix-normal", {"local_reparam": True}),
-                                            ("dropout", {"masks": "example"})])
+@pytest.mark.parametrize(
+    "guide, options", [("mean-field", {"local_reparam": True}), ("matrix-normal", {"local_reparam": True}), ("dropout", {"masks": "example"})]
+)
 def test_local_noise_only_in_training_and_fits_run_with_particles(guide, options):
     torch.manual_seed(3)
     x = torch.randn(40, 2)

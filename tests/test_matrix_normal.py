@@ -51,8 +51,9 @@ def test_design_formula_for_an_isotropic_prior_and_conv_shaped_weights():
     p = dist.Normal(torch.zeros(2, 3, 2, dtype=torch.float64), s).to_event(3)
     u, v = q.row_cov, q.col_cov
     n, m = 2, 6
-    design = 0.5 * (torch.trace(u) * torch.trace(v) / s**2 + q.loc.pow(2).sum() / s**2 - n * m + n * m * math.log(s**2)
-                    - m * torch.logdet(u) - n * torch.logdet(v))
+    design = 0.5 * (
+        torch.trace(u) * torch.trace(v) / s**2 + q.loc.pow(2).sum() / s**2 - n * m + n * m * math.log(s**2) - m * torch.logdet(u) - n * torch.logdet(v)
+    )
     assert kl_divergence(q, p).item() == pytest.approx(design.item(), abs=1e-5)
     assert q.rsample((4,)).shape == (4, 2, 3, 2)
 

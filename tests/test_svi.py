@@ -65,8 +65,7 @@ class Interrupted(bz.BNN):
 def test_resume_after_an_interrupt_ends_where_an_uninterrupted_fit_ends(tmp_path):
     x, y = _data()
     ckpt = tmp_path / "ckpt.pt"
-    settings = dict(steps=90, lr=0.02, lr_decay=0.1, seed=5, num_particles=2, batch_size=16, progress=False, num_draws=10,
-                    checkpoint_every=25)
+    settings = dict(steps=90, lr=0.02, lr_decay=0.1, seed=5, num_particles=2, batch_size=16, progress=False, num_draws=10, checkpoint_every=25)
     full = bz.fit(Interrupted(at=0), x, y, bz.SVI(**settings))
     with pytest.raises(KeyboardInterrupt):  # call 61 is step 60, mid-way through the fit
         bz.fit(Interrupted(at=61), x, y, bz.SVI(checkpoint=ckpt, **settings))

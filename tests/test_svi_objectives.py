@@ -56,8 +56,7 @@ def test_renyi_bound_is_mass_covering(blr_model, blr_data, blr_exact):
 
 
 def test_log_scale_parametrization_reaches_the_same_optimum(blr_model, blr_data, blr_exact):
-    post = bz.fit(blr_model, *blr_data, bz.SVI(steps=3000, lr=0.05, lr_decay=0.02, num_particles=16, progress=False,
-                                               guide_options={"parametrization": "log"}))
+    post = bz.fit(blr_model, *blr_data, bz.SVI(steps=3000, lr=0.05, lr_decay=0.02, num_particles=16, progress=False, guide_options={"parametrization": "log"}))
     _, scale = _mean_field(post)
     assert torch.all((scale**2 / blr_exact.mean_field_variance - 1).abs() < 0.10)
     raw = post.guide.scales.layers__0__bias_unconstrained
@@ -70,7 +69,34 @@ def test_svi_objective_options_from_the_command_line(tmp_path):
     from bnn_zoo.cli import main
 
     out = tmp_path / "renyi"
-    assert main(["fit", "--data", "toy-cubic", "--model", "mlp:hidden=8", "--inference", "svi", "--steps", "50", "--objective", "renyi",
-                 "--alpha", "0.5", "--num-particles", "4", "--kl-weight", "0.5", "--kl-warmup", "20", "--out", str(out), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "fit",
+                "--data",
+                "toy-cubic",
+                "--model",
+                "mlp:hidden=8",
+                "--inference",
+                "svi",
+                "--steps",
+                "50",
+                "--objective",
+                "renyi",
+                "--alpha",
+                "0.5",
+                "--num-particles",
+                "4",
+                "--kl-weight",
+                "0.5",
+                "--kl-warmup",
+                "20",
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     settings = json.loads((out / "metrics.json").read_text())["settings"]
     assert (settings["objective"], settings["alpha"], settings["kl_weight"], settings["kl_warmup"]) == ("renyi", 0.5, 0.5, 20)

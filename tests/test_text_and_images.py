@@ -8,7 +8,7 @@ import torch
 
 import bnn_zoo as bz
 from bnn_zoo.cli import main
-from bnn_zoo.data import catalog, datasets, text
+from bnn_zoo.data import catalog, text
 from bnn_zoo.evaluation import expected_calibration_error, language_model_metrics
 from bnn_zoo.io import load_inference_data
 
@@ -78,15 +78,35 @@ def test_large_fits_are_thinned_in_the_inference_data():
     assert idata.log_likelihood.sizes["draw"] == 400 and idata.posterior.attrs["draws_posterior"] == idata.posterior.sizes["draw"]
 
 
-@pytest.mark.parametrize("data, model, extra", [
-    ("digits", "cnn:channels=4;dense=8;dropout=dense", ["--prior", "normal:scale=1"]),
-    ("toy-text", "lstm-tied:embed=4;hidden=6", []),
-    ("toy-text", "embedding-rnn:embed=4;hidden=6", []),
-])
+@pytest.mark.parametrize(
+    "data, model, extra",
+    [
+        ("digits", "cnn:channels=4;dense=8;dropout=dense", ["--prior", "normal:scale=1"]),
+        ("toy-text", "lstm-tied:embed=4;hidden=6", []),
+        ("toy-text", "embedding-rnn:embed=4;hidden=6", []),
+    ],
+)
 def test_fit_architectures_from_the_command_line(tmp_path, data, model, extra):
     out = tmp_path / "run"
-    argv = ["fit", "--data", data, "--model", model, "--inference", "svi", "--guide", "dropout:p=0.2;masks=example", "--steps", "20",
-            "--batch-size", "64", "--out", str(out), "--quiet", *extra]
+    argv = [
+        "fit",
+        "--data",
+        data,
+        "--model",
+        model,
+        "--inference",
+        "svi",
+        "--guide",
+        "dropout:p=0.2;masks=example",
+        "--steps",
+        "20",
+        "--batch-size",
+        "64",
+        "--out",
+        str(out),
+        "--quiet",
+        *extra,
+    ]
     assert main(argv) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert {"accuracy", "nll", "ece", "accuracy_at_mean"} <= set(metrics)
@@ -98,8 +118,27 @@ def test_language_model_from_the_command_line(tmp_path):
     corpus.mkdir()
     (corpus / "input.txt").write_text("to be or not to be, that is the question. " * 40)
     out = tmp_path / "lm"
-    assert main(["fit", "--data", f"text:{corpus}:level=char;seq_len=16", "--model", "lstm-untied:embed=4;hidden=8", "--inference", "svi",
-                 "--guide", "dropout:p=0.1;masks=example", "--steps", "20", "--out", str(out), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "fit",
+                "--data",
+                f"text:{corpus}:level=char;seq_len=16",
+                "--model",
+                "lstm-untied:embed=4;hidden=8",
+                "--inference",
+                "svi",
+                "--guide",
+                "dropout:p=0.1;masks=example",
+                "--steps",
+                "20",
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     metrics = json.loads((out / "metrics.json").read_text())
     assert 1 < metrics["perplexity"] < len("to be or not to be, that is the question.") and metrics["likelihood"] == "Tokens()"
 

@@ -87,8 +87,16 @@ class GP:
     variances, which type II then tunes. ``num_inducing`` inducing points serve classification.
     """
 
-    def __init__(self, kernel: str = "rbf", likelihood=None, num_classes: int | None = None, num_inducing: int = 128,
-                 depth: int = 1, prior: priors.FanInNormal | None = None, ard: bool = True):
+    def __init__(
+        self,
+        kernel: str = "rbf",
+        likelihood=None,
+        num_classes: int | None = None,
+        num_inducing: int = 128,
+        depth: int = 1,
+        prior: priors.FanInNormal | None = None,
+        ard: bool = True,
+    ):
         if kernel not in KERNELS:
             raise BnnZooError(f"unknown GP kernel {kernel!r}; choose one of {', '.join(KERNELS)}")
         self.kernel, self.ard, self.depth, self.num_inducing = kernel, ard, depth, num_inducing
@@ -125,8 +133,11 @@ class GP:
         if self.kernel == "nngp":  # its weight and bias variances already scale the output
             return NNGPKernel(self.depth, self.prior.gain**2, self.prior.bias_scale**2, batch_shape=batch_shape)
         ard = d if self.ard else None
-        base = gpytorch.kernels.RBFKernel(ard_num_dims=ard, batch_shape=batch_shape) if self.kernel == "rbf" else \
-            gpytorch.kernels.MaternKernel(nu=2.5, ard_num_dims=ard, batch_shape=batch_shape)
+        base = (
+            gpytorch.kernels.RBFKernel(ard_num_dims=ard, batch_shape=batch_shape)
+            if self.kernel == "rbf"
+            else gpytorch.kernels.MaternKernel(nu=2.5, ard_num_dims=ard, batch_shape=batch_shape)
+        )
         return gpytorch.kernels.ScaleKernel(base, batch_shape=batch_shape)
 
     def build(self, x, y):
@@ -197,8 +208,9 @@ class TypeII:
         xd, yd = x.double(), y.double() if gp.task == "regression" else y.long()
         module, lik = gp.build(xd, yd)
         module.train(), lik.train()
-        objective = (gpytorch.mlls.ExactMarginalLogLikelihood(lik, module) if gp.task == "regression"
-                     else gpytorch.mlls.VariationalELBO(lik, module, num_data=len(x)))
+        objective = (
+            gpytorch.mlls.ExactMarginalLogLikelihood(lik, module) if gp.task == "regression" else gpytorch.mlls.VariationalELBO(lik, module, num_data=len(x))
+        )
         target = yd[:, 0] if gp.task == "regression" else (yd.double() if gp.num_classes is None else yd)
         params = list({id(p): p for p in [*module.parameters(), *lik.parameters()]}.values())
         optim = torch.optim.Adam(params, lr=self.lr)
@@ -217,8 +229,9 @@ class TypeII:
         if stop_reason:
             warnings.warn(f"GP type-II stopped early: {stop_reason}; lower the learning rate", stacklevel=2)
         module.eval(), lik.eval()
-        return GPPosterior(gp, module, lik, x, y, {**self.settings(), "kernel": gp.kernel}, torch.tensor(losses), time.perf_counter() - start,
-                           {"stop_reason": stop_reason})
+        return GPPosterior(
+            gp, module, lik, x, y, {**self.settings(), "kernel": gp.kernel}, torch.tensor(losses), time.perf_counter() - start, {"stop_reason": stop_reason}
+        )
 
 
 def _exact():
@@ -330,15 +343,25 @@ class GPPosterior:
     def save(self, path, idata=None) -> Path:
         """Save to folder ``path``: the GP's description, the fitted GPyTorch state, the training data and
         the InferenceData; ``bnn_zoo.load(path)`` predicts exactly what this posterior does."""
-        state = {"x": self.x, "y": self.y, "module": self.module.state_dict(), "likelihood": self.gp_likelihood.state_dict(),
-                 "losses": self.sample_stats["loss"]}
+        state = {
+            "x": self.x,
+            "y": self.y,
+            "module": self.module.state_dict(),
+            "likelihood": self.gp_likelihood.state_dict(),
+            "losses": self.sample_stats["loss"],
+        }
         header = {"model": saving.describe(self.model), "settings": self.settings, "info": self.info, "runtime_s": self.runtime_s}
         return saving.write(path, "gp", header, state, self.to_inference_data() if idata is None else idata)
 
     def attrs(self) -> dict:
-        return {**self.model.describe(), **common_attrs(self.settings, self.runtime_s), "inference_library": "gpytorch",
-                "inference_library_version": gpytorch.__version__, "hyperparameters": json.dumps(self.hyperparameters()),
-                **{k: str(v) for k, v in self.info.items()}}
+        return {
+            **self.model.describe(),
+            **common_attrs(self.settings, self.runtime_s),
+            "inference_library": "gpytorch",
+            "inference_library_version": gpytorch.__version__,
+            "hyperparameters": json.dumps(self.hyperparameters()),
+            **{k: str(v) for k, v in self.info.items()},
+        }
 
 
 @saving.register_loader("gp")

@@ -40,7 +40,10 @@ def load(spec: str, seed: int = 0) -> Dataset:
     raise BnnZooError(f"unknown data spec {spec!r}; use one of: {', '.join(DATASETS)}")
 
 
-DATASETS = {"toy-cubic": "Heek's cubic toy regression, N=20 (embedded)", "digits": "scikit-learn's 8x8 digits, 10 classes, fixed stratified split",
-            "uci:PATH[:split=K]": "UCI regression folder (standard splits)",
-            "toy-text": "generated sentiment sentences, 2 classes (embedded; word level)",
-            "text:PATH[:level=char|word;seq_len=64;max_vocab=V]": "a text corpus as next-token windows (first 90% train, last 10% test)"}
+DATASETS = {
+    "toy-cubic": "Heek's cubic toy regression, N=20 (embedded)",
+    "digits": "scikit-learn's 8x8 digits, 10 classes, fixed stratified split",
+    "uci:PATH[:split=K]": "UCI regression folder (standard splits)",
+    "toy-text": "generated sentiment sentences, 2 classes (embedded; word level)",
+    "text:PATH[:level=char|word;seq_len=64;max_vocab=V]": "a text corpus as next-token windows (first 90% train, last 10% test)",
+}

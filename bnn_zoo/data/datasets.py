@@ -87,11 +87,16 @@ def load_uci(path: str | Path, split: int = 0) -> Dataset:
         raise BnnZooError(f"split {split} not found in {root}; available splits: {available or 'none'}")
     train = _read_table(root / f"index_train_{split}.txt", int).reshape(-1)
     test = _read_table(root / f"index_test_{split}.txt", int).reshape(-1)
-    for name, idx, bound in [("index_features", features, data.shape[1]), ("index_target", target, data.shape[1]),
-                             (f"index_train_{split}", train, data.shape[0]), (f"index_test_{split}", test, data.shape[0])]:
+    for name, idx, bound in [
+        ("index_features", features, data.shape[1]),
+        ("index_target", target, data.shape[1]),
+        (f"index_train_{split}", train, data.shape[0]),
+        (f"index_test_{split}", test, data.shape[0]),
+    ]:
         if idx.size == 0 or idx.min() < 0 or idx.max() >= bound:
-            raise BnnZooError(f"{root / (name + '.txt')} holds indices outside 0..{bound - 1} (or none): data.txt may be truncated "
-                              "or the folder inconsistent; re-copy it")
+            raise BnnZooError(
+                f"{root / (name + '.txt')} holds indices outside 0..{bound - 1} (or none): data.txt may be truncated or the folder inconsistent; re-copy it"
+            )
     if len(target) != 1:
         raise BnnZooError(f"{root / 'index_target.txt'} names {len(target)} target columns; bnn-zoo expects exactly one")
     x = as_tensor(f"{root / 'data.txt'} features", torch.from_numpy(data[:, features]).float())
@@ -127,5 +132,12 @@ def digits() -> Dataset:
     x, y = load_digits(return_X_y=True)
     x_tr, x_te, y_tr, y_te = train_test_split(x, y, test_size=450, stratify=y, random_state=0)
     t = lambda a, dtype: torch.as_tensor(a, dtype=dtype)  # noqa: E731
-    return Dataset("digits", t(x_tr, torch.float32), t(y_tr, torch.long), t(x_te, torch.float32), t(y_te, torch.long),
-                   task="classification", info={"image_shape": (1, 8, 8), "classes": 10})
+    return Dataset(
+        "digits",
+        t(x_tr, torch.float32),
+        t(y_tr, torch.long),
+        t(x_te, torch.float32),
+        t(y_te, torch.long),
+        task="classification",
+        info={"image_shape": (1, 8, 8), "classes": 10},
+    )

@@ -58,12 +58,19 @@ def language_model(text: str, level: str = "char", seq_len: int = 64, max_vocab:
         return ids[: n * seq_len].reshape(n, seq_len).float(), ids[1 : n * seq_len + 1].reshape(n, seq_len)
 
     (x_tr, y_tr), (x_te, y_te) = windows(tokens[:cut]), windows(tokens[cut:])
-    return Dataset(name, x_tr, y_tr, x_te, y_te, task="language-model", scale_inputs=False,
-                   info={"vocab": vocab, "level": level, "split": "first 90% train, last 10% test"})
+    return Dataset(
+        name,
+        x_tr,
+        y_tr,
+        x_te,
+        y_te,
+        task="language-model",
+        scale_inputs=False,
+        info={"vocab": vocab, "level": level, "split": "first 90% train, last 10% test"},
+    )
 
 
-def classification(texts, labels, level: str = "word", max_len: int = 40, test_fraction: float = 0.25, seed: int = 0,
-                   name: str = "text") -> Dataset:
+def classification(texts, labels, level: str = "word", max_len: int = 40, test_fraction: float = 0.25, seed: int = 0, name: str = "text") -> Dataset:
     """Padded sequences (0 at the end) with one label each, split at random into train and test."""
     tokenized = [tokenize(t, level)[:max_len] for t in texts]
     order = torch.randperm(len(texts), generator=torch.Generator().manual_seed(seed))
@@ -75,8 +82,16 @@ def classification(texts, labels, level: str = "word", max_len: int = 40, test_f
         x[i, : len(toks)] = vocab.encode(toks)
     y = torch.as_tensor(labels, dtype=torch.long)
     test_idx = order[:n_test]
-    return Dataset(name, x[train_idx].float(), y[train_idx], x[test_idx].float(), y[test_idx], task="classification",
-                   scale_inputs=False, info={"vocab": vocab, "level": level})
+    return Dataset(
+        name,
+        x[train_idx].float(),
+        y[train_idx],
+        x[test_idx].float(),
+        y[test_idx],
+        task="classification",
+        scale_inputs=False,
+        info={"vocab": vocab, "level": level},
+    )
 
 
 _POSITIVE = ["good", "great", "fine", "lovely", "brilliant", "warm", "happy", "bright"]

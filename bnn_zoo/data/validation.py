@@ -27,9 +27,7 @@ def as_tensor(name: str, value) -> torch.Tensor:
         bad = ~torch.isfinite(value)
         if bad.any():
             row = int(bad.reshape(value.shape[0], -1).any(-1).nonzero()[0])
-            raise BnnZooError(
-                f"{name} contains NaN or inf ({int(bad.sum())} value(s), first in row {row}); drop or impute those rows"
-            )
+            raise BnnZooError(f"{name} contains NaN or inf ({int(bad.sum())} value(s), first in row {row}); drop or impute those rows")
     return value
 
 
@@ -55,8 +53,7 @@ def output_width(model, x: torch.Tensor) -> int:
         with torch.no_grad():
             return model.forward(model.params, x[:1]).shape[-1]
     except RuntimeError as exc:
-        raise BnnZooError(f"the network cannot take x of shape {tuple(x.shape)} ({str(exc).splitlines()[0]}); "
-                          "check the number of features") from None
+        raise BnnZooError(f"the network cannot take x of shape {tuple(x.shape)} ({str(exc).splitlines()[0]}); check the number of features") from None
 
 
 def check_data(model, x, y) -> tuple[torch.Tensor, torch.Tensor]:

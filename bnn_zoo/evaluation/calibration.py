@@ -105,8 +105,13 @@ def calibration_roc(probs: torch.Tensor, y: torch.Tensor, thresholds: int | torc
     tau = torch.linspace(0, 1, thresholds, dtype=probs.dtype) if isinstance(thresholds, int) else torch.as_tensor(thresholds, dtype=probs.dtype)
     above = (confidence[None] > tau[:, None]).to(probs.dtype)  # (thresholds, N)
     n_right, n_wrong = correct.sum().to(probs.dtype), (~correct).sum().to(probs.dtype)
-    return CalibrationROC(tau, (above * correct).sum(1) / n_right, (above * ~correct).sum(1) / n_wrong,
-                          (above * confidence).sum(1) / n_right, (above * (1 - confidence)).sum(1) / n_wrong)
+    return CalibrationROC(
+        tau,
+        (above * correct).sum(1) / n_right,
+        (above * ~correct).sum(1) / n_wrong,
+        (above * confidence).sum(1) / n_right,
+        (above * (1 - confidence)).sum(1) / n_wrong,
+    )
 
 
 @dataclass

@@ -17,8 +17,25 @@ from bnn_zoo.errors import BnnZooError
 from bnn_zoo.io import load_inference_data
 
 EVIDENCE = ["elbo", "elbo_se", "evidence_iw", "evidence_iw_se", "evidence_ais", "evidence_ais_se", "log_marginal_likelihood"]
-TEST = ["rmse", "test_log_likelihood", "coverage_50", "coverage_90", "coverage_95", "accuracy", "nll", "brier", "ece", "mce",
-        "expected_accuracy", "entropy", "mutual_information", "perplexity", "rmse_at_mean", "accuracy_at_mean", "nll_at_mean"]
+TEST = [
+    "rmse",
+    "test_log_likelihood",
+    "coverage_50",
+    "coverage_90",
+    "coverage_95",
+    "accuracy",
+    "nll",
+    "brier",
+    "ece",
+    "mce",
+    "expected_accuracy",
+    "entropy",
+    "mutual_information",
+    "perplexity",
+    "rmse_at_mean",
+    "accuracy_at_mean",
+    "nll_at_mean",
+]
 DIAGNOSTICS = ["max_rhat", "min_ess_bulk", "divergences"]
 
 
@@ -79,12 +96,25 @@ def compare(results) -> pd.DataFrame:
         with warnings.catch_warnings():  # flagged in the loo_warning / waic_warning columns instead
             warnings.simplefilter("ignore", UserWarning)
             loo, waic = az.loo(r.idata), az.waic(r.idata)
-        row = {"run": r.name, "data": m.get("data", ""), "architecture": architecture(m.get("model", "")), "model": m.get("model", ""),
-               "inference": inference,
-               **{k: m.get(k) for k in EVIDENCE}, "loo_elpd": float(loo.elpd_loo), "loo_se": float(loo.se), "p_loo": float(loo.p_loo),
-               "max_pareto_k": float(loo.pareto_k.max()), "loo_warning": bool(loo.warning), "waic_elpd": float(waic.elpd_waic),
-               "waic_se": float(waic.se), "waic_warning": bool(waic.warning),
-               **{k: m.get(k) for k in TEST + DIAGNOSTICS}, "runtime_s": m.get("runtime_s"), "n_train": m.get("n_train")}
+        row = {
+            "run": r.name,
+            "data": m.get("data", ""),
+            "architecture": architecture(m.get("model", "")),
+            "model": m.get("model", ""),
+            "inference": inference,
+            **{k: m.get(k) for k in EVIDENCE},
+            "loo_elpd": float(loo.elpd_loo),
+            "loo_se": float(loo.se),
+            "p_loo": float(loo.p_loo),
+            "max_pareto_k": float(loo.pareto_k.max()),
+            "loo_warning": bool(loo.warning),
+            "waic_elpd": float(waic.elpd_waic),
+            "waic_se": float(waic.se),
+            "waic_warning": bool(waic.warning),
+            **{k: m.get(k) for k in TEST + DIAGNOSTICS},
+            "runtime_s": m.get("runtime_s"),
+            "n_train": m.get("n_train"),
+        }
         rows.append(row)
     table = pd.DataFrame(rows)
     if len(runs) > 1 and table["data"].nunique() == 1 and table["n_train"].nunique() == 1:
@@ -101,6 +131,7 @@ def architecture(model: str) -> str:
 
 def to_markdown(table: pd.DataFrame, digits: int = 3) -> str:
     """A GitHub markdown table (pandas' own needs the optional tabulate package)."""
+
     def cell(v):
         if isinstance(v, float):
             return "" if math.isnan(v) else f"{v:.{digits}f}"

@@ -22,9 +22,9 @@ from pyro.distributions import constraints
 from pyro.distributions.transforms import biject_to
 from tqdm.auto import tqdm
 
+from bnn_zoo.bnn import BNN
 from bnn_zoo.data.validation import check_data
 from bnn_zoo.errors import BnnZooError
-from bnn_zoo.bnn import BNN
 from bnn_zoo.io import atomic_torch_save, safe_torch_load
 from bnn_zoo.posterior import Posterior
 from bnn_zoo.variational import log_weights
@@ -56,9 +56,20 @@ def _check_density(posterior, what):
         raise BnnZooError(f"{what} needs log q(w), which the {posterior.settings.get('guide')} guide does not have (use ais)")
 
 
-def ais(model, x=None, y=None, num_steps: int = 500, num_particles: int = 16, seed: int = 0, num_runs: int = 4,
-        leapfrog_steps: int = 10, step_size: float = 0.1, target_accept: float = 0.65, progress: bool = False,
-        checkpoint: str | Path | None = None) -> tuple[float, float]:
+def ais(
+    model,
+    x=None,
+    y=None,
+    num_steps: int = 500,
+    num_particles: int = 16,
+    seed: int = 0,
+    num_runs: int = 4,
+    leapfrog_steps: int = 10,
+    step_size: float = 0.1,
+    target_accept: float = 0.65,
+    progress: bool = False,
+    checkpoint: str | Path | None = None,
+) -> tuple[float, float]:
     """Annealed importance sampling estimate of log p(y | x) with its standard error.
 
     ``model`` is a :class:`bnn_zoo.BNN` or a fitted Posterior (then x, y default to its training data).
@@ -81,8 +92,9 @@ def ais(model, x=None, y=None, num_steps: int = 500, num_particles: int = 16, se
         x, y = (model.x, model.y) if x is None else (x, y)
         model = model.model
     if not isinstance(model, BNN):
-        raise BnnZooError(f"ais needs a bnn_zoo.BNN or a Posterior fitted to one, got {type(model).__name__} "
-                          "(a GP's evidence is its log_marginal_likelihood())")
+        raise BnnZooError(
+            f"ais needs a bnn_zoo.BNN or a Posterior fitted to one, got {type(model).__name__} (a GP's evidence is its log_marginal_likelihood())"
+        )
     if x is None or y is None:
         raise BnnZooError("ais needs data: pass x and y (or a fitted Posterior, whose training data is used)")
     x, y = check_data(model, x, y)
@@ -92,14 +104,15 @@ def ais(model, x=None, y=None, num_steps: int = 500, num_particles: int = 16, se
     # must not raise on it first.
     with torch.random.fork_rng(), pyro.validation_enabled(False):
         torch.manual_seed(seed)
-        log_w, accept = _anneal(_Target(model, x, y), num_runs * num_particles, num_steps, leapfrog_steps, step_size, target_accept, progress,
-                                checkpoint)
+        log_w, accept = _anneal(_Target(model, x, y), num_runs * num_particles, num_steps, leapfrog_steps, step_size, target_accept, progress, checkpoint)
     if checkpoint is not None:
         Path(checkpoint).unlink(missing_ok=True)  # the estimate supersedes it
     if accept < 0.1:
-        warnings.warn(f"AIS: only {accept:.0%} of HMC moves were accepted, so particles barely left their prior draws and the "
-                      "estimate is close to simple Monte Carlo from the prior (biased low); use more num_steps or a smaller step_size",
-                      stacklevel=2)
+        warnings.warn(
+            f"AIS: only {accept:.0%} of HMC moves were accepted, so particles barely left their prior draws and the "
+            "estimate is close to simple Monte Carlo from the prior (biased low); use more num_steps or a smaller step_size",
+            stacklevel=2,
+        )
     runs = torch.logsumexp(log_w.reshape(num_runs, num_particles), 1) - math.log(num_particles)
     estimate = torch.logsumexp(log_w, 0) - math.log(len(log_w))
     return estimate.item(), (runs.std() / math.sqrt(num_runs)).item()
@@ -152,8 +165,17 @@ def _anneal(target, n, num_steps, leapfrog_steps, step_size, target_accept, prog
     betas = ((t - t[0]) / (t[-1] - t[0])).tolist()  # sigmoid schedule from 0 to 1 (Grosse et al. 2015)
     z = target.sample_prior(n)
     log_prior, log_lik = target(z)
-    state = {"step": 0, "z": z, "log_prior": log_prior.detach(), "log_lik": log_lik.detach(), "log_w": torch.zeros(n, dtype=torch.float64),
-             "step_size": step_size, "accepted": 0.0, "rng": torch.get_rng_state(), "shape": [n, num_steps, z.shape[1]]}
+    state = {
+        "step": 0,
+        "z": z,
+        "log_prior": log_prior.detach(),
+        "log_lik": log_lik.detach(),
+        "log_w": torch.zeros(n, dtype=torch.float64),
+        "step_size": step_size,
+        "accepted": 0.0,
+        "rng": torch.get_rng_state(),
+        "shape": [n, num_steps, z.shape[1]],
+    }
     if checkpoint is not None and Path(checkpoint).exists():
         state = _resume(checkpoint, state["shape"])
         torch.set_rng_state(state["rng"])
@@ -165,8 +187,16 @@ def _anneal(target, n, num_steps, leapfrog_steps, step_size, target_accept, prog
             # grow slowly while moves succeed; halve at once when nearly all fail (a step far too long for
             # the sharpening target would otherwise leave every particle at its prior draw)
             step_size = state["step_size"] * (1.02 if rate > target_accept else (0.5 if rate < 0.05 else 0.98))
-            state.update(step=step + 1, z=z.detach(), log_prior=log_prior, log_lik=log_lik, log_w=log_w, step_size=step_size,
-                         accepted=state["accepted"] + rate, rng=torch.get_rng_state())
+            state.update(
+                step=step + 1,
+                z=z.detach(),
+                log_prior=log_prior,
+                log_lik=log_lik,
+                log_w=log_w,
+                step_size=step_size,
+                accepted=state["accepted"] + rate,
+                rng=torch.get_rng_state(),
+            )
             if checkpoint is not None and (step + 1) % checkpoint_every == 0:
                 atomic_torch_save(state, checkpoint)
     except KeyboardInterrupt:
@@ -183,8 +213,9 @@ def _anneal(target, n, num_steps, leapfrog_steps, step_size, target_accept, prog
 def _resume(path, shape):
     state = safe_torch_load(path)
     if state.get("shape") != shape:
-        raise BnnZooError(f"AIS checkpoint {path} is for (particles, steps, dimensions) = {state.get('shape')}, not {shape}; "
-                          "delete it or pass another checkpoint path")
+        raise BnnZooError(
+            f"AIS checkpoint {path} is for (particles, steps, dimensions) = {state.get('shape')}, not {shape}; delete it or pass another checkpoint path"
+        )
     return state
 
 
@@ -207,5 +238,4 @@ def _hmc_move(target, z, log_prior, log_lik, beta, step_size, leapfrog_steps):
     log_accept = (lp1 + beta * ll1 - 0.5 * (r**2).sum(1)) - (log_prior + beta * log_lik - 0.5 * (r0**2).sum(1))
     accept = torch.log(torch.rand_like(log_accept)) < torch.nan_to_num(log_accept, nan=-math.inf)
     keep = accept[:, None]
-    return (torch.where(keep, z1, z.detach()), torch.where(accept, lp1, log_prior), torch.where(accept, ll1, log_lik),
-            accept.to(z.dtype).mean().item())
+    return (torch.where(keep, z1, z.detach()), torch.where(accept, lp1, log_prior), torch.where(accept, ll1, log_lik), accept.to(z.dtype).mean().item())

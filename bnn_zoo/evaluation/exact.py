@@ -34,8 +34,7 @@ class LinearGaussianPosterior:
         loc, var = loc.double(), scale.double() ** 2
         diff = self.mean - loc
         k = loc.numel()
-        return 0.5 * float((self.precision.diagonal() * var).sum() + diff @ self.precision @ diff - k
-                           + torch.logdet(self.cov) - var.log().sum())
+        return 0.5 * float((self.precision.diagonal() * var).sum() + diff @ self.precision @ diff - k + torch.logdet(self.cov) - var.log().sum())
 
 
 def linear_regression(x, y, weight_scale: float, bias_scale: float, noise_scale: float) -> LinearGaussianPosterior:
@@ -49,8 +48,6 @@ def linear_regression(x, y, weight_scale: float, bias_scale: float, noise_scale:
     marginal_cov = noise_scale**2 * torch.eye(len(y), dtype=x.dtype) + phi @ torch.diag(prior_var) @ phi.T
     log_evidence = torch.distributions.MultivariateNormal(torch.zeros_like(y), marginal_cov).log_prob(y).item()
     return LinearGaussianPosterior(mean, cov, precision, log_evidence)
-
-
 
 
 def gp_regression(k_train, k_cross, k_test_diag, y, noise_var: float, mean: float = 0.0):

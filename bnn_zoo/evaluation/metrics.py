@@ -35,12 +35,17 @@ def classification_metrics(pred, y, bins: int = 10) -> dict[str, float]:
     probs = draws.mean(0)
     nll = -pred.log_likelihood(y.to(pred.f.dtype) if pred.f.shape[-1] == 1 else y.long()).mean().item()  # Bernoulli takes 0./1.
     y = y.long()
-    return {"accuracy": (probs.argmax(-1) == y).to(probs.dtype).mean().item(), "nll": nll,
-            "brier": calibration.brier_score(probs, y), "ece": calibration.expected_calibration_error(probs, y, bins),
-            "mce": calibration.maximum_calibration_error(probs, y, bins), "expected_accuracy": calibration.expected_accuracy(probs),
-            "entropy": uncertainty.predictive_entropy(draws).mean().item(),
-            "mutual_information": uncertainty.mutual_information(draws).mean().item(),
-            "variation_ratio": uncertainty.variation_ratio(draws).mean().item()}
+    return {
+        "accuracy": (probs.argmax(-1) == y).to(probs.dtype).mean().item(),
+        "nll": nll,
+        "brier": calibration.brier_score(probs, y),
+        "ece": calibration.expected_calibration_error(probs, y, bins),
+        "mce": calibration.maximum_calibration_error(probs, y, bins),
+        "expected_accuracy": calibration.expected_accuracy(probs),
+        "entropy": uncertainty.predictive_entropy(draws).mean().item(),
+        "mutual_information": uncertainty.mutual_information(draws).mean().item(),
+        "variation_ratio": uncertainty.variation_ratio(draws).mean().item(),
+    }
 
 
 def language_model_metrics(probs, y) -> dict[str, float]:

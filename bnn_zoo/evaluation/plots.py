@@ -122,4 +122,3 @@ def evidence_by_architecture(table, path):
     ax.set(ylabel="log evidence (nats)", title="evidence by architecture (+-2 SE)")
     ax.legend(fontsize=8)
     _save(fig, path)
-

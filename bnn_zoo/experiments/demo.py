@@ -33,8 +33,13 @@ def demo(out_dir="runs/demo", svi_steps=3000, num_warmup=300, num_samples=300, n
     noise = data.info["noise_scale"] / float(data.y_std)
     model = BNN(MLP(1, [50], 1, activation="tanh"), FanInNormal(), Gaussian(noise))
     svi = run("svi-mean-field", data, model, SVI(steps=svi_steps, lr=0.02, lr_decay=0.1, num_particles=4, seed=seed, progress=progress), out / "svi")
-    nuts = run("nuts", data, model, NUTS(num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains, init=svi.posterior,
-                                         seed=seed, progress=progress), out / "nuts")
+    nuts = run(
+        "nuts",
+        data,
+        model,
+        NUTS(num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains, init=svi.posterior, seed=seed, progress=progress),
+        out / "nuts",
+    )
     # The GP baseline learns its noise by type II (a GP with 3 hyperparameters does not explain the cubic away).
     gp = run("gp-rbf", data, GP("rbf"), TypeII(steps=300, lr=0.05, seed=seed, progress=progress), out / "gp")
     results = [svi, nuts, gp]
@@ -44,12 +49,25 @@ def demo(out_dir="runs/demo", svi_steps=3000, num_warmup=300, num_samples=300, n
     return results
 
 
-COLUMNS = [("test RMSE", "rmse", "{:.3f}"), ("test LL", "test_log_likelihood", "{:.3f}"), ("accuracy", "accuracy", "{:.3f}"),
-           ("NLL", "nll", "{:.3f}"), ("ECE", "ece", "{:.3f}"), ("perplexity", "perplexity", "{:.2f}"), ("ELBO", "elbo", "{:.2f}"),
-           ("IW bound", "evidence_iw", "{:.2f}"), ("AIS", "evidence_ais", "{:.2f}"), ("AIS SE", "evidence_ais_se", "{:.2f}"),
-           ("log ML", "log_marginal_likelihood", "{:.2f}"),
-           ("LOO elpd", "loo_elpd", "{:.2f}"), ("LOO SE", "loo_se", "{:.2f}"), ("time s", "runtime_s", "{:.1f}"),
-           ("max R-hat", "max_rhat", "{:.3f}"), ("min bulk ESS", "min_ess_bulk", "{:.0f}"), ("divergences", "divergences", "{}")]
+COLUMNS = [
+    ("test RMSE", "rmse", "{:.3f}"),
+    ("test LL", "test_log_likelihood", "{:.3f}"),
+    ("accuracy", "accuracy", "{:.3f}"),
+    ("NLL", "nll", "{:.3f}"),
+    ("ECE", "ece", "{:.3f}"),
+    ("perplexity", "perplexity", "{:.2f}"),
+    ("ELBO", "elbo", "{:.2f}"),
+    ("IW bound", "evidence_iw", "{:.2f}"),
+    ("AIS", "evidence_ais", "{:.2f}"),
+    ("AIS SE", "evidence_ais_se", "{:.2f}"),
+    ("log ML", "log_marginal_likelihood", "{:.2f}"),
+    ("LOO elpd", "loo_elpd", "{:.2f}"),
+    ("LOO SE", "loo_se", "{:.2f}"),
+    ("time s", "runtime_s", "{:.1f}"),
+    ("max R-hat", "max_rhat", "{:.3f}"),
+    ("min bulk ESS", "min_ess_bulk", "{:.0f}"),
+    ("divergences", "divergences", "{}"),
+]
 
 
 def _console():
@@ -74,11 +92,22 @@ def print_table(results, console=None, title=None):
 
 
 # (header, value key, SE key or None, format): the terminal shows a subset; comparison.csv has every column.
-COMPARE_COLUMNS = [("run", "run", None, "{}"), ("architecture", "architecture", None, "{}"), ("inference", "inference", None, "{}"),
-                   ("rank", "rank", None, "{:.0f}"), ("ELBO", "elbo", "elbo_se", "{:.2f}"), ("IW bound", "evidence_iw", "evidence_iw_se", "{:.2f}"),
-                   ("AIS", "evidence_ais", "evidence_ais_se", "{:.2f}"), ("GP log ML", "log_marginal_likelihood", None, "{:.2f}"),
-                   ("LOO elpd", "loo_elpd", "loo_se", "{:.1f}"), ("max k", "max_pareto_k", None, "{:.2f}"), ("weight", "weight", None, "{:.2f}"),
-                   ("WAIC", "waic_elpd", None, "{:.1f}"), *[(h, k, None, f) for h, k, f in COLUMNS[:5]], ("time s", "runtime_s", None, "{:.1f}")]
+COMPARE_COLUMNS = [
+    ("run", "run", None, "{}"),
+    ("architecture", "architecture", None, "{}"),
+    ("inference", "inference", None, "{}"),
+    ("rank", "rank", None, "{:.0f}"),
+    ("ELBO", "elbo", "elbo_se", "{:.2f}"),
+    ("IW bound", "evidence_iw", "evidence_iw_se", "{:.2f}"),
+    ("AIS", "evidence_ais", "evidence_ais_se", "{:.2f}"),
+    ("GP log ML", "log_marginal_likelihood", None, "{:.2f}"),
+    ("LOO elpd", "loo_elpd", "loo_se", "{:.1f}"),
+    ("max k", "max_pareto_k", None, "{:.2f}"),
+    ("weight", "weight", None, "{:.2f}"),
+    ("WAIC", "waic_elpd", None, "{:.1f}"),
+    *[(h, k, None, f) for h, k, f in COLUMNS[:5]],
+    ("time s", "runtime_s", None, "{:.1f}"),
+]
 
 
 def print_comparison(table, console=None, title=None):

@@ -25,7 +25,7 @@ class Result:
     predictions: object = None  # xr.Dataset of test predictions (see test_predictions); None for language models
 
 
-def run(name, dataset, model, method, out_dir=None, elbo_samples: int = 1000, evidence=(), ais_steps: int = 500, iw_k: int = 100) -> Result:
+def run(name, dataset, model, method, out_dir=None, elbo_samples: int = 1000, evidence=(), ais_steps: int = 500, iw_k: int = 100, device=None) -> Result:
     """Fit ``model`` to ``dataset`` with ``method``; metrics and, with ``out_dir``, posterior.nc, metrics.json, plots.
 
     ``evidence`` names extra log-evidence estimates on the training data: "ais" (annealed importance
@@ -37,7 +37,9 @@ def run(name, dataset, model, method, out_dir=None, elbo_samples: int = 1000, ev
     standardised training targets the model was fitted to (as is posterior.nc's log_likelihood).
     """
     x, y = dataset.train
-    posterior = fit(model, x, y, method)
+    posterior = fit(model, x, y, method, device=device)
+    if device is not None:
+        posterior = posterior.to("cpu")  # metrics, plots and files are made on the CPU
     x_test, y_test = dataset.test
     pred = None
     if model.likelihood.task == "language-model":  # (draws, N, T, V) outputs are too large to hold: averaged in chunks
@@ -52,8 +54,14 @@ def run(name, dataset, model, method, out_dir=None, elbo_samples: int = 1000, ev
     metrics.update(_evidence(posterior, idata, elbo_samples))
     ais_checkpoint = None if out_dir is None else Path(out_dir) / "ais_checkpoint.pt"
     metrics.update(_extra_evidence(posterior, evidence, ais_steps, iw_k, getattr(method, "progress", False), ais_checkpoint))
-    metrics.update(runtime_s=posterior.runtime_s, data=dataset.name, n_train=int(posterior.x.shape[0]), n_test=int(x_test.shape[0]),
-                   settings=posterior.settings, **model.describe())
+    metrics.update(
+        runtime_s=posterior.runtime_s,
+        data=dataset.name,
+        n_train=int(posterior.x.shape[0]),
+        n_test=int(x_test.shape[0]),
+        settings=posterior.settings,
+        **model.describe(),
+    )
     if posterior.x.shape[0] < x.shape[0]:
         metrics["n_validation"] = int(x.shape[0] - posterior.x.shape[0])  # held out for early stopping
     metrics.update({k: v for k, v in posterior.info.items() if v != ""})  # stop_reason, early-stopping step
@@ -101,8 +109,7 @@ def _extra_evidence(posterior, names, ais_steps, iw_k, progress, ais_checkpoint)
         out["evidence_iw"], out["evidence_iw_se"] = evidence.importance_weighted(posterior, k=iw_k, num_repeats=10)
     if "ais" in names:
         seed = int(posterior.settings.get("seed", 0))
-        out["evidence_ais"], out["evidence_ais_se"] = evidence.ais(posterior, num_steps=ais_steps, seed=seed, progress=progress,
-                                                                      checkpoint=ais_checkpoint)
+        out["evidence_ais"], out["evidence_ais_se"] = evidence.ais(posterior, num_steps=ais_steps, seed=seed, progress=progress, checkpoint=ais_checkpoint)
     return out
 
 
@@ -120,27 +127,48 @@ def test_predictions(name, posterior, dataset, metrics, pred):
 
     task = posterior.model.likelihood.task
     y_test = dataset.test[1]
-    attrs = {"name": name, "task": task, "model": metrics.get("model", ""), "method": posterior.method,
-             **{k: metrics[k] for k in ("rmse", "test_log_likelihood", "accuracy", "nll") if k in metrics}}
+    attrs = {
+        "name": name,
+        "task": task,
+        "model": metrics.get("model", ""),
+        "method": posterior.method,
+        **{k: metrics[k] for k in ("rmse", "test_log_likelihood", "accuracy", "nll") if k in metrics},
+    }
     if task == "classification":
         draws = pred.draw_probs
-        return xr.Dataset({"probs": (("obs", "class"), draws.mean(0).numpy()), "y": ("obs", y_test.long().numpy()),
-                           "entropy": ("obs", uncertainty.predictive_entropy(draws).numpy()),
-                           "mutual_information": ("obs", uncertainty.mutual_information(draws).numpy())}, attrs=attrs)
+        return xr.Dataset(
+            {
+                "probs": (("obs", "class"), draws.mean(0).numpy()),
+                "y": ("obs", y_test.long().numpy()),
+                "entropy": ("obs", uncertainty.predictive_entropy(draws).numpy()),
+                "mutual_information": ("obs", uncertainty.mutual_information(draws).numpy()),
+            },
+            attrs=attrs,
+        )
     y = posterior.model.likelihood.check_targets(y_test, pred.f.shape[-1])
-    ds = xr.Dataset({"y": ("obs", (y * dataset.y_std + dataset.y_mean)[:, 0].numpy()),
-                     "mean": ("obs", (pred.mean * dataset.y_std + dataset.y_mean)[:, 0].numpy()),
-                     "sd": ("obs", (pred.variance.sqrt() * dataset.y_std)[:, 0].numpy()), "pit": ("obs", pred.cdf(y)[:, 0].numpy())}, attrs=attrs)
+    ds = xr.Dataset(
+        {
+            "y": ("obs", (y * dataset.y_std + dataset.y_mean)[:, 0].numpy()),
+            "mean": ("obs", (pred.mean * dataset.y_std + dataset.y_mean)[:, 0].numpy()),
+            "sd": ("obs", (pred.variance.sqrt() * dataset.y_std)[:, 0].numpy()),
+            "pit": ("obs", pred.cdf(y)[:, 0].numpy()),
+        },
+        attrs=attrs,
+    )
     if dataset.in_features == 1 and y.shape[1] == 1:
         x_all = torch.cat([dataset.x_train, dataset.x_test])[:, 0]
         lo, hi = x_all.min().item(), x_all.max().item()
         grid = torch.linspace(lo - 0.25 * (hi - lo), hi + 0.25 * (hi - lo), 200)[:, None]
         band = posterior.predict((grid - dataset.x_mean) / dataset.x_std)
         q = band.quantiles([0.025, 0.25, 0.75, 0.975])[..., 0] * dataset.y_std + dataset.y_mean
-        ds = ds.assign(x_test=("obs", dataset.x_test[:, 0].numpy()), x_grid=("grid", grid[:, 0].numpy()),
-                       grid_mean=("grid", (band.mean[:, 0] * dataset.y_std + dataset.y_mean).numpy()),
-                       grid_quantile=(("grid", "quantile"), q.T.numpy()), x_train=("train", dataset.x_train[:, 0].numpy()),
-                       y_train=("train", dataset.y_train.reshape(-1).numpy()))
+        ds = ds.assign(
+            x_test=("obs", dataset.x_test[:, 0].numpy()),
+            x_grid=("grid", grid[:, 0].numpy()),
+            grid_mean=("grid", (band.mean[:, 0] * dataset.y_std + dataset.y_mean).numpy()),
+            grid_quantile=(("grid", "quantile"), q.T.numpy()),
+            x_train=("train", dataset.x_train[:, 0].numpy()),
+            y_train=("train", dataset.y_train.reshape(-1).numpy()),
+        )
         ds.attrs["truth"] = "x^3" if dataset.name == "toy-cubic" else ""
     return ds
 

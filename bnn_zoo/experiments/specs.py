@@ -6,19 +6,30 @@ from bnn_zoo import likelihoods, priors
 from bnn_zoo.errors import BnnZooError
 from bnn_zoo.models import MLP, LeNet, TextRNN
 
-MODELS = {"mlp": "MLP; options hidden=50,50 and activation=tanh|relu|sigmoid|elu|gelu",
-          "linear": "linear model (Bayesian linear regression with a Gaussian likelihood)",
-          "cnn": "LeNet on images (digits); options channels=16,32, kernel=3, pool=2, dense=64, dropout=all (lenet-all) | dense (lenet-ip)",
-          "lstm-tied": "embedding + LSTM with one (4K, D+K) gate matrix + head; options embed=32, hidden=64",
-          "lstm-untied": "as lstm-tied with separate W_g, U_g per gate (independent dropout masks per gate)",
-          "embedding-rnn": "lstm-untied whose embedding also takes word-type dropout; option gates=tied|untied"}
-PRIORS = {"fanin": "N(0, gain^2/fan_in) weights, N(0, bias_scale^2) biases; options gain, bias_scale (default)",
-          "normal": "N(0, scale^2) on every weight (Gal: scale = 1/length-scale); option scale"}
-INFERENCE = {"svi": "stochastic VI with a guide (--guide)", "nuts": "No-U-Turn sampler (Pyro)", "hmc": "Hamiltonian Monte Carlo (Pyro)",
-             "gp": "GPyTorch GP baseline by type-II ML; options kernel=rbf|matern52|nngp (default rbf), inducing=128 (classification)"}
-LIKELIHOODS = {"gaussian": "Gaussian, noise learned under HalfNormal(1), or fixed with scale=S (standardised units)",
-               "bernoulli": "binary labels 0/1", "categorical": "class labels 0..C-1",
-               "tokens": "next-token labels for language models (the default on text corpora)"}
+MODELS = {
+    "mlp": "MLP; options hidden=50,50 and activation=tanh|relu|sigmoid|elu|gelu",
+    "linear": "linear model (Bayesian linear regression with a Gaussian likelihood)",
+    "cnn": "LeNet on images (digits); options channels=16,32, kernel=3, pool=2, dense=64, dropout=all (lenet-all) | dense (lenet-ip)",
+    "lstm-tied": "embedding + LSTM with one (4K, D+K) gate matrix + head; options embed=32, hidden=64",
+    "lstm-untied": "as lstm-tied with separate W_g, U_g per gate (independent dropout masks per gate)",
+    "embedding-rnn": "lstm-untied whose embedding also takes word-type dropout; option gates=tied|untied",
+}
+PRIORS = {
+    "fanin": "N(0, gain^2/fan_in) weights, N(0, bias_scale^2) biases; options gain, bias_scale (default)",
+    "normal": "N(0, scale^2) on every weight (Gal: scale = 1/length-scale); option scale",
+}
+INFERENCE = {
+    "svi": "stochastic VI with a guide (--guide)",
+    "nuts": "No-U-Turn sampler (Pyro)",
+    "hmc": "Hamiltonian Monte Carlo (Pyro)",
+    "gp": "GPyTorch GP baseline by type-II ML; options kernel=rbf|matern52|nngp (default rbf), inducing=128 (classification)",
+}
+LIKELIHOODS = {
+    "gaussian": "Gaussian, noise learned under HalfNormal(1), or fixed with scale=S (standardised units)",
+    "bernoulli": "binary labels 0/1",
+    "categorical": "class labels 0..C-1",
+    "tokens": "next-token labels for language models (the default on text corpora)",
+}
 
 
 def parse(spec: str, known: dict) -> tuple[str, dict[str, str]]:
@@ -57,8 +68,9 @@ def build_net(spec: str, dataset, out_features: int):
     name, opts = parse(spec, MODELS)
     text_task = dataset.task == "language-model" or "vocab" in dataset.info
     if (name in ("lstm-tied", "lstm-untied", "embedding-rnn")) != text_task:
-        raise BnnZooError(f"model {name!r} does not fit {dataset.name}: recurrent models take text data (toy-text, text:PATH), "
-                          "the others take feature vectors or images")
+        raise BnnZooError(
+            f"model {name!r} does not fit {dataset.name}: recurrent models take text data (toy-text, text:PATH), the others take feature vectors or images"
+        )
     if name == "linear":
         _done(opts, spec)
         return MLP(dataset.in_features, [], out_features)
@@ -70,8 +82,15 @@ def build_net(spec: str, dataset, out_features: int):
         shape = dataset.info.get("image_shape")
         if shape is None:
             raise BnnZooError(f"the cnn model needs image data (digits); {dataset.name} has no image shape")
-        net = LeNet(shape, _take(opts, "channels", _ints, [16, 32], spec), _take(opts, "kernel", int, 3, spec), _take(opts, "pool", int, 2, spec),
-                    _take(opts, "dense", int, 64, spec), out_features, _take(opts, "dropout", str, "all", spec))
+        net = LeNet(
+            shape,
+            _take(opts, "channels", _ints, [16, 32], spec),
+            _take(opts, "kernel", int, 3, spec),
+            _take(opts, "pool", int, 2, spec),
+            _take(opts, "dense", int, 64, spec),
+            out_features,
+            _take(opts, "dropout", str, "all", spec),
+        )
         _done(opts, spec)
         return net
     gates = "tied" if name == "lstm-tied" else _take(opts, "gates", str, "untied", spec)

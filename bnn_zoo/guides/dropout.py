@@ -30,8 +30,8 @@ from pyro.nn import PyroModule, PyroParam
 from torch.distributions import kl_divergence, register_kl
 
 from bnn_zoo.errors import BnnZooError
-from bnn_zoo.guides.registry import register
 from bnn_zoo.guides.mean_field import MeanField
+from bnn_zoo.guides.registry import register
 from bnn_zoo.local_noise import InputDropout
 from bnn_zoo.protocols import PlacesDropout
 from bnn_zoo.variational import LocalParamModule
@@ -46,7 +46,7 @@ class DropoutMixture(TorchDistribution):
     def __init__(self, loc: torch.Tensor, p: float, event_dim: int | None = None, validate_args=None):
         event_dim = loc.dim() if event_dim is None else event_dim
         self.loc, self.p = loc, float(p)
-        super().__init__(loc.shape[: loc.dim() - event_dim], loc.shape[loc.dim() - event_dim:], validate_args=validate_args)
+        super().__init__(loc.shape[: loc.dim() - event_dim], loc.shape[loc.dim() - event_dim :], validate_args=validate_args)
 
     @constraints.dependent_property
     def support(self):
@@ -159,6 +159,7 @@ def _per_layer(p, count: int) -> list[float]:
 # Gal's relation between dropout's weight decay and the model (eqs. 3.13, 3.14, 3.17). Under PyTorch's
 # inverted dropout (kept units scaled by 1/(1-p) in training) the trained weight is W = (1-p) M, so the
 # same objective needs weight decay lambda / (1-p)^2 on W: pass inverted=True.
+
 
 def weight_decay(p: float, length_scale: float, tau: float, n: int, inverted: bool = False) -> float:
     """lambda = l^2 (1-p) / (2 N tau) (eq. 3.14); l^2 / (2 N tau (1-p)) under inverted dropout."""

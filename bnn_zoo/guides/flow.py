@@ -19,12 +19,12 @@ from pyro.distributions import constraints
 from pyro.distributions.transforms import AffineTransform, ComposeTransform, Permute, affine_autoregressive, spline_coupling
 from pyro.infer.autoguide import AutoContinuous
 from pyro.infer.autoguide.initialization import init_to_value
-from pyro.nn import PyroModule, PyroParam
+from pyro.nn import PyroParam
 from torch import nn
 
 from bnn_zoo.errors import BnnZooError
-from bnn_zoo.guides.registry import register
 from bnn_zoo.guides.mean_field import MeanField
+from bnn_zoo.guides.registry import register
 from bnn_zoo.variational import LocalParamModule
 
 TRANSFORMS = ("affine", "spline")
@@ -46,8 +46,10 @@ class Flow(LocalParamModule, AutoContinuous):
         transform, num_flows, init_scale, hidden = self._spec
         d = self.latent_dim
         if transform == "affine" and d > MAX_AFFINE_DIM:
-            raise BnnZooError(f"an affine autoregressive flow over {d} latents needs O(d^2) memory (its MADE is at least {d} wide; "
-                              f"measured: 2951 latents exhausted 24 GiB); use transform=spline, or scope=layer for smaller blocks")
+            raise BnnZooError(
+                f"an affine autoregressive flow over {d} latents needs O(d^2) memory (its MADE is at least {d} wide; "
+                f"measured: 2951 latents exhausted 24 GiB); use transform=spline, or scope=layer for smaller blocks"
+            )
         if transform == "spline" and d < 2:
             raise BnnZooError("spline coupling needs at least 2 latent dimensions; use transform=affine")
         # Width 2d grows as d^2 parameters: cap the default at 256. Pyro's autoregressive nets (MADE)
@@ -82,8 +84,7 @@ class LayerFlows(LocalParamModule):
     def __init__(self, model, init_values, init_scale=1e-2, **flow_options):
         super().__init__()
         names = [k for k, p in model.params.items() if p.dim() >= 2]
-        self.flows = nn.ModuleList(Flow(poutine.block(model, expose=[k]), init_values, init_scale=init_scale, name=f"Flow[{k}]", **flow_options)
-                                   for k in names)
+        self.flows = nn.ModuleList(Flow(poutine.block(model, expose=[k]), init_values, init_scale=init_scale, name=f"Flow[{k}]", **flow_options) for k in names)
         self.rest = MeanField(model, init_values, init_scale, sites=[k for k in model.latent_shapes() if k not in names])
 
     def forward(self, *args, **kwargs):

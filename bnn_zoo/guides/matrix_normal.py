@@ -27,8 +27,8 @@ from pyro.distributions.torch_distribution import TorchDistribution
 from pyro.nn import PyroModule, PyroParam
 from torch.distributions import register_kl
 
-from bnn_zoo.guides.registry import flag, register
 from bnn_zoo.guides.mean_field import MeanField
+from bnn_zoo.guides.registry import flag, register
 from bnn_zoo.local_noise import MatrixNormalWeights
 from bnn_zoo.variational import LocalParamModule
 
@@ -55,9 +55,12 @@ class MatrixNormal(TorchDistribution):
 
     def expand(self, batch_shape, _instance=None):
         batch_shape = torch.Size(batch_shape)
-        return MatrixNormal(self.loc.expand(batch_shape + self.loc.shape[-2:]),
-                            self.row_factor.expand(batch_shape + self.row_factor.shape[-2:]),
-                            self.col_factor.expand(batch_shape + self.col_factor.shape[-2:]), self.event_shape)
+        return MatrixNormal(
+            self.loc.expand(batch_shape + self.loc.shape[-2:]),
+            self.row_factor.expand(batch_shape + self.row_factor.shape[-2:]),
+            self.col_factor.expand(batch_shape + self.col_factor.shape[-2:]),
+            self.event_shape,
+        )
 
     @property
     def row_cov(self):
@@ -135,8 +138,7 @@ class MatrixNormalGuide(LocalParamModule):
             setattr(self.locs, key, PyroParam(init_values[name].detach().reshape(n, m).clone()))
             setattr(self.rows, key, _Factor(n, init_scale, rank))
             setattr(self.cols, key, _Factor(m, init_scale, rank))
-        self.rest = MeanField(model, init_values, init_scale, sites=[k for k in model.latent_shapes() if k not in self.shapes],
-                              local_reparam=local_reparam)
+        self.rest = MeanField(model, init_values, init_scale, sites=[k for k in model.latent_shapes() if k not in self.shapes], local_reparam=local_reparam)
 
     def distribution(self, name: str) -> MatrixNormal:
         key = name.replace(".", "__")
@@ -146,8 +148,9 @@ class MatrixNormalGuide(LocalParamModule):
         values = {}
         for name in self.shapes:
             q = self.distribution(name)
-            infer = {"local_noise": MatrixNormalWeights(q.loc.reshape(q.event_shape), q.row_factor, q.col_factor)} \
-                if self.local_reparam and self.training else {}
+            infer = (
+                {"local_noise": MatrixNormalWeights(q.loc.reshape(q.event_shape), q.row_factor, q.col_factor)} if self.local_reparam and self.training else {}
+            )
             values[name] = pyro.sample(name, q, infer=infer)
         values.update(self.rest(*args, **kwargs))
         return values
@@ -156,7 +159,8 @@ class MatrixNormalGuide(LocalParamModule):
         return {**{name: self.distribution(name).mean for name in self.shapes}, **self.rest.mean()}
 
 
-@register("matrix-normal", "matrix-normal MN(M, U, V) per weight matrix (full Cholesky; rank=k for low-rank + diagonal); "
-          "local_reparam=true|false (dense layers)")
+@register(
+    "matrix-normal", "matrix-normal MN(M, U, V) per weight matrix (full Cholesky; rank=k for low-rank + diagonal); local_reparam=true|false (dense layers)"
+)
 def matrix_normal(model, init_values, init_scale: float = 1e-2, rank: int | None = None, local_reparam: bool = False):
     return MatrixNormalGuide(model, init_values, init_scale=init_scale, rank=rank, local_reparam=flag(local_reparam))

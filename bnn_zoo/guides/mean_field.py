@@ -31,8 +31,7 @@ from bnn_zoo.variational import LocalParamModule
 class MeanField(LocalParamModule):
     """Diagonal Gaussian over ``sites`` (default: every latent site of ``model``)."""
 
-    def __init__(self, model, init_values, init_scale: float = 1e-2, sites=None, parametrization: str = "softplus",
-                 local_reparam: bool = False):
+    def __init__(self, model, init_values, init_scale: float = 1e-2, sites=None, parametrization: str = "softplus", local_reparam: bool = False):
         super().__init__()
         if parametrization not in ("softplus", "log"):
             raise BnnZooError(f"unknown scale parametrization {parametrization!r}; choose softplus or log")
@@ -72,8 +71,6 @@ class MeanField(LocalParamModule):
         return {k: self.transforms[k](self.loc_and_scale(k)[0]) if k in self.transforms else self.loc_and_scale(k)[0] for k in self.sites}
 
 
-@register("mean-field", "diagonal Gaussian over every weight (Bayes by Backprop); init_scale, parametrization=softplus|log, "
-          "local_reparam=true|false")
+@register("mean-field", "diagonal Gaussian over every weight (Bayes by Backprop); init_scale, parametrization=softplus|log, local_reparam=true|false")
 def mean_field(model, init_values, init_scale: float = 1e-2, parametrization: str = "softplus", local_reparam: bool = False):
     return MeanField(model, init_values, init_scale=init_scale, parametrization=parametrization, local_reparam=flag(local_reparam))
-

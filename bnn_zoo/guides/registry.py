@@ -57,8 +57,9 @@ def make(guide: str | type | Callable, model, init_values: dict, options: dict |
         with pyro.settings.context(**LOCAL_PARAMS):
             return guide(model, init_loc_fn=init_to_value(values=init_values), **options)
     if options:
-        raise BnnZooError("guide_options apply to a guide built by bnn-zoo (a registered name or an AutoGuide class); "
-                          "configure a guide instance when you create it")
+        raise BnnZooError(
+            "guide_options apply to a guide built by bnn-zoo (a registered name or an AutoGuide class); configure a guide instance when you create it"
+        )
     return guide
 
 

@@ -1,28 +1,65 @@
 """One entry point for inference: ``fit(model, x, y, method)`` with method SVI, NUTS or HMC (a BNN), or
 ``bnn_zoo.TypeII`` (a ``bnn_zoo.GP``)."""
 
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from bnn_zoo.baselines import GP, GPPosterior, TypeII
+from bnn_zoo.bnn import BNN
 from bnn_zoo.data.validation import check_data
 from bnn_zoo.errors import BnnZooError
 from bnn_zoo.inference.mcmc import HMC, NUTS
 from bnn_zoo.inference.svi import SVI
+from bnn_zoo.posterior import Posterior
+
+ArrayLike = torch.Tensor | np.ndarray | Sequence
 
 METHODS = {"svi": SVI, "nuts": NUTS, "hmc": HMC}
 
 
-def fit(model, x, y, method):
-    """Fit ``model`` (a :class:`bnn_zoo.BNN`, or a :class:`bnn_zoo.GP` with ``TypeII``) to (x, y) with
-    ``method``; returns a :class:`bnn_zoo.Posterior` (a GP: a ``GPPosterior`` with the same interface).
+def fit(model: BNN | GP, x: ArrayLike, y: ArrayLike, method: SVI | NUTS | HMC | TypeII, device: str | torch.device | None = None) -> Posterior | GPPosterior:
+    """Fit ``model`` to (x, y) with ``method``.
 
     Inputs are validated first (shapes, NaN/inf, labels), so bad data fails before any training.
+
+    Args:
+        model: a :class:`bnn_zoo.BNN`, fitted by SVI, NUTS or HMC; or a :class:`bnn_zoo.GP`, fitted by TypeII.
+        x: inputs, (N, features): a tensor, array or nested list.
+        y: targets, (N,) or (N, outputs) for regression, class labels (N,) for classifiers.
+        method: ``bnn_zoo.SVI(...)``, ``bnn_zoo.NUTS(...)``, ``bnn_zoo.HMC(...)`` or ``bnn_zoo.TypeII(...)``.
+        device: where to fit a BNN: ``"cpu"`` (default: where the model is) or ``"cuda"``; the model is
+            copied there with its data, and the posterior lives there.
+
+    Returns:
+        A :class:`bnn_zoo.Posterior` (a GP: a ``GPPosterior`` with the same interface).
     """
     if not hasattr(method, "run"):
         raise BnnZooError(f"method must be bnn_zoo.SVI(...), bnn_zoo.NUTS(...), bnn_zoo.HMC(...) or bnn_zoo.TypeII(...), got {method!r}")
-    from bnn_zoo.baselines import GP, TypeII
-
+    if not isinstance(model, (BNN, GP)):
+        raise BnnZooError(f"model must be a bnn_zoo.BNN or a bnn_zoo.GP, got {type(model).__name__}")
     if isinstance(model, GP) != isinstance(method, TypeII):
         raise BnnZooError("a bnn_zoo.GP is fitted by bnn_zoo.TypeII(...), and a BNN by SVI, NUTS or HMC")
     x, y = check_data(model, x, y)
+    if device is not None:
+        if isinstance(model, GP):
+            raise BnnZooError("the GP baseline fits on the CPU (exact Cholesky in float64); drop device=")
+        model = model.to(_available(device))
+        x, y = x.to(model.device), y.to(model.device)
     return method.run(model, x, y)
+
+
+def _available(device: str | torch.device) -> torch.device:
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise BnnZooError(f"unknown device {device!r}; use 'cpu' or 'cuda' (or 'cuda:N')") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise BnnZooError("device='cuda' was asked for, but this torch sees no CUDA device (torch.cuda.is_available() is False); use 'cpu'")
+    if device.type not in ("cpu", "cuda"):
+        raise BnnZooError(f"bnn-zoo fits on 'cpu' or 'cuda', not {device.type!r}")
+    return device
 
 
 __all__ = ["HMC", "METHODS", "NUTS", "SVI", "fit"]

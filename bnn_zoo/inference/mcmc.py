@@ -1,7 +1,9 @@
 """NUTS and HMC: Pyro's kernels on the BNN model, chains run one after another, per-draw stats kept.
 
-Pyro's MCMC keeps only divergences; ArviZ wants per-draw tree depth, step size and energy too, so the
-kernels below record them as they sample (subclasses, because Pyro exposes no hook for these values).
+Pyro's MCMC keeps only divergences; ArviZ wants per-draw tree depth, step size and energy too. A
+``hook_fn`` (Pyro's own per-draw callback) records them after each kept draw. Two values exist only
+inside a transition, so small kernel subclasses keep them for the hook: the Hamiltonian at the
+trajectory's start (the energy E-BFMI needs) and the number of leapfrog steps.
 Chains run sequentially in this process: Pyro's multi-chain mode forks workers, whose kernels (and
 their stats) never come back, and on 2 cores parallel chains only contend for the same threads.
 """
@@ -20,12 +22,8 @@ from bnn_zoo.errors import BnnZooError
 from bnn_zoo.posterior import Posterior
 
 
-class _RecordStats:
-    """Mixin recording, for each post-warmup draw: diverging, leapfrog steps, step size, energy, lp."""
-
-    def setup(self, warmup_steps, *args, **kwargs):
-        self.stats = []  # not in _reset: Pyro's cleanup() resets the kernel after the run
-        super().setup(warmup_steps, *args, **kwargs)
+class _TransitionValues:
+    """Keeps the trajectory's starting energy and its leapfrog steps, which Pyro computes and drops."""
 
     def _sample_r(self, name):
         r, r_unscaled = super()._sample_r(name)
@@ -36,29 +34,46 @@ class _RecordStats:
         return r, r_unscaled
 
     def sample(self, params):
-        t, divergences, self._steps = self._t, len(self._divergences), 0
-        z = super().sample(params)
-        if t >= self._warmup_steps:
-            steps = self._steps or self.num_steps
-            self.stats.append({"diverging": len(self._divergences) > divergences, "n_steps": steps,
-                               "tree_depth": int(steps).bit_length(), "step_size": float(self.step_size),
-                               "energy": self._energy, "lp": -float(self._potential_energy_last)})
-        return z
+        self._steps = 0
+        return super().sample(params)
 
 
-class _NUTSKernel(_RecordStats, pyro_mcmc.NUTS):
+def _recorder(stats: list):
+    """An MCMC ``hook_fn`` appending, for each kept draw: diverging, leapfrog steps, tree depth, step
+    size, energy and log density."""
+
+    def hook(kernel, samples, stage, i):
+        if stage != "Sample":
+            return
+        steps = kernel._steps or kernel.num_steps
+        draw = kernel._t - 1 - kernel._warmup_steps  # Pyro logs divergences by kept-draw index
+        stats.append(
+            {
+                "diverging": bool(kernel._divergences) and kernel._divergences[-1] == draw,
+                "n_steps": steps,
+                "tree_depth": int(steps).bit_length(),
+                "step_size": float(kernel.step_size),
+                "energy": kernel._energy,
+                "lp": -float(kernel._potential_energy_last),
+            }
+        )
+
+    return hook
+
+
+class _NUTSKernel(_TransitionValues, pyro_mcmc.NUTS):
     def _build_basetree(self, *args, **kwargs):
         self._steps += 1  # one leapfrog step per base tree
         return super()._build_basetree(*args, **kwargs)
 
 
-class _HMCKernel(_RecordStats, pyro_mcmc.HMC):
+class _HMCKernel(_TransitionValues, pyro_mcmc.HMC):
     pass
 
 
 @dataclass
 class _MCMC:
-    """Settings shared by NUTS and HMC; ``init`` as documented on :class:`NUTS`."""
+    """Settings shared by NUTS and HMC (documented on :class:`NUTS`)."""
 
     num_warmup: int = 500
     num_samples: int = 500
@@ -92,11 +107,16 @@ class _MCMC:
         chains, stats = [], []
         for c in range(self.num_chains):
             pyro.set_rng_seed(self.seed + c)
-            kernel = self._kernel(model, inits[c])
-            mcmc = pyro_mcmc.MCMC(kernel, num_samples=self.num_samples, warmup_steps=self.num_warmup, disable_progbar=not self.progress)
+            stats.append([])
+            mcmc = pyro_mcmc.MCMC(
+                self._kernel(model, inits[c]),
+                num_samples=self.num_samples,
+                warmup_steps=self.num_warmup,
+                disable_progbar=not self.progress,
+                hook_fn=_recorder(stats[-1]),
+            )
             mcmc.run(x, y)
             chains.append(mcmc.get_samples())
-            stats.append(kernel.stats)
         samples = {k: torch.stack([ch[k] for ch in chains]) for k in model.latent_shapes()}
         sample_stats = {k: torch.tensor([[s[k] for s in st] for st in stats]) for k in stats[0][0]}
         return Posterior(model, x, y, samples, self.settings(), sample_stats=sample_stats, runtime_s=time.perf_counter() - start)
@@ -114,11 +134,22 @@ class _MCMC:
 
 @dataclass
 class NUTS(_MCMC):
-    """No-U-Turn sampler (Pyro's NUTS) with adapted step size and diagonal (or dense) mass matrix.
+    """No-U-Turn sampler (Pyro's NUTS; Hoffman & Gelman 2014) with step size adapted by dual averaging
+    and a diagonal (or dense) mass matrix from warm-up, on the same model object SVI fits.
 
-    ``init``: None starts each chain at the network's own initialisation (re-drawn per chain);
-    ``"prior"`` at a prior draw; a fitted :class:`Posterior` (say from SVI) at one of its draws per
-    chain; a dict of site values at those values.
+    Args:
+        num_warmup: warm-up (adaptation) iterations per chain.
+        num_samples: kept draws per chain.
+        num_chains: chains, run one after another in this process.
+        init: where each chain starts: None, the network's own initialisation (re-drawn per chain);
+            ``"prior"``, a prior draw; a fitted :class:`~bnn_zoo.Posterior` (say from SVI), one of its
+            draws per chain; or a dict of site values.
+        seed: chain c is seeded with ``seed + c``.
+        target_accept: the acceptance probability step-size adaptation aims at.
+        dense_mass: adapt a dense mass matrix instead of a diagonal one.
+        jit_compile: compile the potential with ``torch.jit.trace`` (about 3x faster per gradient).
+        progress: show Pyro's progress bar.
+        max_tree_depth: the deepest trajectory doubling.
     """
 
     max_tree_depth: int = 10
@@ -126,13 +157,26 @@ class NUTS(_MCMC):
     name = "nuts"
 
     def _kernel(self, model, init_strategy):
-        return _NUTSKernel(model, init_strategy=init_strategy, target_accept_prob=self.target_accept, max_tree_depth=self.max_tree_depth,
-                           full_mass=self.dense_mass, jit_compile=self.jit_compile, ignore_jit_warnings=True)
+        return _NUTSKernel(
+            model,
+            init_strategy=init_strategy,
+            target_accept_prob=self.target_accept,
+            max_tree_depth=self.max_tree_depth,
+            full_mass=self.dense_mass,
+            jit_compile=self.jit_compile,
+            ignore_jit_warnings=True,
+        )
 
 
 @dataclass
 class HMC(_MCMC):
-    """Hamiltonian Monte Carlo with a fixed trajectory length (Pyro's HMC); step size adapted in warmup."""
+    """Hamiltonian Monte Carlo with a fixed trajectory length (Pyro's HMC; Neal 2011); the step size is
+    adapted in warm-up. Arguments as :class:`NUTS`, plus:
+
+    Args:
+        trajectory_length: the integration time per transition.
+        step_size: the initial step size.
+    """
 
     trajectory_length: float = 1.0
     step_size: float = 0.01
@@ -140,6 +184,13 @@ class HMC(_MCMC):
     name = "hmc"
 
     def _kernel(self, model, init_strategy):
-        return _HMCKernel(model, init_strategy=init_strategy, step_size=self.step_size, trajectory_length=self.trajectory_length,
-                          target_accept_prob=self.target_accept, full_mass=self.dense_mass, jit_compile=self.jit_compile,
-                          ignore_jit_warnings=True)
+        return _HMCKernel(
+            model,
+            init_strategy=init_strategy,
+            step_size=self.step_size,
+            trajectory_length=self.trajectory_length,
+            target_accept_prob=self.target_accept,
+            full_mass=self.dense_mass,
+            jit_compile=self.jit_compile,
+            ignore_jit_warnings=True,
+        )

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyro
@@ -24,22 +24,37 @@ from bnn_zoo.variational import guide_state, load_guide_state, parameters, sampl
 
 @dataclass
 class SVI:
-    """Fit a guide by maximising the ELBO (Trace_ELBO; closed-form KL where the guide and prior allow).
-
-    ``num_particles`` draws are vectorised; ``batch_size`` subsamples the data plate (likelihood scaled
-    by N/M); the learning rate decays geometrically to ``lr * lr_decay`` at the last step.
-    ``checkpoint`` is a path written every ``checkpoint_every`` steps and on Ctrl-C; an existing one is resumed.
-    ``num_draws`` guide draws are kept for prediction and the InferenceData.
+    """Fit a guide by maximising the ELBO with Adam: Pyro's ``TraceMeanField_ELBO``, so the KL is closed
+    form wherever the guide and prior allow (Blundell et al. 2015, eq. 1; Gal's thesis eq. 3.7).
 
     ``kl_weight`` is Heek's KL discount tau: the objective is E_q[log p(y | w)] - tau KL(q || p), whose
-    optimum is the tempered posterior q ~ p(w) p(y | w)^(1 / tau); ``kl_warmup`` raises the weight
-    linearly from tau / kl_warmup to tau over the first ``kl_warmup`` steps (annealing). ``objective``
-    ``"renyi"`` maximises Li & Turner's Renyi bound of order ``alpha`` (Pyro's RenyiELBO, >= 2 particles).
+    optimum is the tempered posterior q ~ p(w) p(y | w)^(1 / tau). With ``validation`` > 0 the guide is
+    scored every ``eval_every`` steps by the held-out log predictive density per point (Gal's eq. 3.18,
+    64 draws); training stops after ``patience`` scores without improvement and the best guide is kept.
 
-    ``validation`` > 0 holds out that fraction of the data (a seeded random split) and scores the guide
-    every ``eval_every`` steps by the validation log predictive density per point (Gal's eq. 3.18 with
-    64 draws); training stops after ``patience`` scores without improvement and the best guide is
-    kept. The Posterior then holds the training part only.
+    Args:
+        guide: a registered name (``"mean-field"``, ``"matrix-normal"``, ``"dropout"``, ``"flow"``), a Pyro
+            ``AutoGuide`` class (built on the model, started at the network's initialisation), an
+            ``AutoGuide`` instance, or any callable guide with the model's signature.
+        steps: optimisation steps.
+        lr: Adam's learning rate.
+        batch_size: minibatch size M; the likelihood is scaled by N / M (default: full batch).
+        num_particles: ELBO particles per step, vectorised.
+        seed: seeds Pyro's and torch's generators before the guide is built.
+        lr_decay: the learning rate decays geometrically to ``lr * lr_decay`` at the last step.
+        guide_options: keyword options of a registered guide or an AutoGuide class.
+        num_draws: guide draws kept for prediction and the InferenceData.
+        checkpoint: a path written every ``checkpoint_every`` steps and on Ctrl-C; an existing one is resumed.
+        checkpoint_every: steps between checkpoints.
+        kl_weight: the KL discount tau (> 0).
+        kl_warmup: steps over which the KL weight rises linearly from tau / kl_warmup to tau.
+        objective: ``"elbo"``, or ``"renyi"`` for Li & Turner's Renyi bound of order ``alpha``
+            (Pyro's RenyiELBO; needs >= 2 particles and a guide with a density).
+        alpha: the Renyi order.
+        validation: fraction of the data held out (a seeded random split) for early stopping; 0 is off.
+        eval_every: steps between validation scores.
+        patience: validation scores without improvement before stopping.
+        progress: show a progress bar (quiet when the output is not a terminal).
     """
 
     guide: str | type | Callable = "mean-field"
@@ -77,11 +92,24 @@ class SVI:
         return guides.make(self.guide, model, model.network_init(self.seed), self.guide_options)
 
     def settings(self) -> dict:
-        return {"method": self.name, "guide": self.guide_name, "guide_source": guides.source(self.guide), "steps": self.steps, "lr": self.lr, "batch_size": self.batch_size,
-                "num_particles": self.num_particles, "seed": self.seed, "lr_decay": self.lr_decay,
-                "guide_options": dict(self.guide_options), "num_draws": self.num_draws, "kl_weight": self.kl_weight,
-                "kl_warmup": self.kl_warmup, "objective": self.objective, **({"alpha": self.alpha} if self.objective == "renyi" else {}),
-                **({"validation": self.validation, "eval_every": self.eval_every, "patience": self.patience} if self.validation else {})}
+        return {
+            "method": self.name,
+            "guide": self.guide_name,
+            "guide_source": guides.source(self.guide),
+            "steps": self.steps,
+            "lr": self.lr,
+            "batch_size": self.batch_size,
+            "num_particles": self.num_particles,
+            "seed": self.seed,
+            "lr_decay": self.lr_decay,
+            "guide_options": dict(self.guide_options),
+            "num_draws": self.num_draws,
+            "kl_weight": self.kl_weight,
+            "kl_warmup": self.kl_warmup,
+            "objective": self.objective,
+            **({"alpha": self.alpha} if self.objective == "renyi" else {}),
+            **({"validation": self.validation, "eval_every": self.eval_every, "patience": self.patience} if self.validation else {}),
+        }
 
     def __post_init__(self):
         for name in ("steps", "num_particles", "num_draws", "checkpoint_every", "eval_every", "patience"):
@@ -102,11 +130,14 @@ class SVI:
         if isinstance(self.guide, str) and self.guide not in guides.GUIDES:
             raise BnnZooError(f"unknown guide {self.guide!r}; available guides: {', '.join(sorted(guides.GUIDES))}")
         if not (isinstance(self.guide, str) or callable(self.guide)):
-            raise BnnZooError(f"guide must be a registered name ({', '.join(sorted(guides.GUIDES))}), a Pyro AutoGuide class or instance, "
-                              f"or a callable guide; got {self.guide!r}")
+            raise BnnZooError(
+                f"guide must be a registered name ({', '.join(sorted(guides.GUIDES))}), a Pyro AutoGuide class or instance, "
+                f"or a callable guide; got {self.guide!r}"
+            )
         if self.guide_options and guides.source(self.guide) == "user":
-            raise BnnZooError("guide_options apply to a guide built by bnn-zoo (a registered name or an AutoGuide class); "
-                              "configure a guide instance when you create it")
+            raise BnnZooError(
+                "guide_options apply to a guide built by bnn-zoo (a registered name or an AutoGuide class); configure a guide instance when you create it"
+            )
 
     def run(self, model, x, y) -> Posterior:
         start = time.perf_counter()
@@ -114,8 +145,8 @@ class SVI:
         batch_size = None if self.batch_size is None or self.batch_size >= x.shape[0] else self.batch_size
         pyro.set_rng_seed(self.seed)
         point = model.point_estimates()  # non-Bayesian parameters (hide/expose), fitted with the guide
-        model = model.with_fixed(point)
-        guide = self.build_guide(model)
+        fitted = model.with_fixed(point) if point else model
+        guide = self.build_guide(fitted)
         if self.objective == "renyi" and not getattr(guide, "has_density", True):
             raise BnnZooError(f"the Renyi objective needs log q(w), which the {self.guide_name} guide does not have; use objective=elbo")
         params = parameters(guide, x, y) + list(point.values())  # the first call also creates the guide's parameters
@@ -137,7 +168,7 @@ class SVI:
                 weight = self.kl_weight * min(1.0, (step + 1) / self.kl_warmup) if self.kl_warmup else self.kl_weight
                 optim.zero_grad()
                 with _ScaleLatent(weight), scope(guide):
-                    loss = _loss_and_grads(elbo, model, guide, x, y, batch_size)
+                    loss = _loss_and_grads(elbo, fitted, guide, x, y, batch_size)
                 if not math.isfinite(loss):
                     stop_reason = f"loss became {loss} at step {step}"
                     break
@@ -154,7 +185,7 @@ class SVI:
                 if step % 50 == 0:
                     bar.set_postfix(loss=f"{loss:.4g}")
                 if held_out is not None and (step + 1) % self.eval_every == 0:
-                    score = validation_log_lik(guide, model, *held_out)
+                    score = validation_log_lik(guide, fitted, *held_out)
                     if best is None or score > best["score"]:
                         best = {"score": score, "step": step + 1, "state": _state(guide, point)}
                     elif step + 1 - best["step"] >= self.patience * self.eval_every:
@@ -172,17 +203,22 @@ class SVI:
             with torch.no_grad():
                 for p, good in zip(params, last_finite):
                     p.copy_(good)
-            warnings.warn(f"SVI stopped early: {stop_reason}; kept the last parameters with a finite loss. "
-                          "Lower the learning rate or check the prior and likelihood scales.", stacklevel=2)
+            warnings.warn(
+                f"SVI stopped early: {stop_reason}; kept the last parameters with a finite loss. "
+                "Lower the learning rate or check the prior and likelihood scales.",
+                stacklevel=2,
+            )
         info = {"stop_reason": stop_reason or ""}
         if best is not None:
             _load_state(guide, point, best["state"])
             info.update(best_step=best["step"], best_validation_log_lik=best["score"], steps_run=len(losses))
-        model = model.with_fixed({k: v.detach() for k, v in point.items()})
+        if point:  # the posterior carries the fitted point estimates; the user's model keeps its own
+            model = model.with_fixed({k: v.detach() for k, v in point.items()})
         with torch.no_grad():
             samples = {k: v[None] for k, v in sample_guide(guide, model, self.num_draws, x, y).items()}
-        return Posterior(model, x, y, samples, self.settings(), sample_stats={"loss": torch.tensor(losses)},
-                         guide=guide, runtime_s=time.perf_counter() - start, info=info)
+        return Posterior(
+            model, x, y, samples, self.settings(), sample_stats={"loss": torch.tensor(losses)}, guide=guide, runtime_s=time.perf_counter() - start, info=info
+        )
 
     def _split(self, x, y):
         """(training part, validation part or None): a seeded random hold-out of ``validation`` of the data."""
@@ -256,8 +292,9 @@ def _load_state(guide, point: dict, state: dict) -> None:
 
 
 def _save(path, step, state, optim, sched, losses, rng, best):
-    atomic_torch_save({"step": step, "state": state, "optim": optim.state_dict(), "sched": sched.state_dict(),
-                       "losses": torch.tensor(losses), "rng": rng, "best": best}, path)
+    atomic_torch_save(
+        {"step": step, "state": state, "optim": optim.state_dict(), "sched": sched.state_dict(), "losses": torch.tensor(losses), "rng": rng, "best": best}, path
+    )
 
 
 def _resume(path, guide, point, optim, sched):
@@ -267,7 +304,8 @@ def _resume(path, guide, point, optim, sched):
         optim.load_state_dict(state["optim"])
         sched.load_state_dict(state["sched"])
     except (KeyError, RuntimeError, ValueError) as exc:
-        raise BnnZooError(f"checkpoint {path} does not match this model and guide ({str(exc).splitlines()[0]}); "
-                          "delete it or point SVI(checkpoint=...) elsewhere") from None
+        raise BnnZooError(
+            f"checkpoint {path} does not match this model and guide ({str(exc).splitlines()[0]}); delete it or point SVI(checkpoint=...) elsewhere"
+        ) from None
     torch.set_rng_state(state["rng"])
     return int(state["step"]), state["losses"].tolist(), state.get("best")

@@ -23,8 +23,16 @@ class LeNet(nn.Module):
     a whole weight draw (``masks=step``) zeroes input units of the next weight, i.e. after pooling.
     """
 
-    def __init__(self, image_shape: Sequence[int] = (1, 8, 8), channels: Sequence[int] = (16, 32), kernel: int = 3, pool: int = 2,
-                 dense: int = 64, out_features: int = 10, dropout: str = "all"):
+    def __init__(
+        self,
+        image_shape: Sequence[int] = (1, 8, 8),
+        channels: Sequence[int] = (16, 32),
+        kernel: int = 3,
+        pool: int = 2,
+        dense: int = 64,
+        out_features: int = 10,
+        dropout: str = "all",
+    ):
         super().__init__()
         if dropout not in PLACEMENTS:
             raise BnnZooError(f"unknown dropout placement {dropout!r}; choose all (lenet-all) or dense (lenet-ip)")
@@ -32,8 +40,10 @@ class LeNet(nn.Module):
         blocks = []
         for out in channels:
             if h < pool or w < pool:
-                raise BnnZooError(f"{len(channels)} pooling blocks shrink a {image_shape[1]}x{image_shape[2]} image below the {pool}x{pool} pool; "
-                                  "use fewer channels entries or a smaller pool")
+                raise BnnZooError(
+                    f"{len(channels)} pooling blocks shrink a {image_shape[1]}x{image_shape[2]} image below the {pool}x{pool} pool; "
+                    "use fewer channels entries or a smaller pool"
+                )
             blocks += [nn.Conv2d(c, out, kernel, padding=kernel // 2), nn.ReLU(), nn.MaxPool2d(pool)]
             c, h, w = out, h // pool, w // pool
         self.image_shape, self.channels, self.kernel, self.pool, self.dense = tuple(image_shape), list(channels), kernel, pool, dense
@@ -61,5 +71,7 @@ class LeNet(nn.Module):
         return self.out(self.hidden(h).relu()).reshape(*lead, -1)
 
     def extra_repr(self):
-        return (f"image_shape={self.image_shape}, channels={self.channels}, kernel={self.kernel}, pool={self.pool}, dense={self.dense}, "
-                f"out_features={self.out_features}, dropout={self.dropout!r}")
+        return (
+            f"image_shape={self.image_shape}, channels={self.channels}, kernel={self.kernel}, pool={self.pool}, dense={self.dense}, "
+            f"out_features={self.out_features}, dropout={self.dropout!r}"
+        )

@@ -63,9 +63,12 @@ class LSTM(nn.Module):
                 pre = (z if mask is None else z * mask) @ self.weight.T + self.bias
                 i, f, o, g = pre.split(k, -1)
             else:
-                i, f, o, g = (_masked(x[:, t], masks_x[gate]) @ getattr(self, f"weight_{gate}").T
-                              + _masked(h, masks_h[gate]) @ getattr(self, f"recurrent_{gate}").T + getattr(self, f"bias_{gate}")
-                              for gate in GATES)
+                i, f, o, g = (
+                    _masked(x[:, t], masks_x[gate]) @ getattr(self, f"weight_{gate}").T
+                    + _masked(h, masks_h[gate]) @ getattr(self, f"recurrent_{gate}").T
+                    + getattr(self, f"bias_{gate}")
+                    for gate in GATES
+                )
             c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
             h = torch.sigmoid(o) * torch.tanh(c)
             outputs.append(h)
@@ -119,8 +122,16 @@ class TextRNN(nn.Module):
     inputs, recurrent connections and outputs always take the guide's dropout.
     """
 
-    def __init__(self, vocab_size: int, embed_dim: int = 32, hidden: int = 64, gates: str = "tied", head: str = "classify",
-                 num_classes: int = 2, embedding_dropout: bool = False):
+    def __init__(
+        self,
+        vocab_size: int,
+        embed_dim: int = 32,
+        hidden: int = 64,
+        gates: str = "tied",
+        head: str = "classify",
+        num_classes: int = 2,
+        embedding_dropout: bool = False,
+    ):
         super().__init__()
         if head not in ("classify", "lm"):
             raise BnnZooError(f"unknown head {head!r}; choose classify (sequence labels) or lm (next token)")

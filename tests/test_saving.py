@@ -1,0 +1,127 @@
+"""Saved posteriors: save, then load in a new process, and predict exactly what the original did; a
+corrupt or foreign folder gives one clear error; folders written by `bnn-zoo fit` load too."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+import xarray as xr
+
+import bnn_zoo as bz
+from bnn_zoo.bnn import last_layer
+from bnn_zoo.cli import main
+
+X_NEW = torch.linspace(-3, 3, 11)[:, None]
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """SVI (mean-field, learned noise), SVI (flow: random permutations rebuilt from the seed), SVI on a
+    last-layer BNN with an AutoGuide class, NUTS and a GP, each saved: {name: (folder, predictions)}."""
+    root = tmp_path_factory.mktemp("saved")
+    data = bz.data.toy_cubic()
+    x, y = data.train
+    net = bz.models.MLP(1, [8], 1)
+    learned = bz.BNN(net, bz.priors.FanInNormal(), bz.likelihoods.Gaussian.learned())
+    fits = {
+        "svi": bz.fit(learned, x, y, bz.SVI(steps=100, num_draws=50, progress=False)),
+        "flow": bz.fit(learned, x, y, bz.SVI(guide="flow", steps=30, num_draws=20, progress=False)),
+        "last-layer": bz.fit(
+            bz.BNN(net, bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.3), expose=[last_layer(net)]),
+            x,
+            y,
+            bz.SVI(guide=__import__("pyro").infer.autoguide.AutoNormal, steps=50, num_draws=20, progress=False),
+        ),
+        "nuts": bz.fit(bz.BNN(net, bz.priors.FanInNormal(), bz.likelihoods.Gaussian(0.3)), x, y, bz.NUTS(num_warmup=20, num_samples=20, progress=False)),
+        "gp": bz.fit(bz.GP("matern52"), x, y, bz.TypeII(steps=30, progress=False)),
+    }
+    out = {}
+    for name, post in fits.items():
+        folder = post.save(root / name)
+        out[name] = (folder, post.predict(X_NEW).f, post)
+    return out
+
+
+def test_a_loaded_posterior_predicts_exactly_the_same_in_a_new_process(saved, tmp_path):
+    folders = {name: str(folder) for name, (folder, _, _) in saved.items()}
+    script = (
+        "import sys, json, torch, bnn_zoo as bz\n"
+        "x = torch.linspace(-3, 3, 11)[:, None]\n"
+        "folders = json.loads(sys.argv[1])\n"
+        "torch.save({k: bz.load(v).predict(x).f for k, v in folders.items()}, sys.argv[2])\n"
+    )
+    subprocess.run([sys.executable, "-c", script, json.dumps(folders), str(tmp_path / "f.pt")], check=True, timeout=120)
+    loaded = torch.load(tmp_path / "f.pt", weights_only=True)
+    for name, (_, f, _) in saved.items():
+        assert torch.equal(loaded[name], f), name
+
+
+def test_a_loaded_guide_is_the_fitted_guide(saved):
+    for name in ("svi", "flow", "last-layer"):
+        folder, _, post = saved[name]
+        again = bz.load(folder)
+        assert again.settings == post.settings and torch.equal(
+            again.model.fixed.get("layers.0.weight", torch.zeros(1)), post.model.fixed.get("layers.0.weight", torch.zeros(1))
+        )
+        with torch.random.fork_rng():
+            torch.manual_seed(5)
+            fresh = post.predict(X_NEW, num_samples=200).f  # beyond the stored draws: new guide draws
+        with torch.random.fork_rng():
+            torch.manual_seed(5)
+            assert torch.equal(again.predict(X_NEW, num_samples=200).f, fresh), name
+    gp_folder, _, gp = saved["gp"]
+    assert bz.load(gp_folder).log_marginal_likelihood() == gp.log_marginal_likelihood()
+
+
+def test_corrupt_foreign_or_missing_folders_give_one_clear_error(saved, tmp_path):
+    folder = tmp_path / "copy"
+    folder.mkdir()
+    src = saved["svi"][0]
+    for name in ("posterior.json", "state.pt"):
+        (folder / name).write_bytes((src / name).read_bytes())
+    (folder / "state.pt").write_bytes((src / "state.pt").read_bytes()[:200])  # truncated
+    cases = {
+        folder: "posterior state .* is unreadable",
+        tmp_path: "not a saved bnn-zoo posterior",
+        tmp_path / "missing": "is not a folder",
+    }
+    (tmp_path / "foreign").mkdir()
+    (tmp_path / "foreign" / "posterior.json").write_text('{"hello": 1}')
+    cases[tmp_path / "foreign"] = "not a bnn-zoo posterior header"
+    (tmp_path / "garbled").mkdir()
+    (tmp_path / "garbled" / "posterior.json").write_text("{not json")
+    cases[tmp_path / "garbled"] = "unreadable"
+    for path, message in cases.items():
+        with pytest.raises(bz.BnnZooError, match=message) as err:
+            bz.load(path)
+        assert "\n" not in str(err.value)
+
+
+def test_a_user_network_is_passed_back_in_and_checked(tmp_path):
+    class Twice(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = torch.nn.Linear(1, 1)
+
+        def forward(self, x):
+            return 2 * self.inner(x)
+
+    x, y = torch.randn(10, 1), torch.randn(10)
+    model = bz.BNN(Twice(), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(1.0))
+    post = bz.fit(model, x, y, bz.SVI(steps=5, num_draws=5, progress=False))
+    post.save(tmp_path / "p")
+    with pytest.raises(bz.BnnZooError, match="cannot be rebuilt here .*pass it"):
+        bz.load(tmp_path / "p")
+    assert torch.equal(bz.load(tmp_path / "p", model=model).predict(x).f, post.predict(x).f)
+
+
+def test_a_bnn_zoo_fit_result_folder_is_loadable(tmp_path):
+    out = tmp_path / "run"
+    assert main(["fit", "--data", "toy-cubic", "--inference", "svi", "--steps", "30", "--out", str(out), "--quiet"]) == 0
+    post = bz.load(out)
+    data = bz.data.toy_cubic()
+    stored = xr.open_dataset(out / "predictions.nc", engine="h5netcdf")
+    mean = post.predict(data.test[0]).mean[:, 0] * data.y_std + data.y_mean
+    assert torch.allclose(mean, torch.as_tensor(stored["mean"].values), atol=1e-4)
