@@ -57,7 +57,7 @@ class BNN:
         if not isinstance(net, nn.Module):
             raise BnnZooError(f"net must be a torch.nn.Module, got {type(net).__name__}")
         prior = Normal(1.0) if prior is None else prior
-        if not (isinstance(prior, Distribution) or callable(prior)) or isinstance(prior, str):
+        if not (isinstance(prior, Distribution) or callable(prior)):
             raise BnnZooError(f"prior must be a bnn_zoo.priors prior (e.g. bz.priors.Normal(1.0)) or a torch/Pyro distribution, got {prior!r}")
         likelihood = Gaussian(1.0) if likelihood is None else likelihood
         if not isinstance(likelihood, Likelihood):

@@ -69,10 +69,12 @@ def move_distribution(d: Distribution, device: torch.device | str) -> Distributi
 
 
 class Gaussian(Likelihood):
-    """y ~ N(f(x), sigma^2 I) with sigma fixed (``scale=...``) or learned under ``scale_prior``.
+    """y ~ N(f(x), sigma^2 I) with sigma fixed or learned. Gal's model precision is tau = 1 / sigma^2
+    (thesis eq. 3.18 for the test log-likelihood).
 
-    Gal's model precision is tau = 1 / sigma^2. The learned scale is the sample site ``noise_scale``;
-    its default prior HalfNormal(1) suits standardised targets.
+    Args:
+        scale: the fixed noise standard deviation sigma; None to learn it (the sample site ``noise_scale``).
+        scale_prior: the learned scale's prior; default HalfNormal(1), which suits standardised targets.
     """
 
     site = "noise_scale"

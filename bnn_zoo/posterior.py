@@ -202,11 +202,20 @@ class Posterior:
         weights = {k: draws[k] for k in self.model.params}
         return weights, {k: v for k, v in draws.items() if k not in weights}
 
-    def predict(self, x, num_samples: int | None = None, at_mean: bool = False) -> Prediction:
-        """Network outputs at ``x`` for ``num_samples`` posterior draws, vectorised over draws (for the
-        dropout guide: MC dropout, eq. 3.16). ``at_mean=True`` is one pass at the posterior mean weights
-        instead: the guide's E_q[w] where it has one (for dropout, standard dropout's weight scaling),
-        else the average of the stored draws."""
+    def predict(self, x: torch.Tensor, num_samples: int | None = None, at_mean: bool = False) -> Prediction:
+        """Network outputs at ``x`` for posterior draws, vectorised over draws (for the dropout guide: MC
+        dropout, Gal's thesis eq. 3.16).
+
+        Args:
+            x: inputs (N, features).
+            num_samples: draws to use: all stored ones (default), an evenly thinned subset, or, for a
+                guide, fresh guide draws when more are asked for than are stored.
+            at_mean: one pass at the posterior mean weights instead: the guide's E_q[w] where it has one
+                (for dropout, standard dropout's weight scaling), else the average of the stored draws.
+
+        Returns:
+            Draws of f (draws, N, outputs) with the likelihood, for moments, quantiles and log-likelihoods.
+        """
         x = check_inputs(self.model, x).to(self.model.device)
         weights, latent = self._split(self.mean_weights() if at_mean else self.draws(num_samples))
         with torch.no_grad():
@@ -220,7 +229,7 @@ class Posterior:
         total = sum(self._per_draw(x, draws, lambda f, lat: self.model.likelihood.mean(f, lat).sum(0)))
         return total / next(iter(draws.values())).shape[0]
 
-    def log_likelihood(self, x=None, y=None, draw_index=None) -> torch.Tensor:
+    def log_likelihood(self, x: torch.Tensor | None = None, y: torch.Tensor | None = None, draw_index: torch.Tensor | None = None) -> torch.Tensor:
         """Pointwise log p(y_n | x_n, w_s): (chain, draw, N), for every stored draw or the draws at
         ``draw_index`` in each chain. Training data by default; computed in chunks of draws."""
         x, y = (self.x, self.y) if x is None else check_data(self.model, x, y)
@@ -240,8 +249,18 @@ class Posterior:
             for i in range(0, total, chunk):
                 yield fn(self.model.forward({k: v[i : i + chunk] for k, v in weights.items()}, x), {k: v[i : i + chunk] for k, v in latent.items()})
 
-    def elbo(self, x=None, y=None, num_samples: int = 1000) -> tuple[float, float]:
-        """ELBO = E_q[log p(y, w | x) - log q(w)] on the full data, with its Monte Carlo standard error."""
+    def elbo(self, x: torch.Tensor | None = None, y: torch.Tensor | None = None, num_samples: int = 1000) -> tuple[float, float]:
+        """ELBO = E_q[log p(y, w | x) - log q(w)] on the full data (Gal's thesis eq. 3.7), with its Monte
+        Carlo standard error.
+
+        Args:
+            x: inputs; the training data by default.
+            y: targets, with ``x``.
+            num_samples: guide draws averaged.
+
+        Returns:
+            (estimate, standard error), in nats.
+        """
         if self.guide is None:
             raise BnnZooError(f"the ELBO needs a variational guide; this posterior came from {self.method.upper()}")
         if not getattr(self.guide, "has_density", True):

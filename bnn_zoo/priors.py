@@ -44,10 +44,13 @@ class NormalPrior:
 
 
 class Normal(NormalPrior):
-    """Isotropic Normal N(0, scale^2) on every weight, with optional per-layer scales.
+    """Isotropic Normal N(0, scale^2) on every weight, with optional per-layer scales. Gal's thesis
+    (eq. 3.11) writes p(w) = N(0, l^-2 I): ``scale = 1 / l`` (:meth:`from_length_scale`).
 
-    ``layer_scales`` maps a parameter-name prefix (``"layers.0"`` or ``"layers.0.bias"``) to its scale;
-    the longest matching prefix wins. Gal's length-scale l corresponds to ``scale = 1 / l``.
+    Args:
+        scale: the prior standard deviation.
+        layer_scales: parameter-name prefix (``"layers.0"`` or ``"layers.0.bias"``) to its own scale;
+            the longest matching prefix wins.
     """
 
     def __init__(self, scale: float = 1.0, layer_scales: dict[str, float] | None = None):
@@ -72,10 +75,14 @@ class Normal(NormalPrior):
 
 
 class FanInNormal(NormalPrior):
-    """Weights ~ N(0, gain^2 / fan_in), biases ~ N(0, bias_scale^2) (Neal's infinite-width scaling).
+    """Weights ~ N(0, gain^2 / fan_in), biases ~ N(0, bias_scale^2) (Neal 1996's infinite-width scaling).
 
     fan_in is the number of inputs of a unit: the product of all but the first weight dimension, so
     the prior variance of each pre-activation stays O(1) whatever the layer width.
+
+    Args:
+        gain: the weights' standard deviation times sqrt(fan_in).
+        bias_scale: the biases' standard deviation.
     """
 
     def __init__(self, gain: float = 1.0, bias_scale: float = 1.0):

@@ -54,8 +54,9 @@ def test_a_loaded_posterior_predicts_exactly_the_same_in_a_new_process(saved, tm
     )
     subprocess.run([sys.executable, "-c", script, json.dumps(folders), str(tmp_path / "f.pt")], check=True, timeout=120)
     loaded = torch.load(tmp_path / "f.pt", weights_only=True)
-    for name, (_, f, _) in saved.items():
+    for name, (_, f, post) in saved.items():
         assert torch.equal(loaded[name], f), name
+        assert isinstance(post, bz.PosteriorLike), name  # BNN and GP posteriors state one contract
 
 
 def test_a_loaded_guide_is_the_fitted_guide(saved):

@@ -81,16 +81,22 @@ class NNGPKernel(gpytorch.kernels.Kernel):
 class GP:
     """A Gaussian process baseline, fitted with :class:`TypeII` through ``bnn_zoo.fit``.
 
-    ``likelihood``: a bnn-zoo ``Gaussian`` (default; its noise is learned whatever scale it carries),
-    ``Bernoulli`` or ``Categorical`` (then give ``num_classes``). For ``kernel="nngp"``, ``depth`` is the
-    MLP's number of hidden layers and ``prior`` (a ``FanInNormal``) sets the initial weight and bias
-    variances, which type II then tunes. ``num_inducing`` inducing points serve classification.
+    Args:
+        kernel: ``"rbf"``, ``"matern52"`` (both scaled, ARD by default) or ``"nngp"`` (the infinite-width
+            ReLU MLP's kernel).
+        likelihood: a bnn-zoo ``Gaussian`` (default; its noise is learned whatever scale it carries),
+            ``Bernoulli`` or ``Categorical``.
+        num_classes: latent functions of a ``Categorical`` GP.
+        num_inducing: inducing points of a classification GP.
+        depth: hidden layers of the MLP whose limit the nngp kernel is.
+        prior: a ``FanInNormal`` giving the nngp kernel's initial weight and bias variances (type II tunes them).
+        ard: one length-scale per input column.
     """
 
     def __init__(
         self,
         kernel: str = "rbf",
-        likelihood=None,
+        likelihood: likelihoods.Likelihood | None = None,
         num_classes: int | None = None,
         num_inducing: int = 128,
         depth: int = 1,
@@ -183,8 +189,15 @@ class _VariationalGP(gpytorch.models.ApproximateGP):
 
 @dataclass
 class TypeII:
-    """Type-II maximum likelihood: Adam on the negative log marginal likelihood (regression) or the
-    negative variational ELBO (classification), for ``steps`` full-batch steps."""
+    """Type-II maximum likelihood: Adam on the negative log marginal likelihood (regression; Rasmussen &
+    Williams 2006, eq. 5.8) or the negative variational ELBO (classification; Hensman et al. 2015).
+
+    Args:
+        steps: full-batch Adam steps.
+        lr: Adam's learning rate.
+        seed: seeds torch before the GP is built.
+        progress: show a progress bar.
+    """
 
     steps: int = 300
     lr: float = 0.05

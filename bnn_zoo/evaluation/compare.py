@@ -76,15 +76,21 @@ def load_results(results) -> list:
     return loaded
 
 
-def compare(results) -> pd.DataFrame:
+def compare(results: list) -> pd.DataFrame:
     """One row per run: run, data, model (architecture), inference, the log-evidence estimates with SEs,
     LOO elpd/SE/p_loo and the worst Pareto k, WAIC with its SE, test metrics, MCMC diagnostics and run
     time. Runs on the same training data are also ranked by ``az.compare`` (rank, elpd_diff, dse,
     weight), which warns when a Pareto k exceeds ArviZ's threshold (0.7 at most); the ``loo_warning``
     column marks those runs, whose LOO is unreliable.
 
-    ``results``: fitted ``bnn_zoo.experiments.run.Result`` objects or result folders (posterior.nc and
-    metrics.json). Evidence and LOO are on the standardised training targets; test metrics in original units.
+    Evidence and LOO are on the standardised training targets; test metrics in original units.
+
+    Args:
+        results: fitted ``bnn_zoo.experiments.run.Result`` objects or result folders (posterior.nc and
+            metrics.json, as ``bnn-zoo fit --out`` writes them).
+
+    Returns:
+        The comparison table, one row per run.
     """
     runs = load_results(results)
     rows = []

@@ -21,6 +21,15 @@ class LeNet(nn.Module):
     (lenet-ip) only after the dense hidden layer. Per-example masks (``masks=example``) on a
     convolution block's output act before its pooling, as in Gal's lenet-all (:attr:`mask_sites`);
     a whole weight draw (``masks=step``) zeroes input units of the next weight, i.e. after pooling.
+
+    Args:
+        image_shape: (channels, height, width) of one image.
+        channels: output channels of each convolution block.
+        kernel: convolution kernel size (same padding).
+        pool: max-pooling size.
+        dense: width of the dense hidden layer.
+        out_features: outputs (classes).
+        dropout: ``"all"`` (lenet-all) or ``"dense"`` (lenet-ip).
     """
 
     def __init__(

@@ -17,6 +17,12 @@ class MLP(nn.Module):
     ``hidden=[]`` is a single linear layer: with a Normal prior and a Gaussian likelihood of known
     noise, the Bayesian version is Bayesian linear regression. Parameters are named
     ``layers.{i}.weight`` (shape (out, in)) and ``layers.{i}.bias``.
+
+    Args:
+        in_features: input columns.
+        hidden: widths of the hidden layers.
+        out_features: outputs.
+        activation: ``"tanh"``, ``"relu"``, ``"sigmoid"``, ``"elu"`` or ``"gelu"``.
     """
 
     def __init__(self, in_features: int, hidden: Sequence[int] = (50,), out_features: int = 1, activation: str = "tanh"):
