@@ -7,6 +7,8 @@ so ``bnn-zoo compare`` can draw them from result folders without refitting anyth
 
 from __future__ import annotations
 
+import textwrap
+
 import arviz as az
 import matplotlib.pyplot as plt  # the backend is matplotlib's own choice (Agg when there is no display)
 import numpy as np
@@ -113,12 +115,13 @@ def evidence_by_architecture(table, path):
     estimates = [("elbo", "ELBO"), ("evidence_iw", "IW bound"), ("evidence_ais", "AIS"), ("log_marginal_likelihood", "GP log ML")]
     estimates = [(k, label) for k, label in estimates if k in table and table[k].notna().any()]
     rows = table.sort_values(["architecture", "run"])
-    fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(rows)), 4))
+    fig, ax = plt.subplots(figsize=(max(5, 2.0 * len(rows)), 4.5))
     positions = np.arange(len(rows))
     for i, (key, label) in enumerate(estimates):
         se = rows[f"{key}_se"].fillna(0).values if f"{key}_se" in rows else np.zeros(len(rows))
         ax.errorbar(positions + 0.12 * (i - len(estimates) / 2), rows[key].values, yerr=2 * se, fmt="o", capsize=3, label=label)
-    ax.set_xticks(positions, [f"{r.run}\n{r.architecture}" for r in rows.itertuples()], fontsize=7)
+    # long constructor descriptions wrap under their run's name instead of running into the next label
+    ax.set_xticks(positions, [f"{r.run}\n{textwrap.fill(r.architecture, 24)}" for r in rows.itertuples()], fontsize=7)
     ax.set(ylabel="log evidence (nats)", title="evidence by architecture (+-2 SE)")
     ax.legend(fontsize=8)
     _save(fig, path)
