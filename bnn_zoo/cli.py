@@ -53,7 +53,8 @@ def main(argv=None) -> int:
     p.add_argument(
         "--inference",
         required=True,
-        help="svi | nuts | hmc | gp[:kernel=rbf|matern52|nngp;inducing=128] (gp: a GPyTorch baseline "
+        help="svi | nuts | hmc | laplace[:subset=all|last_layer;hessian=full|diag|kron;optimize_prior=true] "
+        "(MAP + Gaussian, MacKay's evidence) | gp[:kernel=rbf|matern52|nngp;inducing=128] (gp: a GPyTorch baseline "
         "fitted by type-II ML; nngp is the infinite-width kernel of --model mlp with relu units under --prior fanin)",
     )
     p.add_argument(
@@ -69,9 +70,9 @@ def main(argv=None) -> int:
         help="gaussian[:scale=S] (learned noise without scale) | bernoulli | categorical | tokens "
         "(default: gaussian for regression, categorical for classification, tokens for text corpora)",
     )
-    p.add_argument("--steps", type=int, default=None, help="SVI steps (default 3000); gp type-II steps (default 300)")
+    p.add_argument("--steps", type=int, default=None, help="SVI steps (default 3000); Laplace MAP steps (default 2000); gp type-II steps (default 300)")
     p.add_argument("--epochs", type=int, default=None, help="SVI epochs instead of steps: steps = epochs * ceil(N / batch size)")
-    p.add_argument("--lr", type=float, default=None, help="learning rate (Adam; default 0.01 for SVI, 0.05 for gp)")
+    p.add_argument("--lr", type=float, default=None, help="learning rate (Adam; default 0.01 for SVI and the Laplace MAP, 0.05 for gp)")
     p.add_argument("--batch-size", type=int, default=None, help="SVI minibatch size (default: full batch)")
     p.add_argument("--num-particles", type=int, default=1, help="SVI vectorised ELBO particles (default 1)")
     p.add_argument("--kl-weight", type=float, default=1.0, help="SVI: KL discount tau, objective E[log lik] - tau KL (default 1)")
@@ -146,7 +147,7 @@ def _fit(args):
     from bnn_zoo.experiments import specs
     from bnn_zoo.experiments.demo import print_table
     from bnn_zoo.experiments.run import run
-    from bnn_zoo.inference import HMC, NUTS, SVI, fit
+    from bnn_zoo.inference import HMC, NUTS, SVI, Laplace, fit
 
     # Everything named on the command line is resolved before the data is read or anything trains.
     net_spec, prior = args.model, specs.build_prior(args.prior)
@@ -159,7 +160,7 @@ def _fit(args):
     if set(evidence) - {"ais", "iw"}:
         raise BnnZooError(f"--evidence takes ais and/or iw, got {args.evidence!r}")
     inference, inference_options = specs.parse(args.inference, specs.INFERENCE)
-    if inference != "gp" and inference_options:
+    if inference not in ("gp", "laplace") and inference_options:
         raise BnnZooError(f"--inference {inference} takes no options; set them with their own flags (see bnn-zoo fit --help)")
     if "iw" in evidence and (inference != "svi" or guide == "dropout"):
         raise BnnZooError("--evidence iw needs a guide with a density (svi, not the dropout guide); use --evidence ais")
@@ -207,6 +208,15 @@ def _fit(args):
             validation=args.validation,
             eval_every=args.eval_every,
             patience=args.patience,
+            progress=progress,
+        )
+    elif inference == "laplace":
+        method = Laplace(
+            **specs.laplace_options(args.inference, inference_options),
+            map_steps=args.steps or 2000,
+            lr=args.lr or 0.01,
+            batch_size=args.batch_size,
+            seed=args.seed,
             progress=progress,
         )
     elif inference in ("nuts", "hmc"):

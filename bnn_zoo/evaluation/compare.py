@@ -16,7 +16,7 @@ import xarray as xr
 from bnn_zoo.errors import BnnZooError
 from bnn_zoo.io import load_inference_data
 
-EVIDENCE = ["elbo", "elbo_se", "evidence_iw", "evidence_iw_se", "evidence_ais", "evidence_ais_se", "log_marginal_likelihood"]
+EVIDENCE = ["elbo", "elbo_se", "evidence_iw", "evidence_iw_se", "evidence_ais", "evidence_ais_se", "evidence_laplace", "log_marginal_likelihood"]
 TEST = [
     "rmse",
     "test_log_likelihood",
@@ -172,7 +172,7 @@ def report(results, out_dir) -> pd.DataFrame:
     bands = [p for p in predictions if "x_grid" in p]
     if bands:
         plots.predictive_bands(bands, out / "bands.png")
-    if any(k in table for k in ("elbo", "evidence_iw", "evidence_ais", "log_marginal_likelihood")):
+    if any(k in table for k in ("elbo", "evidence_iw", "evidence_ais", "evidence_laplace", "log_marginal_likelihood")):
         plots.evidence_by_architecture(table, out / "evidence.png")
     for r in runs:
         if "sample_stats" in r.idata.groups() and "energy" in r.idata.sample_stats:

@@ -112,7 +112,13 @@ def compare_plot(comparison, path):
 
 def evidence_by_architecture(table, path):
     """Every log-evidence estimate of every run (+-2 SE), grouped by architecture."""
-    estimates = [("elbo", "ELBO"), ("evidence_iw", "IW bound"), ("evidence_ais", "AIS"), ("log_marginal_likelihood", "GP log ML")]
+    estimates = [
+        ("elbo", "ELBO"),
+        ("evidence_iw", "IW bound"),
+        ("evidence_ais", "AIS"),
+        ("evidence_laplace", "Laplace"),
+        ("log_marginal_likelihood", "GP log ML"),
+    ]
     estimates = [(k, label) for k, label in estimates if k in table and table[k].notna().any()]
     rows = table.sort_values(["architecture", "run"])
     fig, ax = plt.subplots(figsize=(max(5, 2.0 * len(rows)), 4.5))

@@ -82,6 +82,8 @@ def _evidence(posterior, idata, elbo_samples):
     out = {}
     if posterior.guide is not None and getattr(posterior.guide, "has_density", True):
         out["elbo"], out["elbo_se"] = posterior.elbo(num_samples=elbo_samples)
+    elif posterior.method == "laplace":  # MacKay's evidence at the fitted prior precision
+        out["evidence_laplace"] = posterior.info["log_evidence"]
     elif posterior.method == "gp":  # exact for regression; a variational GP classifier has its ELBO
         if posterior.model.task == "regression":
             out["log_marginal_likelihood"] = posterior.log_marginal_likelihood()

@@ -23,6 +23,8 @@ INFERENCE = {
     "nuts": "No-U-Turn sampler (Pyro)",
     "hmc": "Hamiltonian Monte Carlo (Pyro)",
     "gp": "GPyTorch GP baseline by type-II ML; options kernel=rbf|matern52|nngp (default rbf), inducing=128 (classification)",
+    "laplace": "Laplace at the MAP with MacKay's evidence; options subset=all|last_layer, hessian=full|diag|kron, "
+    "optimize_prior=true|false (type-II prior precision)",
 }
 LIKELIHOODS = {
     "gaussian": "Gaussian, noise learned under HalfNormal(1), or fixed with scale=S (standardised units)",
@@ -164,3 +166,16 @@ def build_gp(spec: str, opts: dict, net_spec: str, prior, likelihood, classes: i
         depth = len(hidden)
     num_classes = classes if isinstance(likelihood, likelihoods.Categorical) else None
     return GP(kernel, likelihood, num_classes=num_classes, num_inducing=inducing, depth=depth, prior=prior if kernel == "nngp" else None)
+
+
+def laplace_options(spec: str, opts: dict) -> dict:
+    """The Laplace options a ``--inference laplace[:subset=...;hessian=...;optimize_prior=...]`` spec names."""
+    from bnn_zoo.guides import flag
+
+    out = {
+        "subset": _take(opts, "subset", str, "all", spec),
+        "hessian": _take(opts, "hessian", str, "full", spec),
+        "optimize_prior": flag(_take(opts, "optimize_prior", str, "true", spec)),
+    }
+    _done(opts, spec)
+    return out
