@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import datetime
 import json
 import math
@@ -151,23 +152,22 @@ class Posterior:
     def method(self) -> str:
         return self.settings["method"]
 
+    kind = "bnn"  # the saved folder's kind, which bnn_zoo.load dispatches on
+
+    def _forward(self, weights: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        """The network's outputs for a batch of draws (a Laplace posterior linearises it instead)."""
+        return self.model.forward(weights, x)
+
     def to(self, device: torch.device | str) -> Posterior:
         """The same posterior on ``device`` (e.g. fitted on CUDA, evaluated and saved on the CPU)."""
         if self.guide is not None and not isinstance(self.guide, torch.nn.Module):
             raise BnnZooError("a posterior whose guide is a plain function cannot change device; use a torch-module guide")
-        move = {k: v.to(device) for k, v in self.sample_stats.items()}
-        guide = None if self.guide is None else self.guide.to(device)
-        return Posterior(
-            self.model.to(device),
-            self.x.to(device),
-            self.y.to(device),
-            {k: v.to(device) for k, v in self.samples.items()},
-            self.settings,
-            move,
-            guide,
-            self.runtime_s,
-            self.info,
-        )
+        other = copy.copy(self)
+        other.model, other.x, other.y = self.model.to(device), self.x.to(device), self.y.to(device)
+        other.samples = {k: v.to(device) for k, v in self.samples.items()}
+        other.sample_stats = {k: v.to(device) for k, v in self.sample_stats.items()}
+        other.guide = None if self.guide is None else self.guide.to(device)
+        return other
 
     @property
     def num_chains(self) -> int:
@@ -219,7 +219,7 @@ class Posterior:
         x = check_inputs(self.model, x).to(self.model.device)
         weights, latent = self._split(self.mean_weights() if at_mean else self.draws(num_samples))
         with torch.no_grad():
-            return Prediction(self.model.forward(weights, x), latent, self.model.likelihood)
+            return Prediction(self._forward(weights, x), latent, self.model.likelihood)
 
     def predictive_mean(self, x, num_samples: int | None = None) -> torch.Tensor:
         """E[y | x, D] averaged over draws (class or token probabilities for discrete likelihoods), computed
@@ -247,7 +247,7 @@ class Posterior:
         with torch.no_grad():
             chunk = max(1, int(max_floats // self._outputs_per_draw(x)))
             for i in range(0, total, chunk):
-                yield fn(self.model.forward({k: v[i : i + chunk] for k, v in weights.items()}, x), {k: v[i : i + chunk] for k, v in latent.items()})
+                yield fn(self._forward({k: v[i : i + chunk] for k, v in weights.items()}, x), {k: v[i : i + chunk] for k, v in latent.items()})
 
     def elbo(self, x: torch.Tensor | None = None, y: torch.Tensor | None = None, num_samples: int = 1000) -> tuple[float, float]:
         """ELBO = E_q[log p(y, w | x) - log q(w)] on the full data (Gal's thesis eq. 3.7), with its Monte
@@ -324,13 +324,18 @@ class Posterior:
             "sample_stats": self.sample_stats,
             "fixed": self.model.fixed,
             "guide": None if self.guide is None else guide_state(self.guide),
+            **self._extra_state(),
         }
         try:
             header = {"model": saving.describe(self.model)}
         except saving.NotDescribable as exc:
             header = {"model": None, "model_note": str(exc)}
         header.update(settings=self.settings, info=self.info, runtime_s=self.runtime_s)
-        return saving.write(path, "bnn", header, state, self.to_inference_data() if idata is None else idata)
+        return saving.write(path, self.kind, header, state, self.to_inference_data() if idata is None else idata)
+
+    def _extra_state(self) -> dict:
+        """Tensors a subclass needs saved beyond the draws (a Laplace posterior's MAP)."""
+        return {}
 
     def attrs(self) -> dict:
         return {
@@ -391,7 +396,7 @@ def _dims(name: str, shape) -> tuple[str, ...]:
 
 
 @saving.register_loader("bnn")
-def _load(header: dict, state: dict, model=None, guide=None) -> Posterior:
+def load_posterior(header: dict, state: dict, model=None, guide=None, cls: type | None = None) -> Posterior:
     """A saved BNN posterior: the model rebuilt (or given), its point estimates and, when it had one, its
     guide rebuilt exactly as SVI built it (same seed, so even random flow permutations match)."""
     settings = header["settings"]
@@ -408,4 +413,4 @@ def _load(header: dict, state: dict, model=None, guide=None) -> Posterior:
             parameters(guide, x, y)  # creates the parameters that a guide makes on its first call
     if guide is not None and state["guide"] is not None:
         load_guide_state(guide, state["guide"])
-    return Posterior(model, x, y, state["samples"], settings, state["sample_stats"], guide, header.get("runtime_s", 0.0), header.get("info"))
+    return (cls or Posterior)(model, x, y, state["samples"], settings, state["sample_stats"], guide, header.get("runtime_s", 0.0), header.get("info"))

@@ -1,0 +1,80 @@
+"""Laplace: on Bayesian linear regression the GGN is the exact Hessian, so the Laplace posterior and
+MacKay's evidence are the closed form (fixed and type-II prior precision); on the toy regression a
+last-layer Laplace is sensible, saves and loads, and sits in the evidence table."""
+
+import math
+
+import pytest
+import torch
+from conftest import NOISE, flat
+from scipy.optimize import minimize_scalar
+
+import bnn_zoo as bz
+from bnn_zoo.evaluation.exact import linear_regression
+
+QUICK = dict(map_steps=200, progress=False)
+
+
+def _moments(post):
+    draws = flat({k: v.double() for k, v in post.draws().items() if k in post.model.params})
+    return draws.mean(0), torch.cov(draws.T)
+
+
+@pytest.mark.parametrize("hessian", ["full", "kron"])
+def test_laplace_on_linear_regression_is_the_exact_posterior_and_evidence(hessian, blr_model, blr_data, blr_exact):
+    post = bz.fit(blr_model, *blr_data, bz.Laplace(hessian=hessian, optimize_prior=False, num_draws=20000, **QUICK))
+    assert post.info["log_evidence"] == pytest.approx(blr_exact.log_evidence, rel=1e-9)
+    assert torch.allclose(flat(post.map).double(), blr_exact.mean, atol=1e-5)
+    mean, cov = _moments(post)  # 20000 draws: Monte Carlo error of the mean about sd / 141
+    sd = blr_exact.cov.diagonal().sqrt()
+    assert torch.all((mean - blr_exact.mean).abs() < 4 * sd / math.sqrt(20000))
+    assert torch.allclose(cov.diagonal().sqrt(), sd, rtol=0.03)
+
+
+def test_laplace_type_two_prior_precision_maximises_the_exact_evidence(blr_model, blr_data):
+    x, y = blr_data
+
+    def exact(log_scale):
+        s = math.exp(log_scale)
+        return linear_regression(x, y, weight_scale=s, bias_scale=s, noise_scale=NOISE).log_evidence
+
+    best = minimize_scalar(lambda ls: -exact(ls), bounds=(-5, 5), method="bounded", options={"xatol": 1e-10})
+    post = bz.fit(blr_model, x, y, bz.Laplace(hessian="full", rounds=8, **QUICK))
+    assert post.info["log_evidence"] == pytest.approx(exact(best.x), rel=1e-8)
+    assert post.info["prior_precision_scale"] == pytest.approx(math.exp(-2 * best.x), rel=1e-3)  # precision = 1 / scale^2
+
+
+def test_diagonal_laplace_has_the_exact_mean_and_the_mean_field_variances(blr_model, blr_data, blr_exact):
+    post = bz.fit(blr_model, *blr_data, bz.Laplace(hessian="diag", optimize_prior=False, num_draws=20000, **QUICK))
+    _, cov = _moments(post)
+    assert torch.allclose(flat(post.map).double(), blr_exact.mean, atol=1e-5)
+    assert torch.allclose(cov.diagonal(), blr_exact.mean_field_variance, rtol=0.05)  # 1 / diag(precision)
+
+
+def test_last_layer_laplace_on_the_toy_regression_saves_loads_and_reports_its_evidence(tmp_path):
+    from bnn_zoo.experiments.run import run
+
+    data = bz.data.toy_cubic()
+    model = bz.BNN(bz.models.MLP(1, [50], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian.learned())
+    result = run("laplace", data, model, bz.Laplace(subset="last_layer", hessian="kron", map_steps=1500, progress=False), tmp_path / "lap")
+    post = result.posterior
+    assert list(post.model.params) == ["layers.1.weight", "layers.1.bias"] and post.info["noise_scale"] < 0.5
+    assert result.metrics["evidence_laplace"] == post.info["log_evidence"] and math.isfinite(post.info["log_evidence"])
+    train_rmse = (post.predict(data.train[0]).mean - data.train[1][:, None]).pow(2).mean().sqrt()
+    assert train_rmse < 0.5
+    sd = post.predict(torch.tensor([[0.0], [3.0]])).variance.sqrt()[:, 0]
+    assert sd[1] > sd[0]  # the linearised predictive widens away from the data
+    again = bz.load(tmp_path / "lap")
+    assert type(again).__name__ == "LaplacePosterior" and torch.equal(again.predict(data.test[0]).f, post.predict(data.test[0]).f)
+    table = bz.compare([tmp_path / "lap"])
+    assert table["evidence_laplace"].iloc[0] == pytest.approx(post.info["log_evidence"])
+
+
+def test_laplace_refuses_what_it_cannot_do(blr_data):
+    x, y = blr_data
+    with pytest.raises(bz.BnnZooError, match="zero-mean Normal prior"):
+        bz.fit(bz.BNN(bz.models.MLP(3, [], 1), bz.priors.PerSite({}, default=torch.distributions.Laplace(0.0, 1.0))), x, y, bz.Laplace(**QUICK))
+    with pytest.raises(bz.BnnZooError, match="one prior scale for all of"):
+        bz.fit(bz.BNN(bz.models.MLP(3, [4], 1), bz.priors.FanInNormal()), x, y, bz.Laplace(hessian="kron", **QUICK))
+    with pytest.raises(bz.BnnZooError, match="hessian in"):
+        bz.Laplace(hessian="exact")
