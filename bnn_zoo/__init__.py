@@ -16,7 +16,7 @@ from bnn_zoo.bnn import BNN  # noqa: E402
 from bnn_zoo.errors import BnnZooError  # noqa: E402
 from bnn_zoo.evaluation import evidence  # noqa: E402
 from bnn_zoo.evaluation.compare import compare  # noqa: E402
-from bnn_zoo.inference import HMC, NUTS, SVI, Laplace, fit  # noqa: E402
+from bnn_zoo.inference import HMC, NUTS, SGMCMC, SVI, Laplace, fit  # noqa: E402
 from bnn_zoo.posterior import Posterior, PosteriorLike, Prediction  # noqa: E402
 from bnn_zoo.protocols import Network  # noqa: E402
 from bnn_zoo.saving import load  # noqa: E402
@@ -28,6 +28,7 @@ __all__ = [
     "HMC",
     "NUTS",
     "SVI",
+    "SGMCMC",
     "BnnZooError",
     "Laplace",
     "Network",

@@ -53,7 +53,8 @@ def main(argv=None) -> int:
     p.add_argument(
         "--inference",
         required=True,
-        help="svi | nuts | hmc | laplace[:subset=all|last_layer;hessian=full|diag|kron;optimize_prior=true] "
+        help="svi | nuts | hmc | sgld | sghmc | cyclical (SG-MCMC: --lr is the step size, --batch-size, --num-samples draws "
+        "thinned by 10, burn-in 10 x --num-warmup) | laplace[:subset=all|last_layer;hessian=full|diag|kron;optimize_prior=true] "
         "(MAP + Gaussian, MacKay's evidence) | gp[:kernel=rbf|matern52|nngp;inducing=128] (gp: a GPyTorch baseline "
         "fitted by type-II ML; nngp is the infinite-width kernel of --model mlp with relu units under --prior fanin)",
     )
@@ -147,7 +148,7 @@ def _fit(args):
     from bnn_zoo.experiments import specs
     from bnn_zoo.experiments.demo import print_table
     from bnn_zoo.experiments.run import run
-    from bnn_zoo.inference import HMC, NUTS, SVI, Laplace, fit
+    from bnn_zoo.inference import HMC, NUTS, SGMCMC, SVI, Laplace, fit
 
     # Everything named on the command line is resolved before the data is read or anything trains.
     net_spec, prior = args.model, specs.build_prior(args.prior)
@@ -208,6 +209,17 @@ def _fit(args):
             validation=args.validation,
             eval_every=args.eval_every,
             patience=args.patience,
+            progress=progress,
+        )
+    elif inference in ("sgld", "sghmc", "cyclical"):
+        method = SGMCMC(
+            kind=inference,
+            step_size=args.lr or 1e-4,
+            batch_size=args.batch_size,
+            num_samples=args.num_samples,
+            burn_in=args.num_warmup * 10,
+            num_chains=args.num_chains,
+            seed=args.seed,
             progress=progress,
         )
     elif inference == "laplace":

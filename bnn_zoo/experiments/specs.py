@@ -23,6 +23,9 @@ INFERENCE = {
     "nuts": "No-U-Turn sampler (Pyro)",
     "hmc": "Hamiltonian Monte Carlo (Pyro)",
     "gp": "GPyTorch GP baseline by type-II ML; options kernel=rbf|matern52|nngp (default rbf), inducing=128 (classification)",
+    "sgld": "stochastic-gradient Langevin dynamics (minibatch MCMC; --lr is the step size)",
+    "sghmc": "stochastic-gradient HMC with friction (Chen et al. 2014)",
+    "cyclical": "cyclical SGLD (Zhang et al. 2020): cosine step-size cycles, draws in each cycle's second half",
     "laplace": "Laplace at the MAP with MacKay's evidence; options subset=all|last_layer, hessian=full|diag|kron, "
     "optimize_prior=true|false (type-II prior precision)",
 }

@@ -12,26 +12,27 @@ from bnn_zoo.data.validation import check_data
 from bnn_zoo.errors import BnnZooError
 from bnn_zoo.inference.laplace import Laplace
 from bnn_zoo.inference.mcmc import HMC, NUTS
+from bnn_zoo.inference.sgmcmc import SGMCMC
 from bnn_zoo.inference.svi import SVI
 from bnn_zoo.posterior import Posterior
 
 ArrayLike = torch.Tensor | np.ndarray | Sequence
 
-METHODS = {"svi": SVI, "nuts": NUTS, "hmc": HMC, "laplace": Laplace}
+METHODS = {"svi": SVI, "nuts": NUTS, "hmc": HMC, "laplace": Laplace, "sgmcmc": SGMCMC}
 
 
 def fit(
-    model: BNN | GP, x: ArrayLike, y: ArrayLike, method: SVI | NUTS | HMC | Laplace | TypeII, device: str | torch.device | None = None
+    model: BNN | GP, x: ArrayLike, y: ArrayLike, method: SVI | NUTS | HMC | Laplace | SGMCMC | TypeII, device: str | torch.device | None = None
 ) -> Posterior | GPPosterior:
     """Fit ``model`` to (x, y) with ``method``.
 
     Inputs are validated first (shapes, NaN/inf, labels), so bad data fails before any training.
 
     Args:
-        model: a :class:`bnn_zoo.BNN`, fitted by SVI, NUTS, HMC or Laplace; or a :class:`bnn_zoo.GP`, fitted by TypeII.
+        model: a :class:`bnn_zoo.BNN`, fitted by SVI, NUTS, HMC, Laplace or SGMCMC; or a :class:`bnn_zoo.GP`, fitted by TypeII.
         x: inputs, (N, features): a tensor, array or nested list.
         y: targets, (N,) or (N, outputs) for regression, class labels (N,) for classifiers.
-        method: ``bnn_zoo.SVI(...)``, ``bnn_zoo.NUTS(...)``, ``bnn_zoo.HMC(...)``, ``bnn_zoo.Laplace(...)`` or
+        method: ``bnn_zoo.SVI(...)``, ``bnn_zoo.NUTS(...)``, ``bnn_zoo.HMC(...)``, ``bnn_zoo.Laplace(...)``, ``bnn_zoo.SGMCMC(...)`` or
             ``bnn_zoo.TypeII(...)``.
         device: where to fit a BNN: ``"cpu"`` (default: where the model is) or ``"cuda"``; the model is
             copied there with its data, and the posterior lives there.
@@ -66,4 +67,4 @@ def _available(device: str | torch.device) -> torch.device:
     return device
 
 
-__all__ = ["HMC", "METHODS", "NUTS", "SVI", "Laplace", "fit"]
+__all__ = ["HMC", "METHODS", "NUTS", "SGMCMC", "SVI", "Laplace", "fit"]

@@ -1,0 +1,92 @@
+"""SG-MCMC against Bayesian linear regression's exact posterior: full-batch SGLD is the unadjusted
+Langevin algorithm, whose stationary law for a Gaussian target of precision P is exactly
+N(mu, (P - eps P^2 / 2)^-1); the tests check that bias, its growth with the step size, SGHMC and
+cyclical SGLD, and an interrupted run resuming exactly."""
+
+import arviz as az
+import pytest
+import torch
+from conftest import flat
+
+import bnn_zoo as bz
+
+pytest.importorskip("posteriors")
+
+RUN = dict(num_samples=1500, thinning=4, burn_in=300, num_chains=2, progress=False)
+
+
+def _draws(post):
+    return flat({k: v.double() for k, v in post.samples.items()}).reshape(-1, 4)
+
+
+def _mcse(post):
+    idata = post.to_inference_data()
+    return flat({k: torch.as_tensor(az.mcse(idata, method="mean")[k].values) for k in post.samples}).reshape(-1).double()
+
+
+def _ula_sd(exact, eps):
+    return torch.linalg.inv(exact.precision - eps * exact.precision @ exact.precision / 2).diagonal().sqrt()
+
+
+def _mcse_sd(post):
+    idata = post.to_inference_data()
+    return flat({k: torch.as_tensor(az.mcse(idata, method="sd")[k].values) for k in post.samples}).reshape(-1).double()
+
+
+def test_full_batch_sgld_has_the_exact_mean_and_the_theoretical_step_size_bias(blr_model, blr_data, blr_exact):
+    exact_sd = blr_exact.cov.diagonal().sqrt()
+    runs = {eps: bz.fit(blr_model, *blr_data, bz.SGMCMC(kind="sgld", step_size=eps, **{**RUN, "burn_in": 1000})) for eps in (2e-3, 1e-2)}
+    for eps, post in runs.items():
+        draws, theory = _draws(post), _ula_sd(blr_exact, eps)
+        assert torch.all((draws.mean(0) - blr_exact.mean).abs() < 4 * _mcse(post)), eps
+        assert torch.all((draws.std(0) - theory).abs() < 4 * _mcse_sd(post)), (eps, draws.std(0), theory)  # (P - eps P^2 / 2)^-1
+    large = runs[1e-2]
+    assert torch.all(_ula_sd(blr_exact, 1e-2)[2:] > 1.6 * exact_sd[2:])  # the theory's bias at this step size...
+    assert torch.all(_draws(large).std(0)[2:] - exact_sd[2:] > 4 * _mcse_sd(large)[2:])  # ...is there, far beyond Monte Carlo error
+    assert torch.all((_draws(runs[2e-3]).std(0) - exact_sd).abs() < 0.1 * exact_sd)  # and shrinks with the step
+    assert {"step_size", "log_posterior", "minibatch_log_likelihood"} <= set(large.sample_stats)
+    assert large.sample_stats["step_size"].shape == (2, 1500)
+
+
+def test_sghmc_with_minibatches_and_cyclical_sgld_find_the_posterior(blr_model, blr_data, blr_exact):
+    exact_sd = blr_exact.cov.diagonal().sqrt()
+    sghmc = bz.fit(blr_model, *blr_data, bz.SGMCMC(kind="sghmc", step_size=5e-3, friction=5.0, batch_size=15, **RUN))
+    cyclical = bz.fit(blr_model, *blr_data, bz.SGMCMC(kind="cyclical", step_size=4e-3, cycles=4, **{**RUN, "num_samples": 800}))
+    for post in (sghmc, cyclical):
+        draws = _draws(post)
+        assert torch.all((draws.mean(0) - blr_exact.mean).abs() < 0.25 * exact_sd), post.settings["kind"]
+        assert torch.allclose(draws.std(0), exact_sd, rtol=0.25), post.settings["kind"]  # minibatch noise and short cycles
+    steps = cyclical.sample_stats["step_size"][0]
+    assert steps.max() <= 4e-3 and steps.min() < 0.5 * steps.max()  # draws come from the whole cosine schedule's sampling part
+
+
+def test_an_interrupted_sgmcmc_run_resumes_to_the_same_draws(blr_data, tmp_path):
+    class Interrupting(bz.models.MLP):
+        calls, at = 0, 0
+
+        def forward(self, x):
+            type(self).calls += 1
+            if type(self).calls == type(self).at:
+                raise KeyboardInterrupt
+            return super().forward(x)
+
+    model = bz.BNN(Interrupting(3, [4], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.5))
+    settings = dict(
+        kind="sghmc", step_size=5e-3, friction=5.0, batch_size=10, num_samples=30, thinning=2, burn_in=20, num_chains=2, checkpoint_every=15, progress=False
+    )
+    full = bz.fit(model, *blr_data, bz.SGMCMC(**settings))
+    Interrupting.calls, Interrupting.at = 0, 110  # chain 1, mid-way
+    with pytest.raises(KeyboardInterrupt):
+        bz.fit(model, *blr_data, bz.SGMCMC(checkpoint=tmp_path / "ck.pt", **settings))
+    Interrupting.at = 0
+    resumed = bz.fit(model, *blr_data, bz.SGMCMC(checkpoint=tmp_path / "ck.pt", **settings))
+    for k in full.samples:
+        assert torch.equal(resumed.samples[k], full.samples[k]), k
+    assert not (tmp_path / "ck.pt").exists()
+
+
+def test_bad_sgmcmc_settings_are_refused():
+    with pytest.raises(bz.BnnZooError, match="unknown SG-MCMC kind"):
+        bz.SGMCMC(kind="nuts")
+    with pytest.raises(bz.BnnZooError, match="step_size > 0"):
+        bz.SGMCMC(step_size=0)
