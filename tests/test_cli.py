@@ -66,17 +66,19 @@ def test_compare_on_the_demo_results_prints_the_table_and_writes_the_plots(demo_
         "svi:dropout:p=0.05,0.1;masks=example",
         "nuts",
         "hmc",
+        "laplace",
+        "sgld",
     ],
 )
 def test_fit_on_a_uci_folder_writes_results_in_original_units(tmp_path, inference):
     _uci_folder(tmp_path / "uci", rows=40)
     out = tmp_path / "out"
     inference, _, guide = inference.partition(":")
-    extra = (
-        ["--steps", "150", "--batch-size", "16", "--guide", guide or "mean-field"]
-        if inference == "svi"
-        else ["--num-warmup", "20", "--num-samples", "20", "--num-chains", "1"]
-    )
+    extra = {
+        "svi": ["--steps", "150", "--batch-size", "16", "--guide", guide or "mean-field"],
+        "laplace": ["--steps", "150"],
+        "sgld": ["--lr", "1e-3", "--batch-size", "16", "--num-warmup", "5", "--num-samples", "20", "--num-chains", "1"],
+    }.get(inference, ["--num-warmup", "20", "--num-samples", "20", "--num-chains", "1"])
     argv = [
         "fit",
         "--data",
@@ -94,9 +96,11 @@ def test_fit_on_a_uci_folder_writes_results_in_original_units(tmp_path, inferenc
     metrics = json.loads((out / "metrics.json").read_text())
     for key in ("rmse", "test_log_likelihood", "loo_elpd", "loo_se", "runtime_s", "settings"):
         assert key in metrics
-    assert metrics["settings"]["method"] == inference and metrics["data"] == "uci:uci" and metrics["n_train"] == 36
+    assert metrics["settings"]["method"] == {"sgld": "sgmcmc"}.get(inference, inference)
+    assert metrics["data"] == "uci:uci" and metrics["n_train"] == 36
     assert ("elbo" in metrics and "elbo_se" in metrics) == (inference == "svi" and not guide.startswith("dropout"))  # no density
     assert ("rmse_at_mean" in metrics) == (inference == "svi" and not guide.startswith("flow"))  # flows have no closed-form mean
+    assert ("evidence_laplace" in metrics) == (inference == "laplace")
     idata = load_inference_data(out / "posterior.nc")
     assert idata.posterior["layers.0.weight"].shape[-2:] == (8, 2)
     assert not (out / "checkpoint.pt").exists()  # superseded by the result
