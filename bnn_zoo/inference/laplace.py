@@ -51,8 +51,10 @@ class Laplace:
             per dense layer, which needs one prior scale per layer).
         prior_precision: a fixed scale c of the model's prior precision (1: the model's prior as it is);
             with ``optimize_prior`` it is the starting value.
-        optimize_prior: fit c by maximising the Laplace evidence, alternating with the MAP (MacKay's
-            iteration) for ``rounds`` rounds, which for a linear model is type-II maximum likelihood.
+        optimize_prior: fit c by maximising the Laplace evidence at each MAP (post hoc, as laplace-torch's
+            ``optimize_prior_precision``), and re-fit the MAP at the new c for ``rounds`` rounds
+            (MacKay's iteration, secant steps); the round with the most evidence is kept. For a
+            linear model this is type-II maximum likelihood exactly.
         rounds: MAP and prior-precision rounds when ``optimize_prior``.
         map_steps: Adam steps for the MAP (then full-batch L-BFGS polishes it).
         lr: Adam's learning rate.
@@ -113,28 +115,40 @@ class Laplace:
         noise = Gaussian.site if isinstance(model.likelihood, Gaussian) and model.likelihood.scale is None else None
         with torch.random.fork_rng():
             torch.manual_seed(self.seed)
-            previous = None  # (log scale, evidence gradient) of the last round, for the secant step
+            previous, best = None, None  # (log scale, evidence gradient) of the last round; the best round
             for r in range(self.rounds if self.optimize_prior or noise else 1):
                 values = _map(model, values, precision, scale, xd, yd, self, hold={noise} - {None})
                 curvature = _curvature(target, values, xd, yd, names, self.hessian)
-                history.append(scale)
-                if r == self.rounds - 1 or not (self.optimize_prior or noise):
-                    break  # the MAP and the curvature belong to the hyperparameters reported
+                # Post-hoc type II at this MAP (laplace-torch's optimize_prior_precision): never below the start.
+                posthoc = scale
                 if noise:
-                    scale, sigma = curvature.fit_scale_and_noise(values, precision, scale, target, xd, yd, self.optimize_prior)
-                    values[noise] = torch.tensor(sigma, dtype=torch.float64)
+                    posthoc, sigma = curvature.fit_scale_and_noise(values, precision, scale, target, xd, yd, self.optimize_prior)
+                    values = {**values, noise: torch.tensor(sigma, dtype=torch.float64)}
+                    curvature = _curvature(target, values, xd, yd, names, self.hessian)  # the GGN at the new noise
+                elif self.optimize_prior:
+                    posthoc = curvature.fit_scale(values, precision, scale)
+                log_lik = float(_log_likelihood(target, values, xd, yd))
+                evidence = curvature.log_evidence({k: values[k] for k in names}, precision, posthoc, log_lik)
+                history.append([posthoc, evidence])
+                # For a network the MAP moves with the hyperparameters and a later round can end lower
+                # (MacKay's iteration is exact only for linear models): keep the round with the most evidence.
+                if best is None or evidence > best[0]:
+                    best = (evidence, values, curvature, posthoc, log_lik)
+                if r == self.rounds - 1 or not (self.optimize_prior or noise):
+                    break
+                if noise:
+                    scale = posthoc
                     continue
-                # d log Z / d log c at the MAP: its root is type-II ML (exactly so for a linear model, where
-                # the MAP's own dependence on c drops out). MacKay's fixed-point step first, then secant steps.
+                # The next MAP's scale: secant steps on d log Z / d log c across rounds, whose root is type-II
+                # ML (exactly so for a linear model, where the MAP's own dependence on c drops out).
                 log_c, grad = math.log(scale), curvature.scale_gradient(values, precision, scale)
                 if abs(grad) < 1e-9:
                     break
                 step = None if previous is None or grad == previous[1] else -grad * (log_c - previous[0]) / (grad - previous[1])
-                scale = curvature.fit_scale(values, precision, scale) if step is None else math.exp(log_c + max(-2.0, min(2.0, step)))
+                scale = posthoc if step is None else math.exp(log_c + max(-2.0, min(2.0, step)))
                 previous = (log_c, grad)
+            evidence, values, curvature, scale, log_lik = best
             theta = {k: values[k] for k in names}
-            log_lik = float(_log_likelihood(target, values, xd, yd))
-            evidence = curvature.log_evidence(theta, precision, scale, log_lik)
             draws = curvature.sample(theta, precision, scale, self.num_draws)
         fitted = target.with_fixed({k: values[k].to(x.dtype) for k in target.fixed})
         samples = {k: v[None] for k, v in draws.items()}
@@ -144,7 +158,7 @@ class Laplace:
         info = {
             "log_evidence": evidence,
             "prior_precision_scale": scale,
-            "scale_by_round": history,
+            "scale_and_evidence_by_round": history,
             "log_likelihood_at_map": log_lik,
             **({"noise_scale": float(values[noise])} if noise else {}),
             "num_weights": sum(theta[k].numel() for k in names),
