@@ -303,11 +303,14 @@ class _Curvature:
         return out
 
     def _eigen(self, precision, scale):
-        """Eigenvalues of the posterior precision (GGN + scale P) for every block, and what sampling needs."""
+        """Eigenvalues of the posterior precision (GGN + scale P) relative to P, for every block, and
+        what sampling needs; the full GGN's eigendecomposition is computed once."""
         p = self._flat(precision)
         if self.kind == "full":
-            root = p.rsqrt()
-            e, q = torch.linalg.eigh(root[:, None] * self.full * root[None, :])
+            if getattr(self, "_full_eigh", None) is None:
+                root = p.rsqrt()
+                self._full_eigh = (*torch.linalg.eigh(root[:, None] * self.full * root[None, :]), root)
+            e, q, root = self._full_eigh
             return e.clamp_min(0) + scale, (q, root), p.log().sum()
         if self.kind == "diag":
             return self.diag / p + scale, None, p.log().sum()
