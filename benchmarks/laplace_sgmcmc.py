@@ -10,6 +10,7 @@
    Test accuracy, NLL, ECE, expected accuracy, the significant bins and time; reliability diagrams.
 
     python benchmarks/laplace_sgmcmc.py [--evidence] [--heek] [--out runs/bench-laplace-sgmcmc]   (about 12 minutes on 2 cores)
+    python benchmarks/laplace_sgmcmc.py --nuts-sized   (the small LeNet by NUTS, SGHMC, mean-field, dropout; about 3 minutes)
 """
 
 from __future__ import annotations
@@ -123,14 +124,41 @@ def heek_claims(out: Path):
     print(f"\nreliability diagrams in {out}")
 
 
+def nuts_sized():
+    """The small LeNet NUTS finishes in about a minute (channels 4, dense 16: 1250 weights; 300 training
+    digits, fan-in prior) by NUTS, SGHMC, mean-field and MC dropout: test accuracy, NLL, ECE, time."""
+    import bnn_zoo as bz
+    from bnn_zoo.data import Dataset
+    from bnn_zoo.experiments.run import run
+
+    digits = bz.data.digits()
+    small = Dataset("digits-300", digits.x_train[:300], digits.y_train[:300], digits.x_test, digits.y_test, task="classification", info=digits.info)
+    model = bz.BNN(bz.models.LeNet(channels=[4], dense=16, dropout="dense"), bz.priors.FanInNormal(), bz.likelihoods.Categorical())
+    svi = dict(steps=3000, lr=0.005, batch_size=64, num_draws=200, progress=False)
+    methods = [
+        ("nuts (1 chain, 100 + 100)", bz.NUTS(num_warmup=100, num_samples=100, num_chains=1, progress=False)),
+        ("sghmc", bz.SGMCMC(kind="sghmc", step_size=1e-3, friction=20.0, batch_size=64, burn_in=4000, num_samples=200, thinning=20, progress=False)),
+        ("mean-field", bz.SVI(**svi)),
+        ("dropout p=0.5", bz.SVI(guide="dropout", guide_options={"p": 0.5, "masks": "example"}, **svi)),
+    ]
+    _row(["method", "accuracy", "NLL", "ECE", "expected accuracy", "s"])
+    _row(["---"] * 6)
+    for name, method in methods:
+        m = run(name, small, model, method).metrics
+        _row([name, f"{m['accuracy']:.3f}", f"{m['nll']:.3f}", f"{m['ece']:.3f}", f"{m['expected_accuracy']:.3f}", f"{m['runtime_s']:.0f}"])
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--evidence", action="store_true")
     parser.add_argument("--heek", action="store_true")
+    parser.add_argument("--nuts-sized", action="store_true", help="only the small LeNet by NUTS, SGHMC, mean-field and dropout")
     parser.add_argument("--out", default="runs/bench-laplace-sgmcmc")
     args = parser.parse_args()
     torch.set_num_threads(2)
     print(f"{time.strftime('%Y-%m-%d')}, {platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}\n")
+    if args.nuts_sized:
+        return nuts_sized()
     if args.evidence or not args.heek:
         evidence_table()
         print()

@@ -43,19 +43,21 @@ def test_full_batch_sgld_has_the_exact_mean_and_the_theoretical_step_size_bias(b
     large = runs[1e-2]
     assert torch.all(_ula_sd(blr_exact, 1e-2)[2:] > 1.6 * exact_sd[2:])  # the theory's bias at this step size...
     assert torch.all(_draws(large).std(0)[2:] - exact_sd[2:] > 4 * _mcse_sd(large)[2:])  # ...is there, far beyond Monte Carlo error
-    assert torch.all((_draws(runs[2e-3]).std(0) - exact_sd).abs() < 0.1 * exact_sd)  # and shrinks with the step
+    small = runs[2e-3]  # and shrinks with the step: a fifth of the step, under a quarter of the bias
+    assert torch.all(_draws(small).std(0)[2:] - exact_sd[2:] < 0.25 * (_draws(large).std(0)[2:] - exact_sd[2:]) + 4 * _mcse_sd(small)[2:])
     assert {"step_size", "log_posterior", "minibatch_log_likelihood"} <= set(large.sample_stats)
     assert large.sample_stats["step_size"].shape == (2, 1500)
 
 
-def test_sghmc_with_minibatches_and_cyclical_sgld_find_the_posterior(blr_model, blr_data, blr_exact):
+def test_sghmc_and_cyclical_sgld_find_the_exact_posterior_within_monte_carlo_error(blr_model, blr_data, blr_exact):
+    """Means within 4 MCSE; sds within 4 MCSE plus 5% (the discretisation bias at these step sizes)."""
     exact_sd = blr_exact.cov.diagonal().sqrt()
-    sghmc = bz.fit(blr_model, *blr_data, bz.SGMCMC(kind="sghmc", step_size=5e-3, friction=5.0, batch_size=15, **RUN))
-    cyclical = bz.fit(blr_model, *blr_data, bz.SGMCMC(kind="cyclical", step_size=4e-3, cycles=4, **{**RUN, "num_samples": 800}))
+    sghmc = bz.fit(blr_model, *blr_data, bz.SGMCMC(kind="sghmc", step_size=5e-3, friction=5.0, **RUN))
+    cyclical = bz.fit(blr_model, *blr_data, bz.SGMCMC(kind="cyclical", step_size=4e-3, cycles=20, **{**RUN, "num_samples": 1000}))
     for post in (sghmc, cyclical):
         draws = _draws(post)
-        assert torch.all((draws.mean(0) - blr_exact.mean).abs() < 0.25 * exact_sd), post.settings["kind"]
-        assert torch.allclose(draws.std(0), exact_sd, rtol=0.25), post.settings["kind"]  # minibatch noise and short cycles
+        assert torch.all((draws.mean(0) - blr_exact.mean).abs() < 4 * _mcse(post)), post.settings["kind"]
+        assert torch.all((draws.std(0) - exact_sd).abs() < 4 * _mcse_sd(post) + 0.05 * exact_sd), post.settings["kind"]
     steps = cyclical.sample_stats["step_size"][0]
     assert steps.max() <= 4e-3 and steps.min() < 0.5 * steps.max()  # draws come from the whole cosine schedule's sampling part
 
