@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 from bnn_zoo import guides, saving
 from bnn_zoo.data.validation import check_data, check_inputs
 from bnn_zoo.errors import BnnZooError
-from bnn_zoo.variational import guide_state, load_guide_state, log_weights, parameters, sample_guide
+from bnn_zoo.variational import guide_state, log_weights, parameters, sample_guide
 from bnn_zoo.version import __version__
 
 
@@ -412,5 +412,5 @@ def load_posterior(header: dict, state: dict, model=None, guide=None, cls: type 
         if guide is not None:
             parameters(guide, x, y)  # creates the parameters that a guide makes on its first call
     if guide is not None and state["guide"] is not None:
-        load_guide_state(guide, state["guide"])
+        guide.load_state_dict(state["guide"])
     return (cls or Posterior)(model, x, y, state["samples"], settings, state["sample_stats"], guide, header.get("runtime_s", 0.0), header.get("info"))

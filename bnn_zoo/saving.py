@@ -109,10 +109,6 @@ def resolve_class(path: str) -> type:
     return obj
 
 
-def class_path(cls: type) -> str:
-    return f"{cls.__module__}:{cls.__qualname__}"
-
-
 def write(path: str | Path, kind: str, header: dict, state: dict, idata=None) -> Path:
     """Write a posterior folder (see the module docstring); returns its path."""
     path = Path(path)

@@ -96,8 +96,3 @@ def guide_state(guide: Callable) -> dict[str, torch.Tensor] | None:
     if not isinstance(guide, torch.nn.Module):
         return None
     return {k: v.detach().clone() for k, v in guide.state_dict().items()}
-
-
-def load_guide_state(guide: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
-    """Load ``state`` (from :func:`guide_state`) into ``guide``, built the same way and called once."""
-    guide.load_state_dict(state)

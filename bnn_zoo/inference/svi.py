@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 import time
 import warnings
@@ -19,7 +20,7 @@ from bnn_zoo import guides
 from bnn_zoo.errors import BnnZooError
 from bnn_zoo.io import atomic_torch_save, safe_torch_load
 from bnn_zoo.posterior import Posterior, Prediction
-from bnn_zoo.variational import guide_state, load_guide_state, parameters, sample_guide, scope
+from bnn_zoo.variational import guide_state, parameters, sample_guide, scope
 
 
 @dataclass
@@ -84,8 +85,8 @@ class SVI:
         """The registered name, or ``module:QualName`` of an AutoGuide class, instance or guide function."""
         if isinstance(self.guide, str):
             return self.guide
-        target = self.guide if isinstance(self.guide, type) or not isinstance(self.guide, torch.nn.Module) else type(self.guide)
-        return f"{target.__module__}:{getattr(target, '__qualname__', type(target).__qualname__)}"
+        target = self.guide if isinstance(self.guide, type) or inspect.isfunction(self.guide) else type(self.guide)
+        return f"{target.__module__}:{target.__qualname__}"
 
     def build_guide(self, model):
         """The guide to fit (see :func:`bnn_zoo.guides.make`), started at the network's own initialisation."""
@@ -150,8 +151,11 @@ class SVI:
         if self.objective == "renyi" and not getattr(guide, "has_density", True):
             raise BnnZooError(f"the Renyi objective needs log q(w), which the {self.guide_name} guide does not have; use objective=elbo")
         params = parameters(guide, x, y) + list(point.values())  # the first call also creates the guide's parameters
-        if self.checkpoint is not None and not isinstance(guide, torch.nn.Module):
-            raise BnnZooError("checkpoints need a guide that is a torch module (a bnn-zoo guide or a Pyro AutoGuide), not a plain function")
+        if (self.checkpoint is not None or self.validation) and not isinstance(guide, torch.nn.Module):
+            raise BnnZooError(
+                "checkpoints and early stopping keep the guide's state_dict: use a torch-module guide (a bnn-zoo guide or a "
+                "Pyro AutoGuide), not a plain function"
+            )
         particles = dict(num_particles=self.num_particles, vectorize_particles=self.num_particles > 1, max_plate_nesting=1)
         elbo = RenyiELBO(alpha=self.alpha, **particles) if self.objective == "renyi" else TraceMeanField_ELBO(**particles)
         optim = torch.optim.Adam(params, lr=self.lr)
@@ -285,7 +289,7 @@ def _state(guide, point: dict) -> dict:
 
 
 def _load_state(guide, point: dict, state: dict) -> None:
-    load_guide_state(guide, state["guide"])
+    guide.load_state_dict(state["guide"])
     with torch.no_grad():
         for k, v in point.items():
             v.copy_(state["point"][k])
