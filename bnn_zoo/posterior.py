@@ -216,6 +216,8 @@ class Posterior:
         Returns:
             Draws of f (draws, N, outputs) with the likelihood, for moments, quantiles and log-likelihoods.
         """
+        # Not pyro.infer.Predictive: it re-runs the whole Pyro model and returns y draws, while the moments
+        # and log-likelihoods need f for every draw, which BNN.forward computes in one vmap.
         x = check_inputs(self.model, x).to(self.model.device)
         weights, latent = self._split(self.mean_weights() if at_mean else self.draws(num_samples))
         with torch.no_grad():
@@ -366,7 +368,11 @@ def common_attrs(settings: dict, runtime_s: float) -> dict:
 def function_space_inference_data(posterior: xr.Dataset, y_rep, log_lik, draws, x, y, sample_stats: dict, attrs: dict):
     """InferenceData from a posterior group and function-space draws: y_rep (chain, draw, *y.shape) and
     pointwise log_lik (chain, draw, N) at the ``draws`` indices, plus observed and constant data and
-    sample_stats (per-draw (chain, draw) arrays, or a per-step optimisation loss)."""
+    sample_stats (per-draw (chain, draw) arrays, or a per-step optimisation loss).
+
+    Built from xarray Datasets rather than ``az.from_dict``: thinned groups keep the original draw
+    indices as their ``draw`` coordinate, weights carry per-layer dimension names, and SVI's loss is per
+    optimisation step (dimension ``step``), which from_dict would read as (chain, draw)."""
     import arviz as az
 
     coords = {"chain": np.arange(y_rep.shape[0]), "draw": np.asarray(draws)}
