@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 
 import torch
 
 from bnn_zoo.errors import BnnZooError
+
+
+def bar_disabled(progress: bool) -> bool:
+    """Whether a progress bar stays off: when not asked for, and when stderr is not a terminal, so logs
+    and CI output are not flooded with carriage-return updates."""
+    return not (progress and sys.stderr.isatty())
 
 
 def atomic_write(path, write):

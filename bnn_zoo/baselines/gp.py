@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 
 from bnn_zoo import likelihoods, priors, saving
 from bnn_zoo.errors import BnnZooError
+from bnn_zoo.io import bar_disabled
 from bnn_zoo.posterior import Prediction, common_attrs, function_space_inference_data
 
 KERNELS = ("rbf", "matern52", "nngp")
@@ -230,7 +231,7 @@ class TypeII:
         losses, stop_reason = [], ""
         with _exact(), warnings.catch_warnings():
             warnings.simplefilter("ignore", gpytorch.utils.warnings.NumericalWarning)
-            for step in tqdm(range(self.steps), desc=f"GP {gp.kernel} type-II", disable=not self.progress):
+            for step in tqdm(range(self.steps), desc=f"GP {gp.kernel} type-II", disable=bar_disabled(self.progress)):
                 optim.zero_grad()
                 loss = -objective(module(xd), target) * len(x)  # GPyTorch divides by N
                 if not torch.isfinite(loss):

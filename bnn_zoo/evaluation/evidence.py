@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from bnn_zoo.bnn import BNN
 from bnn_zoo.data.validation import check_data
 from bnn_zoo.errors import BnnZooError
-from bnn_zoo.io import atomic_torch_save, safe_torch_load
+from bnn_zoo.io import atomic_torch_save, bar_disabled, safe_torch_load
 from bnn_zoo.posterior import Posterior
 from bnn_zoo.variational import log_weights
 
@@ -180,7 +180,7 @@ def _anneal(target, n, num_steps, leapfrog_steps, step_size, target_accept, prog
         state = _resume(checkpoint, state["shape"])
         torch.set_rng_state(state["rng"])
     try:
-        for step in tqdm(range(state["step"], num_steps), desc="AIS", disable=not progress, initial=state["step"], total=num_steps):
+        for step in tqdm(range(state["step"], num_steps), desc="AIS", disable=bar_disabled(progress), initial=state["step"], total=num_steps):
             b_prev, b = betas[step], betas[step + 1]
             log_w = state["log_w"] + (b - b_prev) * state["log_lik"].double()
             z, log_prior, log_lik, rate = _hmc_move(target, state["z"], state["log_prior"], state["log_lik"], b, state["step_size"], leapfrog_steps)

@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 from bnn_zoo import saving
 from bnn_zoo.bnn import BNN, last_layer
 from bnn_zoo.errors import BnnZooError
+from bnn_zoo.io import bar_disabled
 from bnn_zoo.likelihoods import Gaussian
 from bnn_zoo.posterior import Posterior, load_posterior
 
@@ -258,7 +259,7 @@ def _map(model: BNN, values: dict, precision: dict, scale: float, x, y, settings
     optim = torch.optim.Adam(free.values(), lr=settings.lr)
     n = x.shape[0]
     batch = settings.batch_size if settings.batch_size and settings.batch_size < n else None
-    for _ in tqdm(range(settings.map_steps), desc="Laplace MAP", disable=not settings.progress):
+    for _ in tqdm(range(settings.map_steps), desc="Laplace MAP", disable=bar_disabled(settings.progress)):
         optim.zero_grad()
         loss(None if batch is None else torch.randint(n, (batch,))).backward()
         optim.step()

@@ -19,6 +19,7 @@ import torch
 from pyro.infer.autoguide.initialization import init_to_sample, init_to_value
 
 from bnn_zoo.errors import BnnZooError
+from bnn_zoo.io import bar_disabled
 from bnn_zoo.posterior import Posterior
 
 
@@ -112,7 +113,7 @@ class _MCMC:
                 self._kernel(model, inits[c]),
                 num_samples=self.num_samples,
                 warmup_steps=self.num_warmup,
-                disable_progbar=not self.progress,
+                disable_progbar=bar_disabled(self.progress),
                 hook_fn=_recorder(stats[-1]),
             )
             mcmc.run(x, y)

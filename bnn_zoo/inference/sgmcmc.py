@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from bnn_zoo.bnn import BNN
 from bnn_zoo.errors import BnnZooError
-from bnn_zoo.io import atomic_torch_save, safe_torch_load
+from bnn_zoo.io import atomic_torch_save, bar_disabled, safe_torch_load
 from bnn_zoo.posterior import Posterior
 
 KINDS = ("sgld", "sghmc", "cyclical")
@@ -147,7 +147,9 @@ class SGMCMC:
         else:
             state, draws, stats, first = _restore(posteriors, self.kind, saved), saved["draws"], saved["stats"], saved["step"]
             torch.set_rng_state(saved["rng"])
-        bar = tqdm(range(first, self.total_steps), desc=f"{self.kind} chain {chain}", disable=not self.progress, initial=first, total=self.total_steps)
+        bar = tqdm(
+            range(first, self.total_steps), desc=f"{self.kind} chain {chain}", disable=bar_disabled(self.progress), initial=first, total=self.total_steps
+        )
         try:
             for step in bar:
                 rng = torch.get_rng_state()  # a checkpoint taken mid-step restarts this step exactly

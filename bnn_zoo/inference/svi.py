@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 
 from bnn_zoo import guides
 from bnn_zoo.errors import BnnZooError
-from bnn_zoo.io import atomic_torch_save, safe_torch_load
+from bnn_zoo.io import atomic_torch_save, bar_disabled, safe_torch_load
 from bnn_zoo.posterior import Posterior, Prediction
 from bnn_zoo.variational import guide_state, parameters, sample_guide, scope
 
@@ -164,7 +164,7 @@ class SVI:
         if self.checkpoint is not None and Path(self.checkpoint).exists():
             first, losses, best = _resume(self.checkpoint, guide, point, optim, sched)
         last_finite = [p.detach().clone() for p in params]  # the state whose loss was finite, copied in place each step
-        bar = tqdm(range(first, self.steps), desc=f"SVI {self.guide_name}", disable=not self.progress, initial=first, total=self.steps)
+        bar = tqdm(range(first, self.steps), desc=f"SVI {self.guide_name}", disable=bar_disabled(self.progress), initial=first, total=self.steps)
         _set_training(guide, True)  # guides add per-example (local) noise in training mode only
         try:
             for step in bar:
