@@ -51,16 +51,21 @@ def make(guide: str | type | Callable, model, init_values: dict, options: dict |
     ``AutoGuide`` class (built on the model, started at ``init_values``, parameters local to the
     module) or a guide instance or callable (returned as it is)."""
     options = options or {}
+    check_options(guide, options)
     if isinstance(guide, str):
         return build(guide, model, init_values, **options)
     if is_autoguide_class(guide):
         with pyro.settings.context(**LOCAL_PARAMS):
             return guide(model, init_loc_fn=init_to_value(values=init_values), **options)
-    if options:
+    return guide
+
+
+def check_options(guide, options: dict) -> None:
+    """Options go to guides bnn-zoo builds; a guide instance or function was configured when it was made."""
+    if options and source(guide) == "user":
         raise BnnZooError(
             "guide_options apply to a guide built by bnn-zoo (a registered name or an AutoGuide class); configure a guide instance when you create it"
         )
-    return guide
 
 
 def source(guide) -> str:

@@ -263,16 +263,22 @@ def _map(model: BNN, values: dict, precision: dict, scale: float, x, y, settings
         optim.zero_grad()
         loss(None if batch is None else torch.randint(n, (batch,))).backward()
         optim.step()
-    lbfgs = torch.optim.LBFGS(free.values(), max_iter=200, tolerance_grad=1e-9, tolerance_change=1e-12, line_search_fn="strong_wolfe")
+    _minimise(list(free.values()), loss)
+    return {**held, **{k: (transforms[k](v) if k in transforms else v).detach() for k, v in free.items()}}
+
+
+def _minimise(tensors: list[torch.Tensor], loss) -> None:
+    """Full-batch L-BFGS with a strong-Wolfe line search on ``loss()``, in place: polishes a MAP, fits
+    hyperparameters to machine precision."""
+    optim = torch.optim.LBFGS(tensors, max_iter=200, tolerance_grad=1e-10, tolerance_change=1e-14, line_search_fn="strong_wolfe")
 
     def closure():
-        lbfgs.zero_grad()
+        optim.zero_grad()
         value = loss()
         value.backward()
         return value
 
-    lbfgs.step(closure)
-    return {**held, **{k: (transforms[k](v) if k in transforms else v).detach() for k, v in free.items()}}
+    optim.step(closure)
 
 
 def _output_hessians(model: BNN, f: torch.Tensor, y: torch.Tensor, latent: dict) -> torch.Tensor:
@@ -361,29 +367,14 @@ class _Curvature:
             log_prior = 0.5 * (w.numel() * ls - ls.exp() * (p * w**2).sum())
             return -(log_lik + log_prior - 0.5 * torch.log(unit * torch.exp(-2 * lsig) + ls.exp()).sum())
 
-        optim = torch.optim.LBFGS([params], max_iter=200, tolerance_grad=1e-10, tolerance_change=1e-14, line_search_fn="strong_wolfe")
-
-        def closure():
-            optim.zero_grad()
-            value = negative_evidence()
-            value.backward()
-            return value
-
-        optim.step(closure)
+        _minimise([params], negative_evidence)
         return (math.exp(params[0].item()) if fit_scale else scale), math.exp(params[1].item())
 
     def fit_scale(self, values, precision, scale) -> float:
-        """The prior-precision scale maximising the Laplace evidence at this MAP (Newton on log scale)."""
+        """The prior-precision scale maximising the Laplace evidence at this MAP (over its logarithm)."""
         objective = self._scale_objective(values, precision)
         log_s = torch.tensor(math.log(scale), dtype=torch.float64, requires_grad=True)
-        for _ in range(100):
-            g = torch.autograd.grad(objective(log_s), log_s, create_graph=True)[0]
-            h = torch.autograd.grad(g, log_s)[0]
-            step = (-g / h if h < 0 else g.sign()).detach().clamp(-2.0, 2.0)  # Newton where concave, else a unit step uphill
-            with torch.no_grad():
-                log_s += step
-            if abs(step.item()) < 1e-10:
-                break
+        _minimise([log_s], lambda: -objective(log_s))
         return log_s.exp().item()
 
     def sample(self, theta, precision, scale, num) -> dict:

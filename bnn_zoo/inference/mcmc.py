@@ -122,6 +122,16 @@ class _MCMC:
         sample_stats = {k: torch.tensor([[s[k] for s in st] for st in stats]) for k in stats[0][0]}
         return Posterior(model, x, y, samples, self.settings(), sample_stats=sample_stats, runtime_s=time.perf_counter() - start)
 
+    def _shared(self, init_strategy) -> dict:
+        """Kernel arguments NUTS and HMC share."""
+        return dict(
+            init_strategy=init_strategy,
+            target_accept_prob=self.target_accept,
+            full_mass=self.dense_mass,
+            jit_compile=self.jit_compile,
+            ignore_jit_warnings=True,
+        )
+
     def _inits(self, model):
         if self.init is None:
             return [init_to_value(values=model.network_init(self.seed + c)) for c in range(self.num_chains)]
@@ -158,15 +168,7 @@ class NUTS(_MCMC):
     name = "nuts"
 
     def _kernel(self, model, init_strategy):
-        return _NUTSKernel(
-            model,
-            init_strategy=init_strategy,
-            target_accept_prob=self.target_accept,
-            max_tree_depth=self.max_tree_depth,
-            full_mass=self.dense_mass,
-            jit_compile=self.jit_compile,
-            ignore_jit_warnings=True,
-        )
+        return _NUTSKernel(model, max_tree_depth=self.max_tree_depth, **self._shared(init_strategy))
 
 
 @dataclass
@@ -185,13 +187,4 @@ class HMC(_MCMC):
     name = "hmc"
 
     def _kernel(self, model, init_strategy):
-        return _HMCKernel(
-            model,
-            init_strategy=init_strategy,
-            step_size=self.step_size,
-            trajectory_length=self.trajectory_length,
-            target_accept_prob=self.target_accept,
-            full_mass=self.dense_mass,
-            jit_compile=self.jit_compile,
-            ignore_jit_warnings=True,
-        )
+        return _HMCKernel(model, step_size=self.step_size, trajectory_length=self.trajectory_length, **self._shared(init_strategy))

@@ -145,6 +145,9 @@ class SGMCMC:
             state = transform.init(target.initial(model.network_init(self.seed + chain)))
             draws, stats, first = [], [], 0
         else:
+            expected = {k: v.shape for k, v in target.initial(model.network_init(self.seed + chain)).items()}
+            if {k: v.shape for k, v in saved["params"].items()} != expected or (saved["momenta"] is None) != (self.kind != "sghmc"):
+                raise BnnZooError(f"checkpoint {self.checkpoint} belongs to another model or SG-MCMC kind; delete it or point SGMCMC(checkpoint=...) elsewhere")
             state, draws, stats, first = _restore(posteriors, self.kind, saved), saved["draws"], saved["stats"], saved["step"]
             torch.set_rng_state(saved["rng"])
         bar = tqdm(

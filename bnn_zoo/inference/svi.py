@@ -135,10 +135,7 @@ class SVI:
                 f"guide must be a registered name ({', '.join(sorted(guides.GUIDES))}), a Pyro AutoGuide class or instance, "
                 f"or a callable guide; got {self.guide!r}"
             )
-        if self.guide_options and guides.source(self.guide) == "user":
-            raise BnnZooError(
-                "guide_options apply to a guide built by bnn-zoo (a registered name or an AutoGuide class); configure a guide instance when you create it"
-            )
+        guides.registry.check_options(self.guide, self.guide_options)
 
     def run(self, model, x, y) -> Posterior:
         start = time.perf_counter()
