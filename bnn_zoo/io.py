@@ -56,6 +56,24 @@ def write_json(obj, path):
     atomic_write(path, write)
 
 
+def write_yaml(obj, path):
+    import yaml
+
+    atomic_write(path, lambda tmp: Path(tmp).write_text(yaml.safe_dump(obj, sort_keys=False)))
+
+
+def read_yaml(path, what: str = "config"):
+    """A YAML file's content, by yaml.safe_load (plain data only, no object construction)."""
+    import yaml
+
+    if not Path(path).is_file():
+        raise BnnZooError(f"{what} {path} does not exist")
+    try:
+        return yaml.safe_load(Path(path).read_text())
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise BnnZooError(f"{what} {path} is not valid YAML ({str(exc).splitlines()[0]})") from None
+
+
 def save_inference_data(idata, path):
     """Write an InferenceData to netCDF atomically (a crash never leaves a half-written result)."""
     atomic_write(path, lambda tmp: idata.to_netcdf(tmp, engine="h5netcdf"))

@@ -7,6 +7,7 @@ batch shape equal to the draws' batch shape of ``f`` minus its last two dims (da
 from __future__ import annotations
 
 import copy
+import math
 
 import pyro
 import pyro.distributions as dist
@@ -86,6 +87,15 @@ class Gaussian(Likelihood):
             raise BnnZooError("give either a fixed Gaussian scale or a scale_prior, not both")
         self.scale = None if scale is None else float(scale)
         self.scale_prior = scale_prior if scale_prior is not None or scale is not None else dist.HalfNormal(1.0)
+
+    @classmethod
+    def from_precision(cls, precision: float, y_std: float = 1.0) -> Gaussian:
+        """A fixed noise whose precision tau = 1 / sigma^2 is stated in the targets' original units (Gal &
+        Ghahramani's tau), for a model fitted to targets standardised by ``y_std``: sigma = 1 / (sqrt(tau) y_std).
+        The test log-likelihood in original units is then Gal's eq. 3.18 with this tau."""
+        if not (precision > 0 and float(precision) < float("inf")):
+            raise BnnZooError(f"Gaussian precision must be positive and finite, got {precision}")
+        return cls(1.0 / (math.sqrt(precision) * y_std))
 
     @classmethod
     def learned(cls, scale_prior: dist.Distribution | None = None) -> Gaussian:

@@ -26,8 +26,10 @@ class LocalParamModule(PyroModule):
 
     bnn-zoo's guides use this so that several fits (guides with the same site names) live side by
     side in one process and a guide's ``state_dict`` is complete, without flipping the global
-    ``pyro.settings`` for the user's other Pyro models: the setting is scoped to construction and to
-    every call.
+    ``pyro.settings`` for the user's other Pyro models: the setting is scoped to construction, to every
+    call and to every attribute read. Containers and sub-modules of a guide must be LocalParamModules
+    too: a plain PyroModule read outside that scope resolves its parameters by name in the global
+    store, where another fit's parameters of the same name may live.
     """
 
     def __init__(self, *args, **kwargs):
@@ -37,6 +39,10 @@ class LocalParamModule(PyroModule):
     def __call__(self, *args, **kwargs):
         with pyro.settings.context(**LOCAL_PARAMS):
             return super().__call__(*args, **kwargs)
+
+    def __getattr__(self, name):  # a parameter read outside a call (say by ``mean()``) stays local too
+        with pyro.settings.context(**LOCAL_PARAMS):
+            return super().__getattr__(name)
 
 
 def scope(guide: Callable) -> contextlib.AbstractContextManager:

@@ -119,23 +119,24 @@ def test_corrupt_and_missing_result_files(tmp_path):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["fit", "--data", "toy-cubic", "--model", "transformer", "--inference", "svi", "--out", "o"], "unknown name 'transformer'"),
-        (["fit", "--data", "toy-cubic", "--model", "mlp:width=3", "--inference", "svi", "--out", "o"], "unknown option(s) width"),
-        (["fit", "--data", "toy-cubic", "--model", "mlp:hidden=a", "--inference", "svi", "--out", "o"], "bad value for 'hidden'"),
-        (["fit", "--data", "mnist", "--inference", "svi", "--out", "o"], "unknown data spec 'mnist'"),
-        (["fit", "--data", "toy-cubic", "--prior", "laplace", "--inference", "svi", "--out", "o"], "unknown name 'laplace'"),
-        (["fit", "--data", "toy-cubic", "--likelihood", "poisson", "--inference", "svi", "--out", "o"], "unknown name 'poisson'"),
-        (["fit", "--data", "toy-cubic", "--guide", "nope", "--inference", "svi", "--out", "o"], "unknown name 'nope'"),
-        (["fit", "--data", "toy-cubic", "--guide", "matrix-normal:ranks=2", "--inference", "svi", "--out", "o"], "bad options for guide"),
-        (["fit", "--data", "uci:/no/such/dir", "--inference", "svi", "--out", "o"], "does not exist"),
-        (["fit", "--data", "toy-cubic", "--inference", "mh", "--out", "o"], "unknown name 'mh'"),
-        (["fit", "--data", "toy-cubic", "--inference", "svi", "--evidence", "bic", "--out", "o"], "--evidence takes ais and/or iw"),
-        (["fit", "--data", "toy-cubic", "--inference", "nuts", "--evidence", "iw", "--out", "o"], "needs a guide with a density"),
-        (["fit", "--data", "toy-cubic", "--inference", "svi:kernel=rbf", "--out", "o"], "takes no options"),
-        (["fit", "--data", "toy-cubic", "--inference", "gp:kernel=periodic", "--out", "o"], "unknown GP kernel 'periodic'"),
-        (["fit", "--data", "toy-cubic", "--inference", "gp:kernel=nngp", "--out", "o"], "limit of a relu MLP"),
+        (["fit", "--model", "transformer", "--out", "o"], "unknown model 'transformer'; choose one of: mlp,"),
+        (["fit", "--model", "mlp", "--model.width", "3", "--out", "o"], "Option 'width' is not accepted"),
+        (["fit", "--model", "mlp", "--model.hidden", "a", "--out", "o"], 'Parser key "hidden": Expected a <class \'list\'>'),
+        (["fit", "--data", "mnist", "--out", "o"], "unknown data 'mnist'"),
+        (["fit", "--prior", "laplace", "--out", "o"], "unknown prior 'laplace'"),
+        (["fit", "--likelihood", "poisson", "--out", "o"], "unknown likelihood 'poisson'"),
+        (["fit", "--guide", "nope", "--out", "o"], "unknown guide 'nope'"),
+        (["fit", "--guide", "matrix-normal", "--guide.ranks", "2", "--out", "o"], "Option 'ranks' is not accepted"),
+        (["fit", "--data", "uci", "--data.path", "/no/such/dir", "--out", "o"], "does not exist"),
+        (["fit", "--inference", "mh", "--out", "o"], "unknown inference 'mh'"),
+        (["fit", "--evaluation.evidence", "[bic]", "--out", "o"], "Got value: bic"),
+        (["fit", "--inference", "nuts", "--evaluation.evidence", "[iw]", "--out", "o"], "needs a guide with a density"),
+        (["fit", "--inference", "nuts", "--inference.kl_weight", "0.5", "--out", "o"], "Option 'kl_weight' is not accepted"),
+        (["fit", "--inference", "nuts", "--guide", "dropout", "--out", "o"], "a guide applies to svi, not nuts"),
+        (["fit", "--inference", "gp", "--inference.kernel", "periodic", "--out", "o"], "Got value: periodic"),
+        (["fit", "--inference", "gp", "--inference.kernel", "nngp", "--out", "o"], "limit of a relu MLP"),
         (["fit", "--data", "toy-text", "--model", "lstm-tied", "--inference", "gp", "--out", "o"], "not text"),
-        (["fit", "--data", "toy-cubic", "--likelihood", "categorical", "--inference", "svi", "--out", "o"], "is a regression dataset; use gaussian"),
+        (["fit", "--likelihood", "categorical", "--out", "o"], "is a regression dataset; use gaussian"),
         (["frobnicate"], "invalid choice: 'frobnicate'"),
     ],
 )
@@ -143,7 +144,7 @@ def test_cli_rejects_unknown_names_with_one_line(argv, message, capsys, tmp_path
     monkeypatch.chdir(tmp_path)
     try:
         code = main(argv)
-    except SystemExit as exc:  # argparse exits
+    except SystemExit as exc:  # argparse exits on an unknown command
         code = exc.code
     err = capsys.readouterr().err
     assert code == 2

@@ -57,86 +57,86 @@ def test_compare_on_the_demo_results_prints_the_table_and_writes_the_plots(demo_
 
 
 @pytest.mark.parametrize(
-    "inference",
+    "inference, extra",
     [
-        "svi",
-        "svi:mean-field:local_reparam=true",
-        "svi:matrix-normal:rank=2",
-        "svi:flow:transform=spline;scope=layer",
-        "svi:dropout:p=0.05,0.1;masks=example",
-        "nuts",
-        "hmc",
-        "laplace",
-        "sgld",
+        ("svi", []),
+        ("svi", ["--guide", "mean-field", "--guide.local_reparam", "true"]),
+        ("svi", ["--guide", "matrix-normal", "--guide.rank", "2"]),
+        ("svi", ["--guide", "flow", "--guide.transform", "spline", "--guide.scope", "layer"]),
+        ("svi", ["--guide", "dropout", "--guide.p", "[0.05, 0.1]", "--guide.masks", "example"]),
+        ("nuts", []),
+        ("hmc", []),
+        ("laplace", ["--inference.map_steps", "150"]),
+        ("sgld", ["--inference.step_size", "1e-3", "--inference.batch_size", "16", "--inference.burn_in", "50", "--inference.num_samples", "20"]),
     ],
 )
-def test_fit_on_a_uci_folder_writes_results_in_original_units(tmp_path, inference):
+def test_fit_on_a_uci_folder_writes_results_in_original_units(tmp_path, inference, extra):
     _uci_folder(tmp_path / "uci", rows=40)
     out = tmp_path / "out"
-    inference, _, guide = inference.partition(":")
-    extra = {
-        "svi": ["--steps", "150", "--batch-size", "16", "--guide", guide or "mean-field"],
-        "laplace": ["--steps", "150"],
-        "sgld": ["--lr", "1e-3", "--batch-size", "16", "--num-warmup", "5", "--num-samples", "20", "--num-chains", "1"],
-    }.get(inference, ["--num-warmup", "20", "--num-samples", "20", "--num-chains", "1"])
-    argv = [
-        "fit",
-        "--data",
-        f"uci:{tmp_path / 'uci'}:split=0",
-        "--model",
-        "mlp:hidden=8;activation=relu",
-        "--inference",
-        inference,
-        "--out",
-        str(out),
-        "--quiet",
-        *extra,
-    ]
-    assert main(argv) == 0
+    defaults = {
+        "svi": ["--inference.steps", "150", "--inference.batch_size", "16"],
+        "nuts": ["--inference.num_warmup", "20", "--inference.num_samples", "20", "--inference.num_chains", "1"],
+    }
+    defaults["hmc"] = defaults["nuts"]
+    model = ["--model", "mlp", "--model.hidden", "[8]", "--model.activation", "relu"]
+    argv = ["fit", "--data", "uci", "--data.path", str(tmp_path / "uci"), *model, "--inference", inference, *defaults.get(inference, []), *extra]
+    assert main([*argv, "--out", str(out), "--quiet"]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     for key in ("rmse", "test_log_likelihood", "loo_elpd", "loo_se", "runtime_s", "settings"):
         assert key in metrics
+    guide = extra[1] if extra[:1] == ["--guide"] else "mean-field" if inference == "svi" else ""
     assert metrics["settings"]["method"] == {"sgld": "sgmcmc"}.get(inference, inference)
     assert metrics["data"] == "uci:uci" and metrics["n_train"] == 36
-    assert ("elbo" in metrics and "elbo_se" in metrics) == (inference == "svi" and not guide.startswith("dropout"))  # no density
-    assert ("rmse_at_mean" in metrics) == (inference == "svi" and not guide.startswith("flow"))  # flows have no closed-form mean
+    assert ("elbo" in metrics and "elbo_se" in metrics) == (inference == "svi" and guide != "dropout")  # no density
+    assert ("rmse_at_mean" in metrics) == (inference == "svi" and guide != "flow")  # flows have no closed-form mean
     assert ("evidence_laplace" in metrics) == (inference == "laplace")
     idata = load_inference_data(out / "posterior.nc")
     assert idata.posterior["layers.0.weight"].shape[-2:] == (8, 2)
     assert not (out / "checkpoint.pt").exists()  # superseded by the result
     if guide:
-        name, _, options = guide.partition(":")
-        assert metrics["settings"]["guide"] == name
-        assert metrics["settings"]["guide_options"] == dict(kv.split("=") for kv in options.split(";")) | ({"rank": 2} if "rank" in options else {})
+        assert metrics["settings"]["guide"] == guide
+        options = dict(zip(extra[2::2], extra[3::2]))
+        assert {k: str(metrics["settings"]["guide_options"][k.removeprefix("--guide.")]).lower().replace(" ", "") for k in options} == {
+            k: v.replace(" ", "") for k, v in options.items()
+        }
+
+
+def test_a_result_folder_re_runs_from_its_config_to_identical_metrics(tmp_path):
+    first, again = tmp_path / "first", tmp_path / "again"
+    argv = ["fit", "--model", "mlp", "--model.hidden", "[8]", "--guide", "matrix-normal", "--guide.rank", "1", "--inference.steps", "60"]
+    assert main([*argv, "--seed", "3", "--out", str(first), "--quiet"]) == 0
+    assert main(["fit", "--config", str(first / "config.yaml"), "--out", str(again), "--quiet"]) == 0
+    a, b = (json.loads((d / "metrics.json").read_text()) for d in (first, again))
+    a.pop("runtime_s"), b.pop("runtime_s")
+    assert a == b and a["settings"]["guide"] == "matrix-normal" and a["settings"]["seed"] == 3
+    assert (first / "config.yaml").read_text() == (again / "config.yaml").read_text()
+    assert "class_path: bnn_zoo.experiments.config.MatrixNormal" in (first / "config.yaml").read_text()  # the default likelihood, guide resolved
+
+
+def test_a_users_own_network_from_the_command_line(tmp_path, monkeypatch):
+    package = tmp_path / "mynets"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        "import torch\n\n\nclass Wide(torch.nn.Module):\n"
+        "    def __init__(self, in_features: int, out_features: int, width: int = 4):\n"
+        "        super().__init__()\n"
+        "        self.body = torch.nn.Sequential(torch.nn.Linear(in_features, width), torch.nn.Tanh(), torch.nn.Linear(width, out_features))\n\n"
+        "    def forward(self, x):\n        return self.body(x)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "own"
+    assert main(["fit", "--model", "mynets:Wide", "--model.width", "6", "--inference.steps", "30", "--out", str(out), "--quiet"]) == 0
+    idata = load_inference_data(out / "posterior.nc")
+    assert idata.posterior["body.0.weight"].shape[-2:] == (6, 1)
+    assert "class_path: mynets.Wide" in (out / "config.yaml").read_text()
+    assert main(["fit", "--config", str(out / "config.yaml"), "--out", str(tmp_path / "again"), "--quiet"]) == 0
+    assert main(["fit", "--model", "mynets:Wide", "--model.depth", "2", "--out", str(tmp_path / "x"), "--quiet"]) == 2
 
 
 def test_early_stopping_from_the_command_line(tmp_path):
     out = tmp_path / "es"
-    assert (
-        main(
-            [
-                "fit",
-                "--data",
-                "toy-cubic",
-                "--inference",
-                "svi",
-                "--steps",
-                "4000",
-                "--lr",
-                "0.05",
-                "--validation",
-                "0.25",
-                "--eval-every",
-                "20",
-                "--patience",
-                "2",
-                "--out",
-                str(out),
-                "--quiet",
-            ]
-        )
-        == 0
-    )
+    svi = ["--inference.steps", "4000", "--inference.lr", "0.05", "--inference.validation", "0.25", "--inference.eval_every", "20", "--inference.patience", "2"]
+    assert main(["fit", "--inference", "svi", *svi, "--out", str(out), "--quiet"]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["steps_run"] == metrics["best_step"] + 40 < 4000 and (metrics["n_train"], metrics["n_validation"]) == (15, 5)
     assert metrics["settings"]["validation"] == 0.25
@@ -144,31 +144,8 @@ def test_early_stopping_from_the_command_line(tmp_path):
 
 def test_linear_model_on_toy_data_and_epochs(tmp_path):
     out = tmp_path / "lin"
-    assert (
-        main(
-            [
-                "fit",
-                "--data",
-                "toy-cubic",
-                "--model",
-                "linear",
-                "--inference",
-                "svi",
-                "--epochs",
-                "30",
-                "--batch-size",
-                "5",
-                "--prior",
-                "normal:scale=2",
-                "--likelihood",
-                "gaussian:scale=0.5",
-                "--out",
-                str(out),
-                "--quiet",
-            ]
-        )
-        == 0
-    )
+    argv = ["fit", "--model", "linear", "--inference.epochs", "30", "--inference.batch_size", "5", "--prior", "normal", "--prior.scale", "2"]
+    assert main([*argv, "--likelihood", "gaussian", "--likelihood.scale", "0.5", "--out", str(out), "--quiet"]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["settings"]["steps"] == 30 * 4 and "Normal(scale=2.0)" in metrics["prior"]
     assert (out / "predictive.png").exists()
@@ -177,10 +154,13 @@ def test_linear_model_on_toy_data_and_epochs(tmp_path):
 def test_list_and_help(capsys):
     assert main(["list"]) == 0
     listing = capsys.readouterr().out
-    for name in ("toy-cubic", "uci:PATH", "mlp", "linear", "fanin", "gaussian", "mean-field", "matrix-normal", "flow", "nuts", "hmc"):
+    for name in ("toy-cubic", "uci", "mlp", "linear", "fanin", "gaussian", "mean-field", "matrix-normal", "flow", "nuts", "hmc"):
         assert name in listing
     for command in (["--help"], ["demo", "--help"], ["fit", "--help"], ["list", "--help"]):
         with pytest.raises(SystemExit) as exc:
             main(command)
         assert exc.value.code == 0
         assert "usage: bnn-zoo" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["fit", "--guide.help", "dropout"])
+    assert "--guide.masks {step,example}" in capsys.readouterr().out

@@ -59,3 +59,21 @@ def test_an_affine_flow_too_large_for_memory_is_refused_before_training():
     model = bz.BNN(bz.models.MLP(40, [30], 1))  # 1261 latents: a MADE at least 1261 wide
     with pytest.raises(bz.BnnZooError, match=r"affine autoregressive flow over 1261 latents needs O\(d\^2\) memory.*transform=spline"):
         bz.fit(model, torch.randn(10, 40), torch.randn(10), bz.SVI(guide="flow", steps=1, progress=False))
+
+
+@pytest.mark.parametrize("guide, options", [("mean-field", {}), ("matrix-normal", {"rank": 1}), ("dropout", {"p": 0.1})])
+def test_fits_in_one_process_never_share_parameters_through_pyros_global_store(guide, options):
+    """Two fits whose guides have the same site names but different shapes: each guide's mean is its
+    own, also when read outside a guide call (a plain PyroModule would resolve it by name globally)."""
+    import pyro
+
+    pyro.clear_param_store()
+    fits = []
+    for in_features, seed in ((2, 0), (1, 1)):
+        x = torch.randn(30, in_features)
+        model = bz.BNN(bz.models.MLP(in_features, [3], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.5))
+        fits.append(bz.fit(model, x, x.sum(1), bz.SVI(guide=guide, guide_options=options, steps=5, seed=seed, progress=False, num_draws=4)))
+    for post, in_features in zip(fits, (2, 1)):
+        assert post.guide.mean()["layers.0.weight"].shape == (3, in_features)
+        post.predict(torch.zeros(2, in_features), at_mean=True)
+    assert len(pyro.get_param_store()) == 0

@@ -119,7 +119,7 @@ def test_a_user_network_is_passed_back_in_and_checked(tmp_path):
 
 def test_a_bnn_zoo_fit_result_folder_is_loadable(tmp_path):
     out = tmp_path / "run"
-    assert main(["fit", "--data", "toy-cubic", "--inference", "svi", "--steps", "30", "--out", str(out), "--quiet"]) == 0
+    assert main(["fit", "--inference.steps", "30", "--out", str(out), "--quiet"]) == 0
     post = bz.load(out)
     data = bz.data.toy_cubic()
     stored = xr.open_dataset(out / "predictions.nc", engine="h5netcdf")

@@ -72,28 +72,9 @@ def test_svi_objective_options_from_the_command_line(tmp_path):
     assert (
         main(
             [
-                "fit",
-                "--data",
-                "toy-cubic",
-                "--model",
-                "mlp:hidden=8",
-                "--inference",
-                "svi",
-                "--steps",
-                "50",
-                "--objective",
-                "renyi",
-                "--alpha",
-                "0.5",
-                "--num-particles",
-                "4",
-                "--kl-weight",
-                "0.5",
-                "--kl-warmup",
-                "20",
-                "--out",
-                str(out),
-                "--quiet",
+                *["fit", "--model", "mlp", "--model.hidden", "[8]", "--inference", "svi", "--inference.steps", "50", "--inference.objective", "renyi"],
+                *["--inference.alpha", "0.5", "--inference.num_particles", "4", "--inference.kl_weight", "0.5", "--inference.kl_warmup", "20"],
+                *["--out", str(out), "--quiet"],
             ]
         )
         == 0

@@ -8,13 +8,14 @@ import torch
 
 import bnn_zoo as bz
 from bnn_zoo.cli import main
-from bnn_zoo.data import catalog, text
+from bnn_zoo.data import text
 from bnn_zoo.evaluation import expected_calibration_error, language_model_metrics
+from bnn_zoo.experiments import config
 from bnn_zoo.io import load_inference_data
 
 
 def test_digits_split_is_fixed_and_stratified():
-    a, b = catalog.load("digits"), catalog.load("digits", seed=7)
+    a, b = config.Digits().load(seed=0), config.Digits().load(seed=7)
     assert torch.equal(a.y_test, b.y_test) and a.x_train.shape == (1347, 64) and a.x_test.shape == (450, 64)
     test, full = torch.bincount(a.y_test, minlength=10), torch.bincount(torch.cat([a.y_train, a.y_test]), minlength=10)
     assert ((test - full * 450 / 1797).abs() <= 1).all()  # each class in the test set in its overall proportion
@@ -38,14 +39,14 @@ def test_classification_text_is_padded_at_the_end_and_unknown_words_map_to_unk()
     assert len(texts) == 50 and set(labels) == {0, 1}
 
 
-def test_text_spec_errors_are_one_line(tmp_path):
+def test_text_data_errors_are_one_line(tmp_path):
     with pytest.raises(bz.BnnZooError, match="no text file"):
-        catalog.load(f"text:{tmp_path}")
+        config.Text(str(tmp_path)).load(seed=0)
     (tmp_path / "input.txt").write_text("short")
     with pytest.raises(bz.BnnZooError, match="too few tokens"):
-        catalog.load(f"text:{tmp_path}:seq_len=64")
-    with pytest.raises(bz.BnnZooError, match="bad text option"):
-        catalog.load(f"text:{tmp_path}:size=3")
+        config.Text(str(tmp_path), seq_len=64).load(seed=0)
+    with pytest.raises(bz.BnnZooError, match="the text data needs a file"):
+        config.Text().load(seed=0)
 
 
 def test_ece_on_hand_cases():
@@ -81,33 +82,15 @@ def test_large_fits_are_thinned_in_the_inference_data():
 @pytest.mark.parametrize(
     "data, model, extra",
     [
-        ("digits", "cnn:channels=4;dense=8;dropout=dense", ["--prior", "normal:scale=1"]),
-        ("toy-text", "lstm-tied:embed=4;hidden=6", []),
-        ("toy-text", "embedding-rnn:embed=4;hidden=6", []),
+        ("digits", ["cnn", "--model.channels", "[4]", "--model.dense", "8", "--model.dropout", "dense"], ["--prior", "normal"]),
+        ("toy-text", ["lstm-tied", "--model.embed", "4", "--model.hidden", "6"], []),
+        ("toy-text", ["embedding-rnn", "--model.embed", "4", "--model.hidden", "6"], []),
     ],
 )
 def test_fit_architectures_from_the_command_line(tmp_path, data, model, extra):
     out = tmp_path / "run"
-    argv = [
-        "fit",
-        "--data",
-        data,
-        "--model",
-        model,
-        "--inference",
-        "svi",
-        "--guide",
-        "dropout:p=0.2;masks=example",
-        "--steps",
-        "20",
-        "--batch-size",
-        "64",
-        "--out",
-        str(out),
-        "--quiet",
-        *extra,
-    ]
-    assert main(argv) == 0
+    svi = ["--inference.steps", "20", "--inference.batch_size", "64", "--guide", "dropout", "--guide.p", "0.2", "--guide.masks", "example"]
+    assert main(["fit", "--data", data, "--model", *model, *svi, "--out", str(out), "--quiet", *extra]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert {"accuracy", "nll", "ece", "accuracy_at_mean"} <= set(metrics)
     assert load_inference_data(out / "posterior.nc").posterior.sizes["chain"] == 1
@@ -118,31 +101,13 @@ def test_language_model_from_the_command_line(tmp_path):
     corpus.mkdir()
     (corpus / "input.txt").write_text("to be or not to be, that is the question. " * 40)
     out = tmp_path / "lm"
-    assert (
-        main(
-            [
-                "fit",
-                "--data",
-                f"text:{corpus}:level=char;seq_len=16",
-                "--model",
-                "lstm-untied:embed=4;hidden=8",
-                "--inference",
-                "svi",
-                "--guide",
-                "dropout:p=0.1;masks=example",
-                "--steps",
-                "20",
-                "--out",
-                str(out),
-                "--quiet",
-            ]
-        )
-        == 0
-    )
+    data = ["--data", "text", "--data.path", str(corpus), "--data.seq_len", "16"]
+    model = ["--model", "lstm-untied", "--model.embed", "4", "--model.hidden", "8"]
+    assert main(["fit", *data, *model, "--inference.steps", "20", "--guide", "dropout", "--guide.masks", "example", "--out", str(out), "--quiet"]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert 1 < metrics["perplexity"] < len("to be or not to be, that is the question.") and metrics["likelihood"] == "Tokens()"
 
 
 def test_recurrent_models_refuse_feature_data(capsys):
-    assert main(["fit", "--data", "toy-cubic", "--model", "lstm-tied", "--inference", "svi", "--out", "/tmp/never", "--quiet"]) == 2
+    assert main(["fit", "--model", "lstm-tied", "--out", "/tmp/never", "--quiet"]) == 2
     assert "recurrent models take text data" in capsys.readouterr().err

@@ -1,7 +1,6 @@
 """Datasets and input validation."""
 
-from bnn_zoo.data.catalog import DATASETS, load
 from bnn_zoo.data.datasets import Dataset, digits, load_uci, toy_cubic
 from bnn_zoo.data.validation import check_data, check_inputs
 
-__all__ = ["DATASETS", "Dataset", "check_data", "check_inputs", "digits", "load", "load_uci", "toy_cubic"]
+__all__ = ["Dataset", "check_data", "check_inputs", "digits", "load_uci", "toy_cubic"]

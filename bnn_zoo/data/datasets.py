@@ -47,6 +47,15 @@ class Dataset:
     def test(self):
         return self._scaled(self.x_test, self.y_test)
 
+    def validation_part(self, fraction: float = 0.8) -> Dataset:
+        """The first ``fraction`` of the training rows (in their order) as training data and the rest as
+        test data, standardised with the smaller part's statistics: a hyper-parameter selection split."""
+        n = int(fraction * self.x_train.shape[0])
+        if not 0 < n < self.x_train.shape[0]:
+            raise BnnZooError(f"{self.name} has {self.x_train.shape[0]} training rows: too few to hold out {1 - fraction:.0%} for validation")
+        x, y, info = self.x_train, self.y_train, dict(self.info, part="validation")
+        return Dataset(f"{self.name}:validation", x[:n], y[:n], x[n:], y[n:], self.task, info, self.scale_inputs)
+
     def _scaled(self, x, y):
         y = (y - self.y_mean) / self.y_std if self.task == "regression" else y
         return (x - self.x_mean) / self.x_std, y

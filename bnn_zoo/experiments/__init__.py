@@ -1,1 +1,1 @@
-"""Experiments: specs from the command line, one fit end to end (metrics, files, plots), the demo."""
+"""Experiments: runs as typed configs, one fit end to end (metrics, files, plots), sweeps, protocols, the demo."""

@@ -11,9 +11,12 @@ import numpy as np
 import torch
 import xarray as xr
 
+from bnn_zoo.bnn import BNN
+from bnn_zoo.errors import BnnZooError
 from bnn_zoo.evaluation import classification_metrics, language_model_metrics, regression_metrics
+from bnn_zoo.experiments.config import DEFAULT_LIKELIHOOD, RunConfig, build_network, to_dict
 from bnn_zoo.inference import fit
-from bnn_zoo.io import save_dataset, write_json
+from bnn_zoo.io import save_dataset, write_json, write_yaml
 
 
 @dataclass
@@ -25,12 +28,18 @@ class Result:
     predictions: object = None  # xr.Dataset of test predictions (see test_predictions); None for language models
 
 
-def run(name, dataset, model, method, out_dir=None, elbo_samples: int = 1000, evidence=(), ais_steps: int = 500, iw_k: int = 100, device=None) -> Result:
+def run(
+    name, dataset, model, method, out_dir=None, elbo_samples: int = 1000, evidence=(), ais_steps: int = 500, iw_k: int = 100, device=None, predict_samples=None
+) -> Result:
     """Fit ``model`` to ``dataset`` with ``method``; metrics and, with ``out_dir``, posterior.nc, metrics.json, plots.
 
+    ``predict_samples`` posterior draws score each test point (default: every stored draw; more than
+    are stored draws fresh ones from a guide, as Gal's T = 10,000 MC dropout passes do).
+
     ``evidence`` names extra log-evidence estimates on the training data: "ais" (annealed importance
-    sampling, ``ais_steps`` temperatures, checkpointed to out_dir/ais_checkpoint.pt; any model) and "iw" (the importance-weighted bound with K =
-    ``iw_k``; guides with a density), stored as evidence_ais(_se) and evidence_iw(_se).
+    sampling, ``ais_steps`` temperatures, checkpointed to out_dir/ais_checkpoint.pt; any model) and
+    "iw" (the importance-weighted bound with K = ``iw_k``; guides with a density), stored as
+    evidence_ais(_se) and evidence_iw(_se).
 
     rmse and test_log_likelihood are in the targets' original units (``*_at_mean``: one pass at the
     guide's mean weights, i.e. standard dropout for the dropout guide); elbo and loo_elpd are on the
@@ -45,7 +54,7 @@ def run(name, dataset, model, method, out_dir=None, elbo_samples: int = 1000, ev
     if model.likelihood.task == "language-model":  # (draws, N, T, V) outputs are too large to hold: averaged in chunks
         metrics = language_model_metrics(posterior.predictive_mean(x_test), y_test)
     else:
-        pred = posterior.predict(x_test)
+        pred = posterior.predict(x_test, num_samples=predict_samples)
         metrics = _test_metrics(pred, model, y_test, dataset)
     if hasattr(posterior.guide, "mean"):  # one pass at E_q[w]: standard dropout's weight scaling for the dropout guide
         at_mean = _test_metrics(posterior.predict(x_test, at_mean=True), model, y_test, dataset)
@@ -68,6 +77,44 @@ def run(name, dataset, model, method, out_dir=None, elbo_samples: int = 1000, ev
     result = Result(name, posterior, idata, metrics, None if pred is None else test_predictions(name, posterior, dataset, metrics, pred))
     if out_dir is not None:
         save(result, Path(out_dir))
+    return result
+
+
+def execute(config: RunConfig, out_dir=None, progress: bool = True, resume: bool = False) -> Result:
+    """Fit and score the run ``config`` describes. With ``out_dir``: the result files of :func:`run` and
+    the resolved ``config.yaml`` that re-runs it (``bnn-zoo fit --config DIR/config.yaml``). SVI and
+    SG-MCMC checkpoint to out_dir/checkpoint.pt; ``resume`` continues from it, otherwise it is discarded."""
+    from bnn_zoo import likelihoods
+
+    config.check()
+    out = None if out_dir is None else Path(out_dir)
+    dataset = config.data.load(config.seed)
+    config = config.resolved(dataset)
+    likelihood = config.likelihood.build(dataset)
+    if likelihood.task != dataset.task:
+        use = DEFAULT_LIKELIHOOD[dataset.task].registered_name
+        raise BnnZooError(f"the likelihood is for {likelihood.task} but {dataset.name} is a {dataset.task} dataset; use {use}")
+    classes = len(dataset.info["vocab"]) if dataset.task == "language-model" else int(dataset.y_train.max()) + 1
+    checkpoint = None
+    if out is not None:
+        checkpoint = out / "checkpoint.pt"
+        if not resume:  # a fresh run must not pick up an old run's state
+            for stale in (checkpoint, out / "ais_checkpoint.pt"):
+                stale.unlink(missing_ok=True)
+    if config.inference.bnn:
+        out_features = classes if isinstance(likelihood, likelihoods.Categorical) else 1
+        net = build_network(config.model, dataset, out_features)
+        model = BNN(net, config.prior.build(dataset, likelihood, config.guide), likelihood)
+    else:
+        model = config.inference.model(config, likelihood, classes, dataset)
+    method = config.inference.build(config, model, dataset, checkpoint, progress)
+    ev = config.evaluation
+    name = config.inference.registered_name + (f"-{config.guide.registered_name}" if config.guide is not None else "")
+    result = run(name, dataset, model, method, out, ev.elbo_samples, ev.evidence, ev.ais_steps, ev.iw_k, config.device, ev.predict_samples)
+    if out is not None:
+        write_yaml(to_dict(config), out / "config.yaml")
+        if checkpoint.exists():
+            checkpoint.unlink()  # the finished result supersedes it
     return result
 
 

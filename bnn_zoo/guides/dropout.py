@@ -26,7 +26,7 @@ import pyro.distributions as dist
 import torch
 from pyro.distributions import constraints
 from pyro.distributions.torch_distribution import TorchDistribution
-from pyro.nn import PyroModule, PyroParam
+from pyro.nn import PyroParam
 from torch.distributions import kl_divergence, register_kl
 
 from bnn_zoo.errors import BnnZooError
@@ -111,7 +111,7 @@ class DropoutGuide(LocalParamModule):
         placed = model.net.dropout_layers if isinstance(model.net, PlacesDropout) else None
         dropped = [k for k in self.weights if placed is None or k in placed]
         self.p = {k: 0.0 for k in self.weights} | dict(zip(dropped, _per_layer(p, len(dropped))))
-        self.locs = PyroModule()
+        self.locs = LocalParamModule()
         for name in self.order:
             setattr(self.locs, name.replace(".", "__"), PyroParam(init_values[name].detach().clone()))
         for name in self.weights:  # Gal's KL condition needs a zero-mean Normal prior

@@ -24,7 +24,7 @@ import pyro.distributions as dist
 import torch
 from pyro.distributions import constraints
 from pyro.distributions.torch_distribution import TorchDistribution
-from pyro.nn import PyroModule, PyroParam
+from pyro.nn import PyroParam
 from torch.distributions import register_kl
 
 from bnn_zoo.guides.mean_field import MeanField
@@ -103,7 +103,7 @@ def _kl_matrix_normal_diagonal_normal(q, p):
     return 0.5 * (((var + (q.loc - mu) ** 2) / s2).sum((-1, -2)) - q.n * q.m + s2.log().sum((-1, -2)) - q.m * logdet_u - q.n * logdet_v)
 
 
-class _Factor(PyroModule):
+class _Factor(LocalParamModule):
     """A covariance factor L with L L^T = U: lower Cholesky (rank None) or [diag(sqrt d), P] (rank k)."""
 
     def __init__(self, size: int, variance: float, rank: int | None):
@@ -130,8 +130,8 @@ class MatrixNormalGuide(LocalParamModule):
         self.local_reparam = local_reparam
         self.shapes = {k: p.shape for k, p in model.params.items() if p.dim() >= 2}
         # the marginal variance of W_ij is U_ii V_jj: start both factors at init_scale * I
-        self.locs = PyroModule()
-        self.rows, self.cols = PyroModule(), PyroModule()
+        self.locs = LocalParamModule()
+        self.rows, self.cols = LocalParamModule(), LocalParamModule()
         for name, shape in self.shapes.items():
             key = name.replace(".", "__")
             n, m = shape[0], math.prod(shape[1:])

@@ -19,7 +19,7 @@ import pyro
 import pyro.distributions as dist
 import torch
 from pyro.distributions import constraints
-from pyro.nn import PyroModule, PyroParam
+from pyro.nn import PyroParam
 from torch.distributions import biject_to
 
 from bnn_zoo.errors import BnnZooError
@@ -41,7 +41,7 @@ class MeanField(LocalParamModule):
         self.sites = [k for k in shapes if sites is None or k in sites]
         self.transforms = {k: biject_to(supports[k]) for k in self.sites if k in supports}  # weights are real
         self.local = {k for k in self.sites if local_reparam and k in model.params and model.params[k].dim() >= 2}
-        self.locs, self.scales = PyroModule(), PyroModule()
+        self.locs, self.scales = LocalParamModule(), LocalParamModule()
         for name in self.sites:
             key = name.replace(".", "__")
             init = torch.as_tensor(init_values[name], dtype=torch.get_default_dtype()).reshape(shapes[name])

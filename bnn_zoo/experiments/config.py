@@ -1,0 +1,742 @@
+"""A run as data: one tree of dataclasses (data, model, prior, likelihood, inference, guide, evaluation,
+seed) that is built in Python, read from YAML and set from the command line with dotted overrides.
+
+jsonargparse generates the command line and reads and checks YAML from these type hints (see
+docs/guide/configs.md for why jsonargparse and not Hydra). Every kind (data, model, prior, likelihood,
+guide, inference) is a base class whose registered subclasses are its choices: a field typed by the
+base takes any of them (``--guide dropout --guide.p 0.05``), a ``class_path``/``init_args`` node in
+YAML. A user's own network is any ``torch.nn.Module`` whose constructor takes ``in_features`` and
+``out_features`` first (filled from the data) and its own options after them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal, Union
+
+import torch
+
+from bnn_zoo.errors import BnnZooError
+
+REGISTRY: dict[str, dict[str, type]] = {}  # kind -> {command-line name -> config class}
+
+
+def register(name: str):
+    """Make a config class a named choice of its kind (its kind is the base class's ``category``)."""
+
+    def decorate(cls):
+        REGISTRY.setdefault(cls.category, {})[name] = cls
+        cls.registered_name = name
+        return cls
+
+    return decorate
+
+
+def describe(cls) -> str:
+    """The first paragraph of a config class's docstring: what ``bnn-zoo list`` shows."""
+    return " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())
+
+
+# ---------------------------------------------------------------------------- data
+
+
+class DataConfig:
+    """Where the data comes from; ``load(seed)`` gives a Dataset standardised with training statistics."""
+
+    category = "data"
+
+    def load(self, seed: int):
+        raise NotImplementedError
+
+
+@register("toy-cubic")
+@dataclass
+class ToyCubic(DataConfig):
+    """Heek's cubic toy regression, y = x^3 + N(0, 3^2), x ~ U[-4, 4] (embedded; drawn from the run's seed)."""
+
+    n_train: int = 20
+
+    def load(self, seed):
+        from bnn_zoo.data import toy_cubic
+
+        return toy_cubic(self.n_train, seed=seed)
+
+
+@register("digits")
+@dataclass
+class Digits(DataConfig):
+    """scikit-learn's 8x8 digits, 10 classes, a fixed stratified split."""
+
+    def load(self, seed):
+        from bnn_zoo.data import digits
+
+        return digits()
+
+
+@register("toy-text")
+@dataclass
+class ToyText(DataConfig):
+    """Generated sentiment sentences, 2 classes, word level (embedded; drawn from the run's seed)."""
+
+    def load(self, seed):
+        from bnn_zoo.data import text
+
+        return text.classification(*text.toy_text(seed=seed), name="toy-text")
+
+
+@register("uci")
+@dataclass
+class UCI(DataConfig):
+    """A UCI regression folder in the standard format (data.txt, index_train_K.txt, ...) at one split.
+
+    ``part="validation"`` trains on the first 80% of the training split (file order) and tests on the
+    last 20%, standardised with the 80% part's statistics: Gal & Ghahramani's hyper-parameter selection.
+    """
+
+    path: str = ""
+    split: int = 0
+    part: Literal["test", "validation"] = "test"
+
+    def load(self, seed):
+        from bnn_zoo.data import load_uci
+
+        if not self.path:
+            raise BnnZooError("the uci data needs a folder: --data uci --data.path ../shared/data/uci/yacht")
+        data = load_uci(self.path, self.split)
+        return data.validation_part() if self.part == "validation" else data
+
+
+@register("text")
+@dataclass
+class Text(DataConfig):
+    """A text corpus as next-token windows (first 90% train, last 10% test)."""
+
+    path: str = ""
+    level: Literal["char", "word"] = "char"
+    seq_len: int = 64
+    max_vocab: int | None = None
+
+    def load(self, seed):
+        from bnn_zoo.data import text
+
+        if not self.path:
+            raise BnnZooError("the text data needs a file: --data text --data.path corpus.txt")
+        return text.load_text(self.path, self.level, self.seq_len, self.max_vocab)
+
+
+# ---------------------------------------------------------------------------- models
+
+
+class ModelConfig:
+    """An architecture; ``build(dataset, out_features)`` sizes it for the data."""
+
+    category = "model"
+    text = False  # recurrent models take token ids
+
+    def build(self, dataset, out_features: int) -> torch.nn.Module:
+        raise NotImplementedError
+
+
+@register("mlp")
+@dataclass
+class MLP(ModelConfig):
+    """Multilayer perceptron: dense layers of ``hidden`` units with one activation."""
+
+    hidden: list[int] = field(default_factory=lambda: [50])
+    activation: Literal["tanh", "relu", "sigmoid", "elu", "gelu"] = "tanh"
+
+    def build(self, dataset, out_features):
+        from bnn_zoo import models
+
+        return models.MLP(dataset.in_features, list(self.hidden), out_features, self.activation)
+
+
+@register("linear")
+@dataclass
+class Linear(ModelConfig):
+    """A linear model (Bayesian linear regression with a Gaussian likelihood)."""
+
+    def build(self, dataset, out_features):
+        from bnn_zoo import models
+
+        return models.MLP(dataset.in_features, [], out_features)
+
+
+@register("cnn")
+@dataclass
+class CNN(ModelConfig):
+    """LeNet on images; dropout=all (lenet-all) or dense (lenet-ip) says which weights take dropout."""
+
+    channels: list[int] = field(default_factory=lambda: [16, 32])
+    kernel: int = 3
+    pool: int = 2
+    dense: int = 64
+    dropout: Literal["all", "dense"] = "all"
+
+    def build(self, dataset, out_features):
+        from bnn_zoo import models
+
+        shape = dataset.info.get("image_shape")
+        if shape is None:
+            raise BnnZooError(f"the cnn model needs image data (digits); {dataset.name} has no image shape")
+        return models.LeNet(shape, list(self.channels), self.kernel, self.pool, self.dense, out_features, self.dropout)
+
+
+@dataclass
+class _Recurrent(ModelConfig):
+    embed: int = 32
+    hidden: int = 64
+
+    text = True
+    gates = "untied"
+    embedding_dropout = False
+
+    def build(self, dataset, out_features):
+        from bnn_zoo import models
+
+        head = "lm" if dataset.task == "language-model" else "classify"
+        vocab = len(dataset.info["vocab"])
+        return models.TextRNN(vocab, self.embed, self.hidden, self.gates, head, out_features, embedding_dropout=self.embedding_dropout)
+
+
+@register("lstm-tied")
+@dataclass
+class LSTMTied(_Recurrent):
+    """Embedding + LSTM with one (4K, D+K) gate matrix + head (one dropout mask for all gates)."""
+
+    gates = "tied"
+
+
+@register("lstm-untied")
+@dataclass
+class LSTMUntied(_Recurrent):
+    """Embedding + LSTM with separate W_g, U_g per gate (independent dropout masks per gate) + head."""
+
+
+@register("embedding-rnn")
+@dataclass
+class EmbeddingRNN(_Recurrent):
+    """An LSTM whose embedding also takes word-type dropout (Gal & Ghahramani 2016b)."""
+
+    gates: Literal["tied", "untied"] = "untied"
+    embedding_dropout = True
+
+
+UserNetwork = Callable[[int, int], torch.nn.Module]  # a torch.nn.Module class: (in_features, out_features, **options)
+
+
+def build_network(model: ModelConfig | UserNetwork, dataset, out_features: int) -> torch.nn.Module:
+    """The network a model config names, sized for ``dataset``; a user's class gets (in_features, out_features)."""
+    text_data = dataset.task == "language-model" or "vocab" in dataset.info
+    if isinstance(model, ModelConfig):
+        if model.text != text_data:
+            raise BnnZooError(
+                f"model {model.registered_name!r} does not fit {dataset.name}: recurrent models take text data (toy-text, text), "
+                "the others take feature vectors or images"
+            )
+        return model.build(dataset, out_features)
+    in_features = len(dataset.info["vocab"]) if text_data else dataset.in_features
+    return model(in_features, out_features)
+
+
+# ---------------------------------------------------------------------------- priors
+
+
+class PriorConfig:
+    """A prior over the network's weights."""
+
+    category = "prior"
+
+    def build(self, dataset, likelihood, guide):
+        raise NotImplementedError
+
+
+@register("fanin")
+@dataclass
+class FanIn(PriorConfig):
+    """N(0, gain^2 / fan_in) on weights, N(0, bias_scale^2) on biases: the output's prior sd stays O(1)."""
+
+    gain: float = 1.0
+    bias_scale: float = 1.0
+
+    def build(self, dataset, likelihood, guide):
+        from bnn_zoo import priors
+
+        return priors.FanInNormal(self.gain, self.bias_scale)
+
+
+@register("normal")
+@dataclass
+class Normal(PriorConfig):
+    """N(0, scale^2) on every weight and bias (Gal: scale = 1 / length-scale)."""
+
+    scale: float = 1.0
+
+    def build(self, dataset, likelihood, guide):
+        from bnn_zoo import priors
+
+        return priors.Normal(self.scale)
+
+
+@register("gal-keras")
+@dataclass
+class GalKeras(PriorConfig):
+    """The Normal prior that makes the dropout ELBO equal Gal & Ghahramani's published Keras objective.
+
+    Their code trains on standardised targets with MSE plus weight decay l^2 (1-p) / (2 N tau) on the
+    inverted-dropout weights, tau being the original-units precision of the test likelihood. With the
+    likelihood N(f, 1 / tau) in original units (sigma = 1 / (sqrt(tau) y_std) on standardised
+    targets) and Gal's KL (1-p) l'^2 / 2 ||M||^2 on non-inverted weights M = W / (1-p), the negative
+    ELBO is proportional to that objective exactly when l' = l (1-p) y_std / sqrt(2) (biases, which
+    Keras leaves undecayed, get the same tiny decay l'^2 / 2).
+    """
+
+    length_scale: float = 1e-2
+
+    def build(self, dataset, likelihood, guide):
+        from bnn_zoo import priors
+
+        p = getattr(guide, "p", None)
+        if not isinstance(p, (int, float)):
+            raise BnnZooError("the gal-keras prior belongs to the dropout guide with one drop probability: --guide dropout --guide.p P")
+        prime = self.length_scale * (1 - p) * float(dataset.y_std) / math.sqrt(2)
+        return priors.Normal(1 / prime)
+
+
+# ---------------------------------------------------------------------------- likelihoods
+
+
+class LikelihoodConfig:
+    """The observation model; the default follows the data's task."""
+
+    category = "likelihood"
+
+    def build(self, dataset):
+        raise NotImplementedError
+
+
+@register("gaussian")
+@dataclass
+class Gaussian(LikelihoodConfig):
+    """y ~ N(f, sigma^2): sigma learned (HalfNormal(1) prior), or fixed by scale (standardised units) or
+    by precision tau = 1 / sigma^2 in the targets' original units (Gal & Ghahramani's tau)."""
+
+    scale: float | None = None
+    precision: float | None = None
+
+    task = "regression"
+
+    def build(self, dataset):
+        from bnn_zoo import likelihoods
+
+        if self.scale is not None and self.precision is not None:
+            raise BnnZooError("give the Gaussian likelihood a scale (standardised units) or a precision (original units), not both")
+        if self.precision is not None:
+            return likelihoods.Gaussian.from_precision(self.precision, y_std=float(dataset.y_std))
+        return likelihoods.Gaussian(self.scale) if self.scale is not None else likelihoods.Gaussian.learned()
+
+
+@dataclass
+class _Discrete(LikelihoodConfig):
+    task = "classification"
+    cls_name = ""
+
+    def build(self, dataset):
+        from bnn_zoo import likelihoods
+
+        return getattr(likelihoods, self.cls_name)()
+
+
+@register("bernoulli")
+@dataclass
+class Bernoulli(_Discrete):
+    """Binary labels 0/1 with P(y = 1) = sigmoid(f)."""
+
+    cls_name = "Bernoulli"
+
+
+@register("categorical")
+@dataclass
+class Categorical(_Discrete):
+    """Class labels 0..C-1 with probabilities softmax(f)."""
+
+    cls_name = "Categorical"
+
+
+@register("tokens")
+@dataclass
+class Tokens(_Discrete):
+    """Next-token labels for language models (the default on text corpora)."""
+
+    task = "language-model"
+    cls_name = "Tokens"
+
+
+DEFAULT_LIKELIHOOD = {"regression": Gaussian, "classification": Categorical, "language-model": Tokens}
+
+
+# ---------------------------------------------------------------------------- guides
+
+
+class GuideConfig:
+    """A variational family for SVI; its fields are the registered guide's options."""
+
+    category = "guide"
+
+    def options(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@register("mean-field")
+@dataclass
+class MeanField(GuideConfig):
+    """Diagonal Gaussian over every weight (Bayes by Backprop); local_reparam samples pre-activations."""
+
+    init_scale: float = 1e-2
+    parametrization: Literal["softplus", "log"] = "softplus"
+    local_reparam: bool = False
+
+
+@register("matrix-normal")
+@dataclass
+class MatrixNormal(GuideConfig):
+    """Matrix-normal MN(M, U, V) per weight matrix (full Cholesky; rank=k for low rank + diagonal)."""
+
+    init_scale: float = 1e-2
+    rank: int | None = None
+    local_reparam: bool = False
+
+
+@register("flow")
+@dataclass
+class Flow(GuideConfig):
+    """A normalizing flow over all weights (scope=joint) or one per weight matrix (scope=layer)."""
+
+    transform: Literal["affine", "spline"] = "affine"
+    num_flows: int = 2
+    scope: Literal["joint", "layer"] = "joint"
+    init_scale: float = 1e-2
+    hidden: list[int] | None = None
+
+
+@register("dropout")
+@dataclass
+class Dropout(GuideConfig):
+    """Gal's dropout mixture (MC dropout as VI); p is the drop probability, one or one per weight matrix."""
+
+    p: Union[float, list[float]] = 0.1
+    masks: Literal["step", "example"] = "step"
+
+
+# ---------------------------------------------------------------------------- inference
+
+
+class InferenceConfig:
+    """How the posterior is approximated; ``build`` gives the method ``bnn_zoo.fit`` takes."""
+
+    category = "inference"
+    takes_guide = False
+    bnn = True  # False: the GP baseline, which replaces the BNN
+
+    def build(self, run: RunConfig, model, dataset, checkpoint, progress):
+        raise NotImplementedError
+
+
+@register("svi")
+@dataclass
+class SVI(InferenceConfig):
+    """Stochastic VI with a guide (--guide): Adam on the ELBO, closed-form KL where it exists."""
+
+    steps: int = 3000
+    epochs: int | None = None
+    lr: float = 1e-2
+    lr_decay: float = 1.0
+    batch_size: int | None = None
+    num_particles: int = 1
+    kl_weight: float = 1.0
+    kl_warmup: int = 0
+    objective: Literal["elbo", "renyi"] = "elbo"
+    alpha: float = 0.5
+    validation: float = 0.0
+    eval_every: int = 100
+    patience: int = 5
+    checkpoint_every: int = 1000
+    num_draws: int = 1000
+
+    takes_guide = True
+
+    def build(self, run, model, dataset, checkpoint, progress):
+        from bnn_zoo.inference import SVI as Method
+
+        guide = run.guide or MeanField()
+        n = dataset.x_train.shape[0]
+        steps = self.epochs * math.ceil(n / (self.batch_size or n)) if self.epochs is not None else self.steps
+        options = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("steps", "epochs")}
+        return Method(
+            guide=guide.registered_name, guide_options=guide.options(), steps=steps, seed=run.seed, checkpoint=checkpoint, progress=progress, **options
+        )
+
+
+@dataclass
+class _Chain(InferenceConfig):
+    num_warmup: int = 500
+    num_samples: int = 500
+    num_chains: int = 2
+    init: Literal["network", "prior", "svi"] = "network"
+
+    def build(self, run, model, dataset, checkpoint, progress):
+        from bnn_zoo import inference
+
+        init = None if self.init == "network" else self.init
+        if init == "svi":  # a quick mean-field fit to start every chain from one of its draws
+            quick = inference.SVI(steps=2000, lr=0.02, lr_decay=0.1, num_particles=4, seed=run.seed, progress=progress)
+            init = inference.fit(model, *dataset.train, quick)
+        kind = inference.NUTS if self.registered_name == "nuts" else inference.HMC
+        return kind(num_warmup=self.num_warmup, num_samples=self.num_samples, num_chains=self.num_chains, init=init, seed=run.seed, progress=progress)
+
+
+@register("nuts")
+@dataclass
+class NUTS(_Chain):
+    """The No-U-Turn sampler (Pyro's), step size by dual averaging, diagonal mass matrix."""
+
+
+@register("hmc")
+@dataclass
+class HMC(_Chain):
+    """Hamiltonian Monte Carlo with a fixed trajectory length (Pyro's)."""
+
+
+@dataclass
+class _SGMCMC(InferenceConfig):
+    step_size: float = 1e-4
+    batch_size: int | None = None
+    num_samples: int = 500
+    thinning: int = 10
+    burn_in: int = 5000
+    num_chains: int = 2
+
+    def build(self, run, model, dataset, checkpoint, progress):
+        from bnn_zoo.inference import SGMCMC as Method
+
+        return Method(kind=self.registered_name, seed=run.seed, checkpoint=checkpoint, progress=progress, **dataclasses.asdict(self))
+
+
+@register("sgld")
+@dataclass
+class SGLD(_SGMCMC):
+    """Stochastic-gradient Langevin dynamics (Welling & Teh 2011): minibatch MCMC, biased by O(step size)."""
+
+
+@register("sghmc")
+@dataclass
+class SGHMC(_SGMCMC):
+    """Stochastic-gradient HMC with friction (Chen et al. 2014)."""
+
+    friction: float = 0.1
+
+
+@register("cyclical")
+@dataclass
+class Cyclical(_SGMCMC):
+    """Cyclical SGLD (Zhang et al. 2020): cosine step-size cycles, draws in each cycle's second half."""
+
+    cycles: int = 4
+    exploration: float = 0.5
+
+
+@register("laplace")
+@dataclass
+class Laplace(InferenceConfig):
+    """Laplace at the MAP (GGN full, diag or kron) with MacKay's evidence and type-II prior precision."""
+
+    subset: Literal["all", "last_layer"] = "all"
+    hessian: Literal["full", "diag", "kron"] = "full"
+    optimize_prior: bool = True
+    map_steps: int = 2000
+    lr: float = 1e-2
+    batch_size: int | None = None
+
+    def build(self, run, model, dataset, checkpoint, progress):
+        from bnn_zoo.inference import Laplace as Method
+
+        return Method(seed=run.seed, progress=progress, **dataclasses.asdict(self))
+
+
+@register("gp")
+@dataclass
+class GP(InferenceConfig):
+    """A GPyTorch GP baseline by type-II ML; nngp is the infinite-width kernel of a relu MLP under the fan-in prior."""
+
+    kernel: Literal["rbf", "matern52", "nngp"] = "rbf"
+    inducing: int = 128
+    steps: int = 300
+    lr: float = 0.05
+
+    bnn = False
+
+    def build(self, run, model, dataset, checkpoint, progress):
+        from bnn_zoo.baselines import TypeII
+
+        return TypeII(steps=self.steps, lr=self.lr, seed=run.seed, progress=progress)
+
+    def model(self, run: RunConfig, likelihood, classes: int, dataset):
+        """The GP that replaces the BNN; kernel=nngp is the twin of the run's relu MLP and fan-in prior."""
+        from bnn_zoo import likelihoods
+        from bnn_zoo.baselines import GP as Model
+
+        if dataset.task == "language-model" or "vocab" in dataset.info:
+            raise BnnZooError("the GP baseline takes feature vectors or images, not text")
+        if isinstance(likelihood, likelihoods.Gaussian) and likelihood.scale is not None:
+            raise BnnZooError("a GP learns its noise by type II; drop the likelihood's scale or precision")
+        depth, prior = 1, None
+        if self.kernel == "nngp":
+            if not (isinstance(run.model, MLP) and run.model.activation == "relu"):
+                raise BnnZooError("kernel=nngp is the infinite-width limit of a relu MLP; pass --model mlp --model.activation relu")
+            if not isinstance(run.prior, FanIn):
+                raise BnnZooError("kernel=nngp needs --prior fanin (the infinite-width limit of a fan-in prior)")
+            depth, prior = len(run.model.hidden), run.prior.build(dataset, likelihood, None)
+        num_classes = classes if isinstance(likelihood, likelihoods.Categorical) else None
+        return Model(self.kernel, likelihood, num_classes=num_classes, num_inducing=self.inducing, depth=depth, prior=prior)
+
+
+# ---------------------------------------------------------------------------- evaluation and the run
+
+
+@dataclass
+class Evaluation:
+    """What is computed after the fit, on the test split and the training data."""
+
+    elbo_samples: int = 1000  # guide draws for the ELBO and its standard error
+    predict_samples: int | None = None  # posterior draws per test prediction (None: every stored draw)
+    evidence: list[Literal["ais", "iw"]] = field(default_factory=list)  # extra log-evidence estimates
+    ais_steps: int = 500
+    iw_k: int = 100
+
+
+@dataclass
+class RunConfig:
+    """One fit: what is fitted to what, how, and what is measured."""
+
+    data: DataConfig = field(default_factory=ToyCubic)
+    model: Union[ModelConfig, UserNetwork] = field(default_factory=MLP)
+    prior: PriorConfig = field(default_factory=FanIn)
+    likelihood: LikelihoodConfig | None = None  # None: the data's task decides
+    inference: InferenceConfig = field(default_factory=SVI)
+    guide: GuideConfig | None = None  # svi only; None: mean-field
+    evaluation: Evaluation = field(default_factory=Evaluation)
+    seed: int = 0
+    device: str | None = None  # cpu (default) or cuda: where a BNN is fitted
+
+    def resolved(self, dataset) -> RunConfig:
+        """This config with its data-dependent defaults written out (the likelihood, SVI's guide)."""
+        likelihood = self.likelihood or DEFAULT_LIKELIHOOD[dataset.task]()
+        guide = self.guide or (MeanField() if self.inference.takes_guide else None)
+        return dataclasses.replace(self, likelihood=likelihood, guide=guide)
+
+    def check(self) -> RunConfig:
+        """Refuse combinations that cannot mean what they say, before anything is read or trained."""
+        if self.guide is not None and not self.inference.takes_guide:
+            raise BnnZooError(f"a guide applies to svi, not {self.inference.registered_name}; drop --guide")
+        if self.evaluation.evidence and isinstance(self.inference, GP):
+            raise BnnZooError("a GP's evidence is its own (log marginal likelihood or ELBO); drop --evaluation.evidence")
+        if "iw" in self.evaluation.evidence and (not self.inference.takes_guide or isinstance(self.guide, Dropout)):
+            raise BnnZooError("--evaluation.evidence iw needs a guide with a density (svi, not the dropout guide); use ais")
+        return self
+
+
+# ---------------------------------------------------------------------------- to and from plain data
+
+
+def to_dict(value):
+    """The YAML/JSON form jsonargparse reads back: dataclasses as mappings, each choice of a kind as
+    ``{class_path, init_args}``, a user's network class with the options it was given."""
+    if isinstance(value, RunConfig | Evaluation):
+        return {f.name: to_dict(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if dataclasses.is_dataclass(value):
+        args = {f.name: to_dict(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {"class_path": f"{type(value).__module__}.{type(value).__qualname__}", "init_args": args}
+    if isinstance(value, functools.partial):  # a user's network class with its options
+        cls = value.func if isinstance(value.func, type) else next(a for a in value.args if isinstance(a, type))
+        return {"class_path": f"{cls.__module__}.{cls.__qualname__}", "init_args": dict(value.keywords)}
+    if isinstance(value, type) and issubclass(value, torch.nn.Module):
+        return {"class_path": f"{value.__module__}.{value.__qualname__}"}
+    if isinstance(value, list | tuple):
+        return [to_dict(v) for v in value]
+    return value
+
+
+def config_hash(config: RunConfig) -> str:
+    """A short stable key of a resolved config (sweep cells are named by it)."""
+    text = json.dumps(to_dict(config), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def parser():
+    """The jsonargparse parser of a RunConfig (its fields as ``--data.path``-style options)."""
+    from jsonargparse import ArgumentParser, DefaultHelpFormatter
+
+    class Help(DefaultHelpFormatter):
+        def _get_help_string(self, action):  # a kind's registered names, not every importable subclass
+            if action.dest not in REGISTRY:
+                return super()._get_help_string(action)
+            default = to_dict(action.default)
+            name = next((n for n, c in REGISTRY[action.dest].items() if isinstance(default, dict) and default["class_path"].endswith(f".{c.__name__}")), None)
+            options = f"; its options: --{action.dest}.help NAME"
+            name = name or {"likelihood": "the data's task decides", "guide": "mean-field; svi only"}.get(action.dest)
+            return f"{' | '.join(REGISTRY[action.dest])} (default: {name}){options}"
+
+    p = ArgumentParser(prog="bnn-zoo fit", formatter_class=Help, exit_on_error=False)
+    p.add_class_arguments(RunConfig, None, fail_untyped=True, sub_configs=True)
+    return p
+
+
+def from_dict(data: dict) -> RunConfig:
+    """A RunConfig from its YAML/JSON form (``to_dict``'s inverse), checked by the same parser as the CLI."""
+    p = parser()
+    try:
+        namespace = p.parse_object(data)
+    except Exception as exc:  # jsonargparse reports bad configs as ArgumentError or TypeError
+        raise BnnZooError(f"bad run config: {exc}") from None
+    return from_namespace(p, namespace)
+
+
+def from_namespace(p, namespace) -> RunConfig:
+    """The RunConfig a parsed namespace describes (its classes instantiated), checked."""
+    built = p.instantiate(namespace)
+    return RunConfig(**{f.name: built[f.name] for f in dataclasses.fields(RunConfig)}).check()
+
+
+def resolve_names(argv: list[str]) -> list[str]:
+    """Command-line shorthand: ``--guide dropout`` for the registered class, ``--model pkg.mod:Class`` for
+    ``pkg.mod.Class``. (jsonargparse names a choice by its class; the zoo's names are lower-case.) An
+    unknown name is refused here, with the choices, before jsonargparse's generic import error."""
+    out = list(argv)
+    for i, arg in enumerate(out[:-1]):
+        kind = arg[2:].removesuffix(".help") if arg.startswith("--") else None
+        if kind not in REGISTRY:
+            continue
+        value, names = out[i + 1], REGISTRY[kind]
+        if value in names:
+            out[i + 1] = f"{names[value].__module__}.{names[value].__qualname__}"
+        elif kind == "model" and ":" in value:
+            out[i + 1] = value.replace(":", ".")
+        elif "." not in value and value not in {c.__name__ for c in names.values()} and not value.startswith(("{", "[", "-")):
+            hint = " or a torch.nn.Module class as package.module:Class" if kind == "model" else ""
+            raise BnnZooError(f"unknown {kind} {value!r}; choose one of: {', '.join(names)}{hint}")
+    return ["--print_config" if a == "--print-config" else a for a in out]
+
+
+_NOISE = ("Subtypes:", "Errors:", "Given value", "NoneType", "Does not validate against any", "Expected a path but", "Expected a dot import", "Callable")
+
+
+def parse_error_message(exc: Exception) -> str:
+    """jsonargparse's error for a bad option, on one line and without the union-matching noise."""
+    lines = [line.strip(" -") for line in str(exc).splitlines()]
+    return "; ".join(line for line in lines if line and not any(n in line for n in _NOISE)).replace(":;", ":")
