@@ -51,6 +51,54 @@ def main(argv=None) -> int:
     p.add_argument("dirs", nargs="+", metavar="DIR", help="result folders written by `bnn-zoo fit --out` or `bnn-zoo demo` (runs/demo/svi ...)")
     p.add_argument("--out", default="comparison", help="folder for the table and plots (default: comparison)")
 
+    p = sub.add_parser(
+        "sweep",
+        help="run every cell of a sweep file (grid, zip, nested selection) locally or on Ray; resumable",
+        description="Run a sweep file: a base run config and axes over its fields (grid: every combination; zip: in step; "
+        "select: a nested protocol that picks values per cell on a validation part). Each cell is a run keyed by the hash "
+        "of its config, written to DIR/cells/KEY/ (result files, cell.json, status.json). Finished cells are skipped, so "
+        "re-running a killed sweep loses at most the cells that were running; a failing cell records its error and the "
+        "sweep goes on. bnn-zoo sweep DIR --status says what is done, running, failed and pending.",
+    )
+    p.add_argument("target", metavar="FILE|DIR", help="a sweep file (YAML) to run, or with --status a sweep folder")
+    p.add_argument("--out", help="the sweep's folder (default: sweeps/NAME-of-the-file)")
+    p.add_argument("--workers", type=int, default=1, help="cells run at once: local processes, or Ray CPUs (default 1)")
+    p.add_argument("--ray", action="store_true", help="run the cells as Ray tasks on a local Ray (pip install 'bnn-zoo[distributed]')")
+    p.add_argument("--ray-address", metavar="HOST:PORT", help="run the cells on an existing Ray cluster; DIR must be on a filesystem its nodes share")
+    p.add_argument("--status", action="store_true", help="say which cells of the sweep folder are done, running, failed and pending")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    p = sub.add_parser(
+        "table",
+        help="a sweep's results: mean and standard error over splits and seeds of every metric, as markdown and CSV",
+        description="Aggregate the finished cells of a sweep folder: for each group of --by labels, the number of cells and "
+        "every metric's mean and standard error (sd / sqrt(n)); writes OUT.csv (all metrics) and OUT.md (the main ones). "
+        "With --reference, published numbers side by side and the difference in published standard errors.",
+    )
+    p.add_argument("dirs", nargs="+", metavar="SWEEPDIR", help="sweep folders (their cells are pooled)")
+    p.add_argument("--by", default="dataset,inference", help="labels to group by, comma-separated (default dataset,inference)")
+    p.add_argument("--reference", help="a CSV of published numbers: dataset, metric, mean, se (or dataset, M, M_se, ...)")
+    p.add_argument("--out", help="where to write OUT.csv and OUT.md (default: SWEEPDIR/table)")
+
+    p = sub.add_parser(
+        "reproduce",
+        help="run a published protocol (uci-gal: Gal & Ghahramani's MC dropout on UCI) and write its table",
+        description="uci-gal: per split, every (p, tau) of the folder's grids trained on the first 80%% of the training split and "
+        "scored on the last 20%%, the best refitted on the whole split and tested with T = 10,000 MC dropout passes; one hidden "
+        "layer of n_hidden ReLU units, Adam 1e-3, batch 128, the Keras weight decay with l = 1e-2; tau in original units. "
+        "Writes DIR/table.csv (dataset, rmse, rmse_se, test_ll, test_ll_se), DIR/table.md and every cell's folder (a re-run resumes).",
+    )
+    p.add_argument("protocol", choices=["uci-gal"], help="the protocol")
+    p.add_argument("--data", required=True, help="a UCI folder (holding data.txt and the published grids) or a folder of them")
+    p.add_argument("--epochs", type=int, help="training epochs (default 10 x n_epochs.txt; the older 10x script used 100 x)")
+    p.add_argument("--splits", help="splits to run, e.g. 0-19 or 0,3,5 (default all)")
+    p.add_argument("--mc-passes", type=int, default=10_000, help="MC dropout passes T per prediction (default 10,000)")
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--workers", type=int, default=1, help="cells run at once (local processes, or Ray CPUs)")
+    p.add_argument("--ray", action="store_true", help="run the cells as Ray tasks on a local Ray")
+    p.add_argument("--ray-address", metavar="HOST:PORT", help="run the cells on an existing Ray cluster")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
     sub.add_parser(
         "list", help="datasets, models, priors, likelihoods, guides and inference methods available", description="List what can be named on the command line."
     )
@@ -59,7 +107,8 @@ def main(argv=None) -> int:
     if argv[:1] == ["fit"]:  # the run's options come from its typed config (jsonargparse), not argparse
         return _guarded(_fit, argv[1:])
     args = parser.parse_args(argv)
-    return _guarded({"demo": _demo, "compare": _compare, "list": _list}[args.command], args)
+    commands = {"demo": _demo, "compare": _compare, "list": _list, "sweep": _sweep, "table": _table, "reproduce": _reproduce}
+    return _guarded(commands[args.command], args)
 
 
 def _guarded(command, args) -> int:
@@ -128,6 +177,64 @@ def _compare(args):
     table = report(args.dirs, args.out)
     print_comparison(table, title=f"{len(table)} runs; table and plots in {args.out}")
     return 0
+
+
+def _sweep(args):
+    from bnn_zoo.experiments.sweep import Sweep, run_sweep, sweep_status
+
+    if args.status:
+        states = sweep_status(args.target)
+        print(", ".join(f"{len(cells)} {state}" for state, cells in states.items()))
+        for state in ("running", "failed", "pending"):
+            for cell in states[state]:
+                labels = ", ".join(f"{k}={v}" for k, v in cell.get("labels", {}).items())
+                print(f"{state:8} {cell['key']}  {labels}  {cell.get('error', cell.get('note', ''))}")
+        return 0
+    sweep = Sweep.from_file(args.target)
+    out = Path(args.out or Path("sweeps") / Path(args.target).stem)
+    summary = run_sweep(sweep, out, args.workers, args.ray, args.ray_address, show_progress=not args.quiet)
+    return _report(summary, out)
+
+
+def _report(summary, out) -> int:
+    print(f"{summary['done']} cells run, {summary['skipped']} already done, {len(summary['failed'])} failed; results in {out}")
+    for failure in summary["failed"]:
+        print(f"failed: {failure}")
+    return 1 if summary["failed"] else 0
+
+
+def _table(args):
+    import pandas as pd
+
+    from bnn_zoo.experiments import table
+
+    by = [b.strip() for b in args.by.split(",") if b.strip()]
+    frame = table.aggregate(pd.concat([table.collect(d) for d in args.dirs]), by)
+    if args.reference:
+        frame = table.with_reference(frame, args.reference, by)
+    csv, md = table.write(frame, by, args.out or Path(args.dirs[0]) / "table")
+    print(md.read_text(), end="")
+    print(f"written: {csv}, {md}")
+    return 0
+
+
+def _reproduce(args):
+    import pandas as pd
+
+    from bnn_zoo.experiments import protocols, table
+    from bnn_zoo.experiments.sweep import run_sweep
+
+    out = Path(args.out)
+    splits = protocols.parse_splits(args.splits)
+    folders = protocols.uci_folders(args.data)
+    sweeps = [protocols.uci_gal(f, args.epochs, splits, args.mc_passes) for f in folders]  # all checked before any runs
+    summary = {"done": 0, "skipped": 0, "failed": []}
+    for folder, sweep in zip(folders, sweeps):
+        part = run_sweep(sweep, out / folder.name, args.workers, args.ray, args.ray_address, show_progress=not args.quiet)
+        summary = {k: summary[k] + part[k] for k in summary}
+    frame = table.aggregate(pd.concat([table.collect(out / f.name) for f in folders]), ["dataset"])
+    print(table.write_uci(frame, out / "table"), end="")
+    return _report(summary, out)
 
 
 def _list(args):

@@ -121,7 +121,7 @@ def test_corrupt_and_missing_result_files(tmp_path):
     [
         (["fit", "--model", "transformer", "--out", "o"], "unknown model 'transformer'; choose one of: mlp,"),
         (["fit", "--model", "mlp", "--model.width", "3", "--out", "o"], "Option 'width' is not accepted"),
-        (["fit", "--model", "mlp", "--model.hidden", "a", "--out", "o"], 'Parser key "hidden": Expected a <class \'list\'>'),
+        (["fit", "--model", "mlp", "--model.hidden", "a", "--out", "o"], "Parser key \"hidden\": Expected a <class 'list'>"),
         (["fit", "--data", "mnist", "--out", "o"], "unknown data 'mnist'"),
         (["fit", "--prior", "laplace", "--out", "o"], "unknown prior 'laplace'"),
         (["fit", "--likelihood", "poisson", "--out", "o"], "unknown likelihood 'poisson'"),

@@ -132,3 +132,32 @@ def test_dropout_has_no_elbo_and_refuses_renyi():
         bz.fit(model, x, y, bz.SVI(guide="dropout", objective="renyi", num_particles=2, steps=5, progress=False))
     with pytest.raises(bz.BnnZooError, match="2 weight matrices take dropout"):
         bz.fit(model, x, y, bz.SVI(guide="dropout", guide_options={"p": [0.1, 0.2, 0.3]}, steps=5, progress=False))
+
+
+def test_gal_keras_prior_makes_the_elbo_the_published_keras_objective():
+    """Gal & Ghahramani's code: MSE on standardised targets + l^2 (1-p) / (2 N tau) ||W_keras||^2 with
+    inverted dropout (W_keras = (1-p) M) and tau in original units. With the gal-keras prior and a
+    Gaussian of precision tau in original units, our negative ELBO's weight gradient is that loss's
+    times N tau y_std^2 / 2 (the biases' tiny decay l'^2 / 2 is the one difference: Keras has none)."""
+    from bnn_zoo.experiments import config
+
+    p, tau, length, y_std = 0.2, 2.5, 1e-2, 7.0
+    data = bz.data.Dataset("d", torch.randn(N, 3), y_std * torch.randn(N), torch.randn(5, 3), torch.randn(5))
+    x, y = data.train[0], data.train[1][:, None]
+    guide_config = config.Dropout(p=p, masks="step")
+    likelihood = config.Gaussian(precision=tau).build(data)
+    prior = config.GalKeras(length).build(data, likelihood, guide_config)
+    model = bz.BNN(bz.models.MLP(3, [16], 1), prior, likelihood)
+    guide = bz.guides.build("dropout", model, model.network_init(0), p=p, masks="step")
+    spy = poutine.trace(guide)
+    ours = _grads(TraceMeanField_ELBO().differentiable_loss(model, spy, x, y), guide)
+    e1, e2 = ((spy.trace.nodes[k]["value"].abs().amax(0) > 0).float() for k in ("layers.0.weight", "layers.1.weight"))
+    m1, b1, m2, b2 = (guide.loc(k) for k in ("layers.0.weight", "layers.0.bias", "layers.1.weight", "layers.1.bias"))
+    out = (torch.tanh((x * e1) @ m1.T + b1) * e2) @ m2.T + b2
+    decay = length**2 * (1 - p) / (2 * N * tau)  # Keras' on W_keras = (1-p) M
+    keras = (y - out).pow(2).mean() + decay * (1 - p) ** 2 * (m1.pow(2).sum() + m2.pow(2).sum())
+    theirs = _grads(keras, guide)
+    scale = N * tau * float(data.y_std) ** 2 / 2
+    for k in ours:  # guide.locs' parameters: M1, b1, M2, b2
+        exact = "weight" in k
+        torch.testing.assert_close(ours[k] / scale, theirs[k], rtol=1e-4 if exact else 1e-3, atol=1e-8 if exact else 1e-6)

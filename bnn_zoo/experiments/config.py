@@ -618,6 +618,7 @@ class Evaluation:
     evidence: list[Literal["ais", "iw"]] = field(default_factory=list)  # extra log-evidence estimates
     ais_steps: int = 500
     iw_k: int = 100
+    plots: bool = True  # diagnostic plots in the result folder (sweeps of many cells may skip them)
 
 
 @dataclass
@@ -672,6 +673,11 @@ def to_dict(value):
     return value
 
 
+def node(cls: type, **init_args) -> dict:
+    """The plain form of one choice of a kind: ``{class_path, init_args}``."""
+    return {"class_path": f"{cls.__module__}.{cls.__qualname__}", "init_args": init_args}
+
+
 def config_hash(config: RunConfig) -> str:
     """A short stable key of a resolved config (sweep cells are named by it)."""
     text = json.dumps(to_dict(config), sort_keys=True, default=str)
@@ -697,11 +703,30 @@ def parser():
     return p
 
 
+def named_choice(kind: str, name: str) -> dict:
+    """``{class_path, init_args}`` of a kind's registered name (``dropout``) or class (``Dropout``, ``pkg.mod:Cls``)."""
+    names = REGISTRY[kind]
+    if name in names:
+        return node(names[name])
+    if "." in name or ":" in name or name in {c.__name__ for c in names.values()}:
+        return {"class_path": name.replace(":", "."), "init_args": {}}
+    hint = " or a torch.nn.Module class as package.module:Class" if kind == "model" else ""
+    raise BnnZooError(f"unknown {kind} {name!r}; choose one of: {', '.join(names)}{hint}")
+
+
+def with_names_resolved(data: dict) -> dict:
+    """A config in plain form whose kinds may be given by name (``guide: dropout``), with those expanded."""
+    if not isinstance(data, dict):
+        raise BnnZooError(f"a run config is a mapping of fields (data, model, ...), got {type(data).__name__}")
+    return {k: named_choice(k, v) if k in REGISTRY and isinstance(v, str) else v for k, v in data.items()}
+
+
 def from_dict(data: dict) -> RunConfig:
-    """A RunConfig from its YAML/JSON form (``to_dict``'s inverse), checked by the same parser as the CLI."""
+    """A RunConfig from its YAML/JSON form (``to_dict``'s inverse; kinds may be given by name), checked by
+    the same parser as the command line."""
     p = parser()
     try:
-        namespace = p.parse_object(data)
+        namespace = p.parse_object(with_names_resolved(data))
     except Exception as exc:  # jsonargparse reports bad configs as ArgumentError or TypeError
         raise BnnZooError(f"bad run config: {exc}") from None
     return from_namespace(p, namespace)
@@ -715,21 +740,18 @@ def from_namespace(p, namespace) -> RunConfig:
 
 def resolve_names(argv: list[str]) -> list[str]:
     """Command-line shorthand: ``--guide dropout`` for the registered class, ``--model pkg.mod:Class`` for
-    ``pkg.mod.Class``. (jsonargparse names a choice by its class; the zoo's names are lower-case.) An
-    unknown name is refused here, with the choices, before jsonargparse's generic import error."""
+    ``pkg.mod.Class``, and the same names inside a ``--config`` file. (jsonargparse names a choice by its
+    class; the zoo's names are lower-case.) An unknown name is refused here, with the choices."""
+    from bnn_zoo.io import read_yaml
+
     out = list(argv)
     for i, arg in enumerate(out[:-1]):
-        kind = arg[2:].removesuffix(".help") if arg.startswith("--") else None
-        if kind not in REGISTRY:
+        if arg == "--config":  # jsonargparse takes the config's content as well as its path
+            out[i + 1] = json.dumps(with_names_resolved(read_yaml(out[i + 1], "run config")))
             continue
-        value, names = out[i + 1], REGISTRY[kind]
-        if value in names:
-            out[i + 1] = f"{names[value].__module__}.{names[value].__qualname__}"
-        elif kind == "model" and ":" in value:
-            out[i + 1] = value.replace(":", ".")
-        elif "." not in value and value not in {c.__name__ for c in names.values()} and not value.startswith(("{", "[", "-")):
-            hint = " or a torch.nn.Module class as package.module:Class" if kind == "model" else ""
-            raise BnnZooError(f"unknown {kind} {value!r}; choose one of: {', '.join(names)}{hint}")
+        kind = arg[2:].removesuffix(".help") if arg.startswith("--") else None
+        if kind in REGISTRY and not out[i + 1].startswith(("{", "[", "-")):
+            out[i + 1] = named_choice(kind, out[i + 1])["class_path"]
     return ["--print_config" if a == "--print-config" else a for a in out]
 
 

@@ -29,7 +29,18 @@ class Result:
 
 
 def run(
-    name, dataset, model, method, out_dir=None, elbo_samples: int = 1000, evidence=(), ais_steps: int = 500, iw_k: int = 100, device=None, predict_samples=None
+    name,
+    dataset,
+    model,
+    method,
+    out_dir=None,
+    elbo_samples: int = 1000,
+    evidence=(),
+    ais_steps: int = 500,
+    iw_k: int = 100,
+    device=None,
+    predict_samples=None,
+    plots: bool = True,
 ) -> Result:
     """Fit ``model`` to ``dataset`` with ``method``; metrics and, with ``out_dir``, posterior.nc, metrics.json, plots.
 
@@ -76,7 +87,7 @@ def run(
     metrics.update({k: v for k, v in posterior.info.items() if v != ""})  # stop_reason, early-stopping step
     result = Result(name, posterior, idata, metrics, None if pred is None else test_predictions(name, posterior, dataset, metrics, pred))
     if out_dir is not None:
-        save(result, Path(out_dir))
+        save(result, Path(out_dir), plots)
     return result
 
 
@@ -110,7 +121,7 @@ def execute(config: RunConfig, out_dir=None, progress: bool = True, resume: bool
     method = config.inference.build(config, model, dataset, checkpoint, progress)
     ev = config.evaluation
     name = config.inference.registered_name + (f"-{config.guide.registered_name}" if config.guide is not None else "")
-    result = run(name, dataset, model, method, out, ev.elbo_samples, ev.evidence, ev.ais_steps, ev.iw_k, config.device, ev.predict_samples)
+    result = run(name, dataset, model, method, out, ev.elbo_samples, ev.evidence, ev.ais_steps, ev.iw_k, config.device, ev.predict_samples, ev.plots)
     if out is not None:
         write_yaml(to_dict(config), out / "config.yaml")
         if checkpoint.exists():
@@ -223,7 +234,7 @@ def test_predictions(name, posterior, dataset, metrics, pred):
     return ds
 
 
-def save(result: Result, out_dir: Path):
+def save(result: Result, out_dir: Path, with_plots: bool = True):
     """The saved posterior (loadable with ``bnn_zoo.load``), metrics.json, predictions.nc (all written
     atomically) and the run's plots."""
     from bnn_zoo.evaluation import plots
@@ -232,6 +243,8 @@ def save(result: Result, out_dir: Path):
     write_json(result.metrics, out_dir / "metrics.json")
     if result.predictions is not None:
         save_dataset(result.predictions, out_dir / "predictions.nc")
-        if "x_grid" in result.predictions:
-            plots.predictive_bands([result.predictions], out_dir / "predictive.png")
+    if not with_plots:
+        return
+    if result.predictions is not None and "x_grid" in result.predictions:
+        plots.predictive_bands([result.predictions], out_dir / "predictive.png")
     plots.diagnostics(result.name, result.idata, out_dir)

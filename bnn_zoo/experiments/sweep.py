@@ -1,0 +1,360 @@
+"""Sweeps: many runs from one file, each a cell keyed by the hash of its config, run by a local process
+pool or by Ray, resumable after any interruption.
+
+A sweep file (YAML) names a base run config and axes over its fields::
+
+    base: {data: {class_path: UCI, init_args: {path: ../shared/data/uci/yacht}}, guide: dropout}
+    grid: {data.split: range(20), seed: [0, 1]}           # every combination
+    zip: {inference: [svi, nuts], evaluation.evidence: [[iw], [ais]]}   # in step with each other
+    select:                                                 # optional: a nested protocol per cell
+      grid: {guide.p: [0.01, 0.05], likelihood.precision: [0.5, 1.0]}
+      set: {data.part: validation}                          # the inner runs score a validation part
+      metric: test_log_likelihood
+      mode: max                                             # the best inner values, then the cell runs
+
+A dotted field (``guide.p``) reaches into the chosen class's options; a kind set to a registered name
+(``inference: nuts``) chooses that class with its defaults. Without ``select`` the grid x zip cells
+run once; with it, every cell first runs its inner grid (with ``set``) and then itself with the
+inner values that scored best.
+
+Every cell writes into DIR/cells/KEY/: the run's result files, cell.json (its labels) and, last,
+status.json (done or failed, with the error). Finished cells are skipped on a re-run; a cell that
+was running when the sweep died starts again (from its checkpoint, where the method keeps one).
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import math
+import os
+import socket
+import traceback
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bnn_zoo.errors import BnnZooError
+from bnn_zoo.experiments import config as cfg
+from bnn_zoo.io import read_yaml, write_json, write_yaml
+
+TOP_LEVEL = {"base", "grid", "zip", "select", "name"}
+
+
+@dataclass
+class Select:
+    """The inner grid of a nested protocol: values chosen per cell by the best inner score."""
+
+    grid: dict[str, list]
+    set: dict = field(default_factory=dict)
+    metric: str = "test_log_likelihood"
+    mode: str = "max"
+
+
+@dataclass
+class Cell:
+    """One run of a sweep: its config (plain data), the overrides that made it, its key and labels."""
+
+    config: dict
+    overrides: dict
+    key: str
+    labels: dict
+    stage: str = "final"  # "select" for the inner runs of a nested protocol
+    parent: str | None = None  # the outer cell a selection run belongs to
+
+
+@dataclass
+class Sweep:
+    base: dict
+    grid: dict[str, list] = field(default_factory=dict)
+    zip: dict[str, list] = field(default_factory=dict)
+    select: Select | None = None
+    name: str = "sweep"
+
+    @classmethod
+    def from_file(cls, path) -> Sweep:
+        return cls.from_dict(read_yaml(path, "sweep file"), Path(path).parent)
+
+    @classmethod
+    def from_dict(cls, data: dict, root: Path = Path(".")) -> Sweep:
+        if not isinstance(data, dict) or "base" not in data:
+            raise BnnZooError("a sweep file is a mapping with a base run config and axes: base, grid, zip, select")
+        unknown = set(data) - TOP_LEVEL
+        if unknown:
+            raise BnnZooError(f"unknown sweep key(s) {', '.join(sorted(unknown))}; a sweep file has {', '.join(sorted(TOP_LEVEL))}")
+        base = data["base"]
+        if isinstance(base, str):  # a run config file, relative to the sweep file
+            base = read_yaml(root / base, "base run config")
+        select = data.get("select")
+        if select is not None:
+            if not isinstance(select, dict) or "grid" not in select or set(select) - {"grid", "set", "metric", "mode"}:
+                raise BnnZooError("select takes grid (the inner axes), set (inner overrides), metric and mode (max or min)")
+            select = Select(_axes(select["grid"], "select.grid"), **{k: v for k, v in select.items() if k != "grid"})
+            if select.mode not in ("max", "min"):
+                raise BnnZooError(f"select.mode is max or min, got {select.mode!r}")
+        sweep = cls(base or {}, _axes(data.get("grid"), "grid"), _axes(data.get("zip"), "zip"), select, data.get("name", "sweep"))
+        lengths = {len(v) for v in sweep.zip.values()}
+        if len(lengths) > 1:
+            raise BnnZooError(f"the zip axes must have equal lengths, got {sorted(lengths)}")
+        return sweep
+
+    def outer(self) -> list[dict]:
+        """The overrides of every cell: the grid's product times the zipped axes."""
+        grid = [dict(zip(self.grid, values)) for values in itertools.product(*self.grid.values())]
+        zipped = [dict(zip(self.zip, values)) for values in zip(*self.zip.values())] or [{}]
+        return [g | z for g in grid for z in zipped]
+
+    def inner(self, overrides: dict) -> list[dict]:
+        sel = self.select
+        return [overrides | sel.set | dict(zip(sel.grid, values)) for values in itertools.product(*sel.grid.values())]
+
+    def cell(self, overrides: dict, stage: str = "final", parent: str | None = None) -> Cell:
+        config = copy.deepcopy(self.base)
+        for path, value in overrides.items():
+            override(config, path, value)
+        run = cfg.from_dict(config)  # checked now: a bad axis fails before anything runs
+        return Cell(config, overrides, cfg.config_hash(run), labels(run) | {k: _plain(v) for k, v in overrides.items()}, stage, parent)
+
+
+def _axes(axes, where: str) -> dict[str, list]:
+    if axes is None:
+        return {}
+    if not isinstance(axes, dict):
+        raise BnnZooError(f"{where} maps dotted config fields to lists of values, e.g. data.split: range(20)")
+    return {str(k): _values(v, f"{where}.{k}") for k, v in axes.items()}
+
+
+def _values(value, where: str) -> list:
+    if isinstance(value, str) and value.startswith("range(") and value.endswith(")"):
+        try:
+            return list(range(*(int(v) for v in value[6:-1].split(","))))
+        except ValueError:
+            raise BnnZooError(f"{where}: write range(N) or range(START, STOP[, STEP]) with whole numbers, got {value!r}") from None
+    if not isinstance(value, list) or not value:
+        raise BnnZooError(f"{where} needs a non-empty list of values or range(N), got {value!r}")
+    return value
+
+
+def override(config: dict, path: str, value) -> None:
+    """Set the dotted field ``path`` of a config in its plain form: through each chosen class's
+    init_args; a kind set to a registered name becomes that class with its defaults."""
+    *parents, leaf = path.split(".")
+    node = config
+    for part in parents:
+        child = node.get(part)
+        if child is None or isinstance(child, str):  # unset, or a kind given by name: expand it to reach into it
+            child = cfg.named_choice(part, child) if isinstance(child, str) else {}
+            node[part] = child
+        node = child.setdefault("init_args", {}) if "class_path" in child else child
+    node[leaf] = cfg.named_choice(leaf, value) if not parents and leaf in cfg.REGISTRY and isinstance(value, str) else copy.deepcopy(value)
+
+
+def labels(run: cfg.RunConfig) -> dict:
+    """What a results table groups by: dataset, model and inference (with its guide)."""
+    data = run.data
+    dataset = Path(data.path).name if getattr(data, "path", "") else data.registered_name
+    model = run.model.registered_name if isinstance(run.model, cfg.ModelConfig) else cfg.to_dict(run.model)["class_path"]
+    inference = run.inference.registered_name
+    if run.guide is not None or run.inference.takes_guide:
+        inference += f"-{(run.guide or cfg.MeanField()).registered_name}"
+    return {"dataset": dataset, "model": model, "inference": inference, "seed": run.seed}
+
+
+def _plain(value):
+    """A label value a table can group by (lists and mappings as JSON text)."""
+    return json.dumps(value) if isinstance(value, dict | list) else value
+
+
+# ---------------------------------------------------------------------------- running
+
+
+def run_cell(cell_dir: str, config: dict, threads: int | None = None) -> dict:
+    """Run one cell in this process and record its outcome in cell_dir/status.json (never raises for
+    a failing run: the error and traceback are recorded and the sweep goes on)."""
+    import torch
+
+    from bnn_zoo.experiments.run import execute
+
+    if threads:
+        torch.set_num_threads(threads)
+    out = Path(cell_dir)
+    write_json({"state": "running", "pid": os.getpid(), "host": socket.gethostname()}, out / "status.json")
+    try:
+        result = execute(cfg.from_dict(config), out, progress=False, resume=True)
+        status = {"state": "done", "metrics": _numbers(result.metrics)}
+    except Exception as exc:  # a failing cell must not stop the sweep: record it
+        (out / "error.txt").write_text(traceback.format_exc())
+        status = {"state": "failed", "error": f"{type(exc).__name__}: {exc}"}
+    write_json(status, out / "status.json")
+    return status
+
+
+def _numbers(metrics: dict) -> dict:
+    return {k: v for k, v in metrics.items() if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)}
+
+
+def read_status(cell_dir: Path) -> dict:
+    path = cell_dir / "status.json"
+    if not path.is_file():
+        return {"state": "pending"}
+    try:
+        status = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return {"state": "pending"}
+    if status.get("state") == "running" and status.get("host") == socket.gethostname() and not _alive(status.get("pid")):
+        return {"state": "pending", "note": "was running when the sweep stopped"}
+    return status
+
+
+def _alive(pid) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (OSError, TypeError, ValueError):
+        return False
+    return True
+
+
+class _Executor:
+    """Runs cells: inline (one worker), in a local process pool, or as Ray tasks."""
+
+    def __init__(self, workers: int = 1, use_ray: bool = False, ray_address: str | None = None):
+        self.workers, self.use_ray, self.ray_address = max(1, workers), use_ray or ray_address is not None, ray_address
+        cores = os.cpu_count() or 1
+        self.threads = max(1, cores // self.workers)  # workers must not oversubscribe the cores
+
+    def map(self, jobs: list[tuple[str, dict]], progress) -> Iterable[dict]:
+        if not jobs:
+            return
+        if self.use_ray:
+            yield from self._ray(jobs, progress)
+        elif self.workers == 1:
+            for job in jobs:
+                yield run_cell(*job)
+                progress()
+        else:
+            import concurrent.futures as cf
+            import multiprocessing
+
+            context = multiprocessing.get_context("spawn")  # fork and torch's thread pools do not mix
+            with cf.ProcessPoolExecutor(self.workers, mp_context=context) as pool:
+                futures = [pool.submit(run_cell, *job, self.threads) for job in jobs]
+                for future in cf.as_completed(futures):
+                    yield future.result()
+                    progress()
+
+    def _ray(self, jobs, progress):
+        try:
+            import ray
+        except ImportError:
+            raise BnnZooError("--ray needs Ray: pip install 'bnn-zoo[distributed]'") from None
+        if not ray.is_initialized():
+            if self.ray_address:
+                ray.init(address=self.ray_address, log_to_driver=False)
+            else:
+                ray.init(num_cpus=self.workers, log_to_driver=False, include_dashboard=False)
+        task = ray.remote(num_cpus=1)(run_cell)
+        pending = [task.remote(cell_dir, config, 1) for cell_dir, config in jobs]
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            yield ray.get(done[0])
+            progress()
+
+
+def run_sweep(sweep: Sweep, out, workers: int = 1, use_ray: bool = False, ray_address: str | None = None, show_progress: bool = True) -> dict:
+    """Run every cell of ``sweep`` not already done under ``out``; returns counts and the failures."""
+    from tqdm.auto import tqdm
+
+    from bnn_zoo.io import bar_disabled
+
+    out = Path(out)
+    _check_folder(out, sweep)
+    executor = _Executor(workers, use_ray, ray_address)
+    outer = [sweep.cell(o) for o in sweep.outer()]
+    inner = [sweep.cell(i, "select", c.key) for c in outer for i in sweep.inner(c.overrides)] if sweep.select else []
+    summary = {"done": 0, "skipped": 0, "failed": []}
+    with tqdm(total=len(inner) + len(outer), desc=f"sweep {sweep.name}", unit="cell", disable=bar_disabled(show_progress)) as bar:
+        if sweep.select is not None:
+            selection = _run_stage(inner, out, executor, bar, summary)
+            chosen = [_selected(sweep, c, [i for i in inner if i.parent == c.key], selection) for c in outer]
+            summary["failed"] += [f"{c.key} ({_describe(c)}): no selection run finished" for c, f in zip(outer, chosen) if f is None]
+            bar.update(sum(f is None for f in chosen))
+            outer = [f for f in chosen if f is not None]
+        _run_stage(outer, out, executor, bar, summary)
+    return summary
+
+
+def _run_stage(cells: list[Cell], out: Path, executor: _Executor, bar, summary) -> dict[str, dict]:
+    """Run the cells not yet done; returns every cell's status by key."""
+    statuses, jobs = {}, []
+    for cell in cells:
+        key = cell.key
+        folder = out / "cells" / key
+        status = read_status(folder)
+        if status["state"] == "done":
+            statuses[key] = status
+            summary["skipped"] += 1
+            bar.update(1)
+            continue
+        folder.mkdir(parents=True, exist_ok=True)
+        write_json({"key": key, "stage": cell.stage, "parent": cell.parent, "labels": cell.labels}, folder / "cell.json")
+        write_yaml(cell.config, folder / "cell.yaml")
+        jobs.append((str(folder), cell.config))
+    for _ in executor.map(jobs, lambda: bar.update(1)):
+        pass
+    ran = {Path(folder).name for folder, _ in jobs}
+    for cell in cells:  # read back from disk: the truth whichever executor ran them
+        key = cell.key
+        statuses[key] = read_status(out / "cells" / key)
+        if key in ran:
+            if statuses[key]["state"] == "done":
+                summary["done"] += 1
+            else:
+                summary["failed"].append(f"{key} ({_describe(cell)}): {statuses[key].get('error', statuses[key]['state'])}")
+    return statuses
+
+
+def _describe(cell: Cell) -> str:
+    return ", ".join(f"{k}={v}" for k, v in cell.labels.items())
+
+
+def _selected(sweep: Sweep, cell: Cell, inner: list[Cell], statuses: dict) -> Cell | None:
+    """The outer cell with the inner values that scored best among its finished selection runs."""
+    sel = sweep.select
+    best, best_score = None, None
+    for candidate in inner:
+        score = statuses.get(candidate.key, {}).get("metrics", {}).get(sel.metric)
+        if score is None:
+            continue
+        if best_score is None or (score > best_score if sel.mode == "max" else score < best_score):
+            best, best_score = candidate.overrides, score
+    if best is None:
+        return None
+    chosen = {k: best[k] for k in sel.grid}
+    final = sweep.cell(cell.overrides | chosen)
+    final.labels |= {f"selected:{k}": _plain(v) for k, v in chosen.items()} | {"selection_score": best_score}
+    return final
+
+
+def _check_folder(out: Path, sweep: Sweep) -> None:
+    """A sweep folder holds one sweep: refuse to mix another one's cells into it."""
+    spec = {"name": sweep.name, "base": sweep.base, "grid": sweep.grid, "zip": sweep.zip, "select": None if sweep.select is None else vars(sweep.select)}
+    path = out / "sweep.yaml"
+    if out.exists() and not out.is_dir():
+        raise BnnZooError(f"{out} is a file; give a folder for the sweep's results")
+    if path.is_file() and read_yaml(path, "sweep record") != json.loads(json.dumps(spec)):
+        raise BnnZooError(f"{out} holds a different sweep (see its sweep.yaml); choose another --out or delete the folder")
+    write_yaml(json.loads(json.dumps(spec)), path)
+
+
+def sweep_status(out) -> dict[str, list[dict]]:
+    """Every cell under ``out`` by state (done, running, failed, pending), each with its labels."""
+    out = Path(out)
+    if not (out / "sweep.yaml").is_file():
+        raise BnnZooError(f"{out} is not a sweep folder (no sweep.yaml); run bnn-zoo sweep FILE --out {out} first")
+    states: dict[str, list[dict]] = {"done": [], "running": [], "failed": [], "pending": []}
+    for folder in sorted((out / "cells").glob("*")):
+        info = json.loads((folder / "cell.json").read_text()) if (folder / "cell.json").is_file() else {"key": folder.name}
+        status = read_status(folder)
+        states[status["state"]].append(info | {k: v for k, v in status.items() if k in ("error", "note")})
+    return states

@@ -1,0 +1,123 @@
+"""A sweep's results as one table: mean and standard error over splits and seeds of every metric,
+grouped by the labels asked for, optionally next to published numbers."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from bnn_zoo.errors import BnnZooError
+from bnn_zoo.experiments.sweep import sweep_status
+
+ALIASES = {"test_ll": "test_log_likelihood"}  # reference-table names for the zoo's metric names
+SHOWN = ["rmse", "test_log_likelihood", "coverage_95", "accuracy", "nll", "elbo", "evidence_laplace", "log_marginal_likelihood", "runtime_s"]
+
+
+def collect(sweep_dir, stage: str = "final") -> pd.DataFrame:
+    """One row per finished cell of ``stage``: its labels and its numeric metrics."""
+    rows = []
+    for info in sweep_status(sweep_dir)["done"]:
+        if info.get("stage", "final") != stage:
+            continue
+        status = json.loads((Path(sweep_dir) / "cells" / info["key"] / "status.json").read_text())
+        rows.append({"key": info["key"], **info.get("labels", {}), **status.get("metrics", {})})
+    if not rows:
+        raise BnnZooError(f"no finished cells in {sweep_dir}; see bnn-zoo sweep --status {sweep_dir}")
+    return pd.DataFrame(rows)
+
+
+def aggregate(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """Per group of ``by``: the number of cells n, and for every metric its mean and standard error
+    (sample standard deviation / sqrt(n), the "+-" of the UCI tables)."""
+    missing = [b for b in by if b not in frame]
+    if missing:
+        labels = [c for c in frame.columns if frame[c].dtype == object and c != "key"]
+        raise BnnZooError(f"cannot group by {', '.join(missing)}; the cells are labelled by {', '.join(labels)}")
+    metrics = [c for c in frame.columns if c not in by and pd.api.types.is_numeric_dtype(frame[c]) and not _is_label(c)]
+    grouped = frame.groupby(by, sort=True)[metrics]
+    mean, se, n = grouped.mean(), grouped.std(ddof=1) / grouped.count() ** 0.5, frame.groupby(by, sort=True).size()
+    out = pd.DataFrame({"n": n})
+    for m in metrics:
+        out[m], out[f"{m}_se"] = mean[m], se[m]
+    return out.reset_index()
+
+
+def _is_label(column: str) -> bool:
+    return column in ("seed", "selection_score") or "." in column or column.startswith("selected:")
+
+
+def with_reference(table: pd.DataFrame, reference, by: list[str]) -> pd.DataFrame:
+    """Add published numbers: ``reference`` is a CSV in long form (dataset, metric, mean, se) or wide
+    form (dataset, M, M_se, ...); each metric gets ref_M, ref_M_se and M_diff_se = (ours - published) /
+    published se, the difference in the published standard errors."""
+    ref = pd.read_csv(reference, comment="#")
+    if "dataset" not in ref or "dataset" not in by:
+        raise BnnZooError("a reference table needs a dataset column, and the table must be grouped --by dataset")
+    if {"metric", "mean", "se"} <= set(ref.columns):
+        wide = ref.pivot(index="dataset", columns="metric", values=["mean", "se"])
+        ref = pd.DataFrame({"dataset": wide.index})
+        for metric in wide["mean"].columns:
+            ref[metric], ref[f"{metric}_se"] = wide["mean"][metric].values, wide["se"][metric].values
+    ref = ref.rename(columns={k: v for a, b in ALIASES.items() for k, v in ((a, b), (f"{a}_se", f"{b}_se"))})
+    metrics = [c for c in ref.columns if c != "dataset" and not c.endswith("_se")]
+    ref = ref.rename(columns={c: f"ref_{c}" for c in ref.columns if c != "dataset"})
+    out = table.merge(ref, on="dataset", how="left")
+    for m in metrics:
+        if m in out:
+            out[f"{m}_diff_se"] = (out[m] - out[f"ref_{m}"]) / out[f"ref_{m}_se"].where(out[f"ref_{m}_se"] > 0)
+    return out
+
+
+def markdown(table: pd.DataFrame, by: list[str]) -> str:
+    """The main metrics as "mean +- se" columns (every metric is in the CSV)."""
+    shown = [m for m in SHOWN if m in table]
+    header = [*by, "n", *shown]
+    refs = [m for m in shown if f"ref_{m}" in table]
+    header += [f"published {m}" for m in refs] + [f"{m} diff / published se" for m in refs]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for _, row in table.iterrows():
+        cells = [str(row[b]) for b in by] + [str(int(row["n"]))]
+        cells += [_pm(row[m], row[f"{m}_se"]) for m in shown]
+        cells += [_pm(row[f"ref_{m}"], row[f"ref_{m}_se"]) for m in refs] + [_fmt(row[f"{m}_diff_se"]) for m in refs]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _pm(mean, se) -> str:
+    return "-" if _missing(mean) else f"{_fmt(mean)} ± {_fmt(se)}" if not _missing(se) else _fmt(mean)
+
+
+def _fmt(value) -> str:
+    if _missing(value):
+        return "-"
+    return f"{value:.3g}" if abs(value) >= 100 or abs(value) < 0.01 else f"{value:.3f}"
+
+
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float) and not math.isfinite(value))
+
+
+def write(table: pd.DataFrame, by: list[str], out_prefix) -> tuple[Path, Path]:
+    """OUT.csv (every column) and OUT.md (the main metrics), written atomically."""
+    from bnn_zoo.io import atomic_write
+
+    csv, md = Path(f"{out_prefix}.csv"), Path(f"{out_prefix}.md")
+    atomic_write(csv, lambda tmp: table.to_csv(tmp, index=False))
+    atomic_write(md, lambda tmp: Path(tmp).write_text(markdown(table, by)))
+    return csv, md
+
+
+def write_uci(table: pd.DataFrame, out_prefix) -> str:
+    """The UCI tables' form: OUT.csv with dataset, rmse, rmse_se, test_ll, test_ll_se (and n, time per
+    fit) and OUT.md; returns the markdown."""
+    from bnn_zoo.io import atomic_write
+
+    wide = table.rename(columns={"test_log_likelihood": "test_ll", "test_log_likelihood_se": "test_ll_se"})
+    columns = ["dataset", "rmse", "rmse_se", "test_ll", "test_ll_se", "n", "runtime_s"]
+    atomic_write(Path(f"{out_prefix}.csv"), lambda tmp: wide[columns].to_csv(tmp, index=False))
+    text = markdown(table, ["dataset"])
+    atomic_write(Path(f"{out_prefix}.md"), lambda tmp: Path(tmp).write_text(text))
+    return text

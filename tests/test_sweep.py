@@ -1,0 +1,199 @@
+"""Sweeps: cells from a grid, zip and nested selection; local and Ray execution give one table; a
+killed sweep resumes without re-running finished cells; failures are recorded; the UCI protocol."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+import yaml
+from test_bad_input import _uci_folder
+
+import bnn_zoo as bz
+from bnn_zoo.cli import main
+from bnn_zoo.experiments import protocols, table
+from bnn_zoo.experiments.sweep import Sweep, override, run_sweep, sweep_status
+
+# a cell of about a second: 30 SVI steps of a 1-4-1 network on the toy data, no plots
+BASE = {
+    "model": {"class_path": "MLP", "init_args": {"hidden": [4]}},
+    "inference": {"class_path": "SVI", "init_args": {"steps": 30, "num_draws": 50}},
+    "evaluation": {"elbo_samples": 50, "plots": False},
+}
+SMALL = {"base": BASE, "grid": {"seed": [0, 1], "guide": ["mean-field", "matrix-normal"]}}
+
+
+def test_grid_zip_and_dotted_overrides_make_the_cells():
+    base = {**BASE, "guide": "mean-field"}  # a kind by its registered name
+    sweep = Sweep.from_dict({"base": base, "grid": {"seed": "range(3)", "guide.init_scale": [0.1, 0.2]}, "zip": {"inference.steps": [5, 6]}})
+    cells = [sweep.cell(o) for o in sweep.outer()]
+    assert len(cells) == 3 * 2 * 2 and len({c.key for c in cells}) == 12
+    assert cells[0].config["guide"] == {"class_path": "bnn_zoo.experiments.config.MeanField", "init_args": {"init_scale": 0.1}}
+    assert cells[0].labels == {"dataset": "toy-cubic", "model": "mlp", "inference": "svi-mean-field", "seed": 0, "guide.init_scale": 0.1, "inference.steps": 5}
+    config = {"inference": {"class_path": "SVI", "init_args": {"steps": 3}}}
+    override(config, "inference", "nuts")  # a kind by name: that class with its defaults
+    override(config, "inference.num_chains", 1)
+    assert config["inference"] == {"class_path": "bnn_zoo.experiments.config.NUTS", "init_args": {"num_chains": 1}}
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ({"grid": {}}, "a mapping with a base"),
+        ({"base": {}, "grids": {}}, "unknown sweep key(s) grids"),
+        ({"base": {}, "zip": {"seed": [1, 2], "guide": ["dropout"]}}, "equal lengths"),
+        ({"base": {}, "grid": {"seed": "range(a)"}}, "write range(N)"),
+        ({"base": {}, "grid": {"seed": []}}, "non-empty list"),
+        ({"base": {}, "select": {"grid": {"seed": [1]}, "mode": "best"}}, "max or min"),
+    ],
+)
+def test_bad_sweep_files_are_refused_with_one_line(spec, message):
+    with pytest.raises(bz.BnnZooError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        Sweep.from_dict(spec)
+
+
+def test_a_bad_axis_fails_before_any_cell_runs(tmp_path):
+    sweep = Sweep.from_dict({"base": BASE, "grid": {"inference.kl_wieght": [0.5]}})
+    with pytest.raises(bz.BnnZooError, match="kl_wieght"):
+        run_sweep(sweep, tmp_path / "s", show_progress=False)
+    assert not (tmp_path / "s" / "cells").exists()
+
+
+@pytest.fixture(scope="module")
+def local_sweep(tmp_path_factory):
+    out = tmp_path_factory.mktemp("local")
+    summary = run_sweep(Sweep.from_dict(SMALL), out, workers=1, show_progress=False)
+    return out, summary
+
+
+def _table(out):
+    return table.aggregate(table.collect(out), ["inference"]).drop(columns=["runtime_s", "runtime_s_se"])
+
+
+def test_a_small_sweep_runs_locally_and_on_ray_to_the_same_table(local_sweep, tmp_path):
+    pytest.importorskip("ray")
+    import ray
+
+    out, summary = local_sweep
+    assert summary == {"done": 4, "skipped": 0, "failed": []}
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        assert run_sweep(Sweep.from_dict(SMALL), tmp_path / "ray", workers=2, use_ray=True, show_progress=False)["done"] == 4
+    finally:
+        ray.shutdown()
+    local, remote = _table(out), _table(tmp_path / "ray")
+    assert list(local["inference"]) == ["svi-matrix-normal", "svi-mean-field"] and (local["n"] == 2).all()
+    pd.testing.assert_frame_equal(local, remote, rtol=1e-5)  # Ray workers run one thread, the local run two
+
+
+def test_finished_cells_are_skipped_and_the_table_is_written(local_sweep, capsys):
+    out, _ = local_sweep
+    before = {p: p.stat().st_mtime_ns for p in out.glob("cells/*/status.json")}
+    assert run_sweep(Sweep.from_dict(SMALL), out, show_progress=False) == {"done": 0, "skipped": 4, "failed": []}
+    assert {p: p.stat().st_mtime_ns for p in out.glob("cells/*/status.json")} == before
+    assert main(["table", str(out), "--by", "inference", "--out", str(out / "t")]) == 0
+    assert "| svi-mean-field | 2 |" in capsys.readouterr().out
+    csv = pd.read_csv(out / "t.csv")
+    assert {"rmse", "rmse_se", "elbo", "elbo_se", "loo_elpd", "n"} <= set(csv.columns)
+    frame = table.collect(out)
+    mf = frame[frame.inference == "svi-mean-field"].rmse
+    assert csv.set_index("inference").loc["svi-mean-field", "rmse_se"] == pytest.approx(mf.std() / 2**0.5)
+
+
+def test_a_sweep_folder_refuses_another_sweep(local_sweep):
+    out, _ = local_sweep
+    with pytest.raises(bz.BnnZooError, match="holds a different sweep"):
+        run_sweep(Sweep.from_dict({**SMALL, "grid": {"seed": [5]}}), out, show_progress=False)
+
+
+def test_a_killed_sweep_resumes_without_re_running_finished_cells(tmp_path):
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text(yaml.safe_dump({"base": BASE, "grid": {"seed": list(range(6))}}))
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    driver = subprocess.Popen([sys.executable, "-m", "bnn_zoo.cli", "sweep", str(spec), "--out", str(out), "--quiet"], env=env)
+    deadline = time.time() + 120
+    while len(sweep_status(out)["done"]) < 2 if (out / "sweep.yaml").exists() else True:
+        assert time.time() < deadline and driver.poll() is None, "the sweep did not get going"
+        time.sleep(0.2)
+    driver.send_signal(signal.SIGKILL)
+    driver.wait()
+    states = sweep_status(out)
+    finished = {c["key"] for c in states["done"]}
+    assert 2 <= len(finished) < 6 and not states["running"]  # the killed cell is pending again
+    stamps = {k: (out / "cells" / k / "status.json").stat().st_mtime_ns for k in finished}
+    summary = run_sweep(Sweep.from_dict(yaml.safe_load(spec.read_text())), out, show_progress=False)
+    assert summary["skipped"] == len(finished) and summary["done"] == 6 - len(finished)
+    assert {k: (out / "cells" / k / "status.json").stat().st_mtime_ns for k in finished} == stamps
+    assert len(sweep_status(out)["done"]) == 6
+
+
+def test_a_failing_cell_is_recorded_and_the_sweep_goes_on(tmp_path, capsys):
+    missing = {"class_path": "UCI", "init_args": {"path": str(tmp_path / "nowhere")}}
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump({"base": BASE, "grid": {"data": ["toy-cubic", missing]}}))
+    assert main(["sweep", str(spec), "--out", str(tmp_path / "out"), "--quiet"]) == 1
+    printed = capsys.readouterr().out
+    assert "1 cells run, 0 already done, 1 failed" in printed and "does not exist" in printed
+    assert main(["sweep", str(tmp_path / "out"), "--status"]) == 0
+    status = capsys.readouterr().out
+    assert status.startswith("1 done, 0 running, 1 failed, 0 pending") and "UCI folder" in status
+
+
+def test_nested_selection_refits_each_cell_with_its_best_inner_values(tmp_path):
+    _uci_folder(tmp_path / "uci", rows=60)
+    (tmp_path / "uci" / "index_train_1.txt").write_text("\n".join(map(str, range(10, 60))) + "\n")
+    (tmp_path / "uci" / "index_test_1.txt").write_text("\n".join(map(str, range(10))) + "\n")
+    base = {**BASE, "data": {"class_path": "UCI", "init_args": {"path": str(tmp_path / "uci")}}, "likelihood": "gaussian"}
+    select = {"grid": {"likelihood.scale": [0.05, 1.0]}, "set": {"data.part": "validation"}, "metric": "test_log_likelihood"}
+    sweep = Sweep.from_dict({"base": base, "grid": {"data.split": [0, 1]}, "select": select})
+    summary = run_sweep(sweep, tmp_path / "out", show_progress=False)
+    assert summary == {"done": 6, "skipped": 0, "failed": []}
+    frame = table.collect(tmp_path / "out", stage="select")
+    assert len(frame) == 4 and set(frame["data.part"]) == {"validation"}
+    final = table.collect(tmp_path / "out")
+    for _, row in final.iterrows():
+        cell = json.loads((tmp_path / "out" / "cells" / row["key"] / "cell.json").read_text())
+        inner = frame[frame["data.split"] == row["data.split"]]
+        best = inner.loc[inner.test_log_likelihood.idxmax()]
+        assert row["selected:likelihood.scale"] == best["likelihood.scale"] and row["selection_score"] == best.test_log_likelihood
+        assert cell["labels"]["data.split"] == row["data.split"]
+        assert json.loads((tmp_path / "out" / "cells" / row["key"] / "metrics.json").read_text())["n_train"] == 50 if row["data.split"] == 1 else 8
+
+
+def test_reference_tables_in_long_and_wide_form(tmp_path):
+    ours = pd.DataFrame({"dataset": ["a", "b"], "n": [2, 2], "rmse": [1.0, 2.0], "rmse_se": [0.1, 0.2]})
+    (tmp_path / "wide.csv").write_text("# published\ndataset,rmse,rmse_se,test_ll,test_ll_se\na,0.8,0.1,-1,0.1\nb,2.0,0.0,-2,0.1\n")
+    (tmp_path / "long.csv").write_text("dataset,metric,mean,se\na,rmse,0.8,0.1\nb,rmse,2.0,0.0\n")
+    for name in ("wide.csv", "long.csv"):
+        merged = table.with_reference(ours, tmp_path / name, ["dataset"])
+        assert merged["rmse_diff_se"].iloc[0] == pytest.approx(2.0) and pd.isna(merged["rmse_diff_se"].iloc[1])  # a zero se: no ratio
+    assert "published rmse" in table.markdown(merged, ["dataset"])
+
+
+def test_uci_gal_protocol_on_a_folder_writes_its_table(tmp_path, capsys):
+    (tmp_path / "data").mkdir()
+    _uci_folder(tmp_path / "data" / "tiny", rows=80)
+    folder = tmp_path / "data" / "tiny"
+    (folder / "index_train_0.txt").write_text("\n".join(map(str, range(60))) + "\n")
+    (folder / "index_test_0.txt").write_text("\n".join(map(str, range(60, 80))) + "\n")
+    for name, text in {"dropout_rates": "0.05\n0.1\n", "tau_values": "0.5\n1.0\n", "n_hidden": "8\n", "n_epochs": "1\n", "n_splits": "1\n"}.items():
+        (folder / f"{name}.txt").write_text(text)
+    sweep = protocols.uci_gal(folder)
+    assert sweep.base["inference"]["init_args"]["epochs"] == 10 and len(sweep.inner({"data.split": 0})) == 4
+    argv = ["reproduce", "uci-gal", "--data", str(tmp_path / "data"), "--epochs", "3", "--mc-passes", "100", "--out", str(tmp_path / "out"), "--quiet"]
+    assert main(argv) == 0
+    assert "| tiny | 1 |" in capsys.readouterr().out
+    csv = pd.read_csv(tmp_path / "out" / "table.csv")
+    assert list(csv.columns[:5]) == ["dataset", "rmse", "rmse_se", "test_ll", "test_ll_se"] and csv.dataset[0] == "tiny"
+    final = table.collect(tmp_path / "out" / "tiny")
+    metrics = json.loads((tmp_path / "out" / "tiny" / "cells" / final.key[0] / "metrics.json").read_text())
+    tau = final["selected:likelihood.precision"][0]
+    assert metrics["likelihood"] == f"Gaussian(scale={1 / (tau**0.5 * float(bz.data.load_uci(folder).y_std))})"  # tau in original units
+    assert metrics["settings"]["steps"] == 3 * 1 and metrics["settings"]["lr"] == 1e-3  # 60 rows: one batch of 128 per epoch
+    with pytest.raises(bz.BnnZooError, match="asked for"):
+        protocols.uci_gal(folder, splits=[3])
