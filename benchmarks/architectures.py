@@ -26,10 +26,10 @@ warnings.filterwarnings("ignore", message="Failed to verify mean field")
 def digits_table(steps=3000):
 
     import bnn_zoo as bz
-    from bnn_zoo.data import catalog
     from bnn_zoo.evaluation import classification_metrics
+    from bnn_zoo.experiments import config
 
-    d = catalog.load("digits")
+    d = config.Digits().load(seed=0)
     (x, y), (xt, yt) = d.train, d.test
     runs = [
         ("dropout p=0.5", "all", "dropout", {"p": 0.5, "masks": "example"}),
@@ -59,10 +59,10 @@ def shakespeare_table(path, epochs=1, batch=64):
     import math
 
     import bnn_zoo as bz
-    from bnn_zoo.data import catalog
     from bnn_zoo.evaluation import language_model_metrics
+    from bnn_zoo.experiments import config
 
-    d = catalog.load(f"text:{path}:level=char;seq_len=50")
+    d = config.Text(str(path), level="char", seq_len=50).load(seed=0)
     (x, y), (xt, yt) = d.train, d.test
     steps = epochs * math.ceil(len(x) / batch)
     print(
@@ -91,9 +91,9 @@ def shakespeare_table(path, epochs=1, batch=64):
 def nuts_table(warmup=100, samples=100):
     """NUTS on small instances: which sizes finish within minutes on 2 cores."""
     import bnn_zoo as bz
-    from bnn_zoo.data import catalog
+    from bnn_zoo.experiments import config
 
-    digits, toy = catalog.load("digits"), catalog.load("toy-text")
+    digits, toy = config.Digits().load(seed=0), config.ToyText().load(seed=0)
     (xd, yd), (xdt, ydt) = digits.train, digits.test
     (xs, ys), (xst, yst) = toy.train, toy.test
     vocab = len(toy.info["vocab"])

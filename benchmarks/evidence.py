@@ -67,12 +67,12 @@ def digits_table(steps, ais_steps, out):
     """AIS depends on the model alone (architecture, prior, likelihood), not on the guide, so it is run
     once per architecture, with a budget per architecture, and shown on both of its rows."""
     import bnn_zoo as bz
-    from bnn_zoo.data import catalog
     from bnn_zoo.evaluation import evidence
     from bnn_zoo.evaluation.compare import report, to_markdown
+    from bnn_zoo.experiments import config
     from bnn_zoo.experiments.run import run
 
-    data = catalog.load("digits")
+    data = config.Digits().load(seed=0)
     x, y = data.train
     prior, lik = bz.priors.Normal(1.0), bz.likelihoods.Categorical()
     nets = {

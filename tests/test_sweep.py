@@ -33,7 +33,10 @@ def test_grid_zip_and_dotted_overrides_make_the_cells():
     cells = [sweep.cell(o) for o in sweep.outer()]
     assert len(cells) == 3 * 2 * 2 and len({c.key for c in cells}) == 12
     assert cells[0].config["guide"] == {"class_path": "bnn_zoo.experiments.config.MeanField", "init_args": {"init_scale": 0.1}}
-    assert cells[0].labels == {"dataset": "toy-cubic", "model": "mlp", "inference": "svi-mean-field", "seed": 0, "guide.init_scale": 0.1, "inference.steps": 5}
+    assert cells[0].labels == {"dataset": "toy-cubic", "model": "mlp", "inference": "svi-mean-field(init_scale=0.1)", "seed": 0} | {
+        "guide.init_scale": 0.1,
+        "inference.steps": 5,
+    }
     config = {"inference": {"class_path": "SVI", "init_args": {"steps": 3}}}
     override(config, "inference", "nuts")  # a kind by name: that class with its defaults
     override(config, "inference.num_chains", 1)

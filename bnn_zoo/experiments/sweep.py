@@ -25,6 +25,7 @@ was running when the sweep died starts again (from its checkpoint, where the met
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import json
 import math
@@ -114,7 +115,8 @@ class Sweep:
         for path, value in overrides.items():
             override(config, path, value)
         run = cfg.from_dict(config)  # checked now: a bad axis fails before anything runs
-        return Cell(config, overrides, cfg.config_hash(run), labels(run) | {k: _plain(v) for k, v in overrides.items()}, stage, parent)
+        axes = {k: _plain(v) for k, v in overrides.items() if k not in ("data", "model", "inference", "seed")}
+        return Cell(config, overrides, cfg.config_hash(run), axes | labels(run), stage, parent)
 
 
 def _axes(axes, where: str) -> dict[str, list]:
@@ -151,13 +153,17 @@ def override(config: dict, path: str, value) -> None:
 
 
 def labels(run: cfg.RunConfig) -> dict:
-    """What a results table groups by: dataset, model and inference (with its guide)."""
+    """What a results table groups by: dataset, model, inference (with its guide) and seed."""
     data = run.data
     dataset = Path(data.path).name if getattr(data, "path", "") else data.registered_name
     model = run.model.registered_name if isinstance(run.model, cfg.ModelConfig) else cfg.to_dict(run.model)["class_path"]
     inference = run.inference.registered_name
-    if run.guide is not None or run.inference.takes_guide:
-        inference += f"-{(run.guide or cfg.MeanField()).registered_name}"
+    if isinstance(run.inference, cfg.GP):
+        inference += f"-{run.inference.kernel}"
+    elif run.inference.takes_guide:
+        guide = run.guide or cfg.MeanField()
+        changed = [f"{f.name}={getattr(guide, f.name)}" for f in dataclasses.fields(guide) if getattr(guide, f.name) != f.default]
+        inference += f"-{guide.registered_name}" + (f"({', '.join(changed)})" if changed else "")
     return {"dataset": dataset, "model": model, "inference": inference, "seed": run.seed}
 
 
