@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import warnings
 from pathlib import Path
@@ -103,6 +104,8 @@ def main(argv=None) -> int:
         "list", help="datasets, models, priors, likelihoods, guides and inference methods available", description="List what can be named on the command line."
     )
 
+    if argv is None:  # as a command: `bnn-zoo ... | head` ends quietly, as other tools do
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["fit"]:  # the run's options come from its typed config (jsonargparse), not argparse
         return _guarded(_fit, argv[1:])

@@ -34,3 +34,23 @@ def test_the_api_reference_covers_every_public_name():
                 documented.append(getattr(importlib.import_module(module), attr))
     missing = [name for name in bnn_zoo.__all__ if not any(getattr(bnn_zoo, name) is obj for obj in documented)]
     assert not missing, f"public names without an API reference entry: {missing}"
+
+
+def test_the_experiments_page_and_the_example_sweeps_build_their_runs():
+    """The run config in YAML and in Python on docs/guide/experiments.md, and every cell of the sweep
+    files in examples/sweeps, parse and pass the config checks (nothing is fitted here)."""
+    import yaml
+
+    from bnn_zoo.experiments import config
+    from bnn_zoo.experiments.sweep import Sweep
+
+    page = (PAGE.parent / "guide" / "experiments.md").read_text()
+    run = config.from_dict(yaml.safe_load(re.findall(r"```yaml\n(.*?)```", page, flags=re.S)[0]))
+    assert isinstance(run.guide, config.Dropout) and run.guide.p == 0.05 and run.data.split == 3
+    python = re.findall(r"```python\n(.*?)```", page, flags=re.S)[0]
+    namespace: dict = {}
+    exec(python.replace("result = execute(", "result = (lambda *a: a)("), namespace)  # build the run, do not fit it
+    assert namespace["run"] == run
+    for path in sorted((PAGE.parent.parent / "examples" / "sweeps").glob("*.yaml")):
+        sweep = Sweep.from_file(path)
+        assert len({sweep.cell(o).key for o in sweep.outer()}) == len(sweep.outer()), path
