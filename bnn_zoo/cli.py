@@ -67,6 +67,12 @@ def main(argv=None) -> int:
     p.add_argument("--ray", action="store_true", help="run the cells as Ray tasks on a local Ray (pip install 'bnn-zoo[distributed]')")
     p.add_argument("--ray-address", metavar="HOST:PORT", help="run the cells on an existing Ray cluster; DIR must be on a filesystem its nodes share")
     p.add_argument("--status", action="store_true", help="say which cells of the sweep folder are done, running, failed and pending")
+    p.add_argument(
+        "--no-lockstep",
+        action="store_true",
+        help="fit every cell on its own (default: cells that differ only in seed, split, p, tau, prior or learning rate are fitted "
+        "together as one batched computation where the method allows it: SVI with the dropout or mean-field guide)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
     p = sub.add_parser(
@@ -195,7 +201,7 @@ def _sweep(args):
         return 0
     sweep = Sweep.from_file(args.target)
     out = Path(args.out or Path("sweeps") / Path(args.target).stem)
-    summary = run_sweep(sweep, out, args.workers, args.ray, args.ray_address, show_progress=not args.quiet)
+    summary = run_sweep(sweep, out, args.workers, args.ray, args.ray_address, show_progress=not args.quiet, lockstep=not args.no_lockstep)
     return _report(summary, out)
 
 

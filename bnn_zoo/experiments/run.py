@@ -60,6 +60,17 @@ def run(
     posterior = fit(model, x, y, method, device=device)
     if device is not None:
         posterior = posterior.to("cpu")  # metrics, plots and files are made on the CPU
+    return evaluate(
+        name, dataset, model, posterior, out_dir, elbo_samples, evidence, ais_steps, iw_k, predict_samples, plots, getattr(method, "progress", False)
+    )
+
+
+def evaluate(
+    name, dataset, model, posterior, out_dir=None, elbo_samples=1000, evidence=(), ais_steps=500, iw_k=100, predict_samples=None, plots=True, progress=False
+) -> Result:
+    """Score a fitted posterior on the test split and the training data (see :func:`run`) and, with
+    ``out_dir``, write its files."""
+    x = dataset.train[0]
     x_test, y_test = dataset.test
     pred = None
     if model.likelihood.task == "language-model":  # (draws, N, T, V) outputs are too large to hold: averaged in chunks
@@ -73,7 +84,7 @@ def run(
     idata = posterior.to_inference_data()
     metrics.update(_evidence(posterior, idata, elbo_samples))
     ais_checkpoint = None if out_dir is None else Path(out_dir) / "ais_checkpoint.pt"
-    metrics.update(_extra_evidence(posterior, evidence, ais_steps, iw_k, getattr(method, "progress", False), ais_checkpoint))
+    metrics.update(_extra_evidence(posterior, evidence, ais_steps, iw_k, progress, ais_checkpoint))
     metrics.update(
         runtime_s=posterior.runtime_s,
         data=dataset.name,
@@ -91,10 +102,42 @@ def run(
     return result
 
 
-def execute(config: RunConfig, out_dir=None, progress: bool = True, resume: bool = False) -> Result:
-    """Fit and score the run ``config`` describes. With ``out_dir``: the result files of :func:`run` and
-    the resolved ``config.yaml`` that re-runs it (``bnn-zoo fit --config DIR/config.yaml``). SVI and
-    SG-MCMC checkpoint to out_dir/checkpoint.pt; ``resume`` continues from it, otherwise it is discarded."""
+@dataclass
+class Prepared:
+    """A run config turned into what a fit needs, before anything trains."""
+
+    config: RunConfig  # resolved: the data's default likelihood and SVI's guide written out
+    dataset: object
+    model: object
+    method: object
+    name: str
+    out: Path | None
+
+    def evaluate(self, posterior) -> Result:
+        ev = self.config.evaluation
+        progress = getattr(self.method, "progress", False)
+        result = evaluate(
+            self.name,
+            self.dataset,
+            self.model,
+            posterior,
+            self.out,
+            ev.elbo_samples,
+            ev.evidence,
+            ev.ais_steps,
+            ev.iw_k,
+            ev.predict_samples,
+            ev.plots,
+            progress,
+        )
+        if self.out is not None:
+            write_yaml(to_dict(self.config), self.out / "config.yaml")
+            (self.out / "checkpoint.pt").unlink(missing_ok=True)  # the finished result supersedes it
+        return result
+
+
+def prepare(config: RunConfig, out_dir=None, progress: bool = True, resume: bool = False) -> Prepared:
+    """Load the data and build the model and method a config names (every check runs here)."""
     from bnn_zoo import likelihoods
 
     config.check()
@@ -119,14 +162,19 @@ def execute(config: RunConfig, out_dir=None, progress: bool = True, resume: bool
     else:
         model = config.inference.model(config, likelihood, classes, dataset)
     method = config.inference.build(config, model, dataset, checkpoint, progress)
-    ev = config.evaluation
     name = config.inference.registered_name + (f"-{config.guide.registered_name}" if config.guide is not None else "")
-    result = run(name, dataset, model, method, out, ev.elbo_samples, ev.evidence, ev.ais_steps, ev.iw_k, config.device, ev.predict_samples, ev.plots)
-    if out is not None:
-        write_yaml(to_dict(config), out / "config.yaml")
-        if checkpoint.exists():
-            checkpoint.unlink()  # the finished result supersedes it
-    return result
+    return Prepared(config, dataset, model, method, name, out)
+
+
+def execute(config: RunConfig, out_dir=None, progress: bool = True, resume: bool = False) -> Result:
+    """Fit and score the run ``config`` describes. With ``out_dir``: the result files of :func:`run` and
+    the resolved ``config.yaml`` that re-runs it (``bnn-zoo fit --config DIR/config.yaml``). SVI and
+    SG-MCMC checkpoint to out_dir/checkpoint.pt; ``resume`` continues from it, otherwise it is discarded."""
+    run = prepare(config, out_dir, progress, resume)
+    posterior = fit(run.model, *run.dataset.train, run.method, device=run.config.device)
+    if run.config.device is not None:
+        posterior = posterior.to("cpu")  # metrics, plots and files are made on the CPU
+    return run.evaluate(posterior)
 
 
 def _test_metrics(pred, model, y_test, dataset):

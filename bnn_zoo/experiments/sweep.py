@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import itertools
 import json
 import math
@@ -175,25 +176,68 @@ def _plain(value):
 # ---------------------------------------------------------------------------- running
 
 
-def run_cell(cell_dir: str, config: dict, threads: int | None = None) -> dict:
-    """Run one cell in this process and record its outcome in cell_dir/status.json (never raises for
-    a failing run: the error and traceback are recorded and the sweep goes on)."""
+def run_cells(cells: list[tuple[str, dict]], threads: int | None = None) -> list[dict]:
+    """Run cells in this process and record each outcome in its folder's status.json; cells whose fits
+    can share a lockstep batch (``bnn_zoo.inference.lockstep``) are fitted together. Never raises for a
+    failing run: the error and traceback are recorded and the others go on."""
     import torch
 
-    from bnn_zoo.experiments.run import execute
+    from bnn_zoo.experiments.run import prepare
+    from bnn_zoo.inference import lockstep
 
     if threads:
         torch.set_num_threads(threads)
-    out = Path(cell_dir)
-    write_json({"state": "running", "pid": os.getpid(), "host": socket.gethostname()}, out / "status.json")
+    prepared, statuses = {}, {}
+    for folder, config in cells:
+        out = Path(folder)
+        write_json({"state": "running", "pid": os.getpid(), "host": socket.gethostname()}, out / "status.json")
+        statuses[folder] = _attempt(out, lambda c=config, o=out: prepared.__setitem__(str(o), prepare(cfg.from_dict(c), o, progress=False, resume=True)))
+    jobs = {f: lockstep.Job(p.model, *p.dataset.train, p.method) for f, p in prepared.items()}
+    batches: dict[tuple, list[str]] = {}
+    for folder, job in jobs.items():
+        together = prepared[folder].config.device is None and lockstep.why_not(job) is None
+        batches.setdefault(lockstep.signature(job) if together else ("alone", folder), []).append(folder)
+    for folders in batches.values():
+        fitted = {}
+        if len(folders) > 1:
+            batch = [jobs[f] for f in folders]
+            failure = _attempt(Path(folders[0]), functools.partial(_lockstep, folders, batch, fitted))
+            if failure["state"] == "failed":
+                statuses.update(dict.fromkeys(folders, failure))
+                continue
+        for folder in folders:  # each status is written as soon as it is known: a kill loses only what is unfinished
+            statuses[folder] = _attempt(Path(folder), functools.partial(_finish, prepared[folder], fitted.get(folder)))
+            write_json(statuses[folder], Path(folder) / "status.json")
+    for folder, _ in cells:
+        if statuses[folder]["state"] == "failed":
+            write_json(statuses[folder], Path(folder) / "status.json")
+    return [statuses[folder] for folder, _ in cells]
+
+
+def _lockstep(folders, jobs, fitted: dict) -> None:
+    from bnn_zoo.inference import lockstep
+
+    fitted.update(zip(folders, lockstep.fit_lockstep(jobs)))
+
+
+def _finish(run, posterior=None) -> dict:
+    """Fit (unless fitted in lockstep), score and save one prepared run: its done status."""
+    from bnn_zoo.inference import fit
+
+    if posterior is None:
+        posterior = fit(run.model, *run.dataset.train, run.method, device=run.config.device)
+    if run.config.device is not None:
+        posterior = posterior.to("cpu")
+    return {"state": "done", "metrics": _numbers(run.evaluate(posterior).metrics)}
+
+
+def _attempt(out: Path, action) -> dict:
+    """Run ``action``; a failure becomes a status with the error (its traceback in out/error.txt)."""
     try:
-        result = execute(cfg.from_dict(config), out, progress=False, resume=True)
-        status = {"state": "done", "metrics": _numbers(result.metrics)}
+        return action() or {"state": "done"}
     except Exception as exc:  # a failing cell must not stop the sweep: record it
         (out / "error.txt").write_text(traceback.format_exc())
-        status = {"state": "failed", "error": f"{type(exc).__name__}: {exc}"}
-    write_json(status, out / "status.json")
-    return status
+        return {"state": "failed", "error": f"{type(exc).__name__}: {exc}"}
 
 
 def _numbers(metrics: dict) -> dict:
@@ -222,34 +266,35 @@ def _alive(pid) -> bool:
 
 
 class _Executor:
-    """Runs cells: inline (one worker), in a local process pool, or as Ray tasks."""
+    """Runs tasks (lists of cells): inline (one worker), in a local process pool, or as Ray tasks."""
 
-    def __init__(self, workers: int = 1, use_ray: bool = False, ray_address: str | None = None):
+    def __init__(self, workers: int = 1, use_ray: bool = False, ray_address: str | None = None, lockstep: bool = True):
         self.workers, self.use_ray, self.ray_address = max(1, workers), use_ray or ray_address is not None, ray_address
+        self.lockstep = lockstep
         cores = os.cpu_count() or 1
         self.threads = max(1, cores // self.workers)  # workers must not oversubscribe the cores
 
-    def map(self, jobs: list[tuple[str, dict]], progress) -> Iterable[dict]:
-        if not jobs:
+    def map(self, tasks: list[list[tuple[str, dict]]], progress) -> Iterable[list[dict]]:
+        if not tasks:
             return
         if self.use_ray:
-            yield from self._ray(jobs, progress)
+            yield from self._ray(tasks, progress)
         elif self.workers == 1:
-            for job in jobs:
-                yield run_cell(*job)
-                progress()
+            for task in tasks:
+                yield run_cells(task)
+                progress(len(task))
         else:
             import concurrent.futures as cf
             import multiprocessing
 
             context = multiprocessing.get_context("spawn")  # fork and torch's thread pools do not mix
             with cf.ProcessPoolExecutor(self.workers, mp_context=context) as pool:
-                futures = [pool.submit(run_cell, *job, self.threads) for job in jobs]
+                futures = {pool.submit(run_cells, task, self.threads): len(task) for task in tasks}
                 for future in cf.as_completed(futures):
                     yield future.result()
-                    progress()
+                    progress(futures[future])
 
-    def _ray(self, jobs, progress):
+    def _ray(self, tasks, progress):
         try:
             import ray
         except ImportError:
@@ -259,23 +304,60 @@ class _Executor:
                 ray.init(address=self.ray_address, log_to_driver=False)
             else:
                 ray.init(num_cpus=self.workers, log_to_driver=False, include_dashboard=False)
-        task = ray.remote(num_cpus=1)(run_cell)
-        pending = [task.remote(cell_dir, config, 1) for cell_dir, config in jobs]
+        remote = ray.remote(num_cpus=1)(run_cells)
+        pending = {remote.remote(task, 1): len(task) for task in tasks}
         while pending:
-            done, pending = ray.wait(pending, num_returns=1)
+            done, _ = ray.wait(list(pending), num_returns=1)
             yield ray.get(done[0])
-            progress()
+            progress(pending.pop(done[0]))
 
 
-def run_sweep(sweep: Sweep, out, workers: int = 1, use_ray: bool = False, ray_address: str | None = None, show_progress: bool = True) -> dict:
-    """Run every cell of ``sweep`` not already done under ``out``; returns counts and the failures."""
+PER_FIT = {"seed", "data.split", "guide.p", "likelihood.precision", "likelihood.scale", "inference.lr", "inference.lr_decay", "inference.kl_weight"}
+
+
+def _tasks(jobs: list[tuple[str, dict]], workers: int, lockstep: bool) -> list[list[tuple[str, dict]]]:
+    """Cells that differ only in what a lockstep batch lets each fit have (seed, split, p, tau, prior,
+    learning rate) go to one task, split into ``workers`` tasks so every worker has a share; the worker
+    fits those that qualify in lockstep and the others one by one."""
+    if not lockstep:
+        return [[job] for job in jobs]
+    groups: dict[str, list] = {}
+    for job in jobs:
+        groups.setdefault(_batch_key(job[1]), []).append(job)
+    tasks = []
+    for group in groups.values():
+        parts = min(workers, len(group))
+        tasks += [group[i::parts] for i in range(parts)]
+    return tasks
+
+
+def _batch_key(config: dict) -> str:
+    plain = cfg.to_dict(cfg.from_dict(config))
+    for path in PER_FIT:
+        *parents, leaf = path.split(".")
+        node = plain
+        for part in parents:
+            node = (node or {}).get(part) or {}
+            node = node.get("init_args", node)
+        if isinstance(node, dict):
+            node.pop(leaf, None)
+    plain.pop("prior", None)
+    return json.dumps(plain, sort_keys=True, default=str)
+
+
+def run_sweep(
+    sweep: Sweep, out, workers: int = 1, use_ray: bool = False, ray_address: str | None = None, show_progress: bool = True, lockstep: bool = True
+) -> dict:
+    """Run every cell of ``sweep`` not already done under ``out``; returns counts and the failures.
+    With ``lockstep``, cells that differ only per fit (seed, split, p, tau, prior, learning rate) are
+    fitted together as one batched computation where their method allows it."""
     from tqdm.auto import tqdm
 
     from bnn_zoo.io import bar_disabled
 
     out = Path(out)
     _check_folder(out, sweep)
-    executor = _Executor(workers, use_ray, ray_address)
+    executor = _Executor(workers, use_ray, ray_address, lockstep)
     outer = [sweep.cell(o) for o in sweep.outer()]
     inner = [sweep.cell(i, "select", c.key) for c in outer for i in sweep.inner(c.overrides)] if sweep.select else []
     summary = {"done": 0, "skipped": 0, "failed": []}
@@ -306,7 +388,7 @@ def _run_stage(cells: list[Cell], out: Path, executor: _Executor, bar, summary) 
         write_json({"key": key, "stage": cell.stage, "parent": cell.parent, "labels": cell.labels}, folder / "cell.json")
         write_yaml(cell.config, folder / "cell.yaml")
         jobs.append((str(folder), cell.config))
-    for _ in executor.map(jobs, lambda: bar.update(1)):
+    for _ in executor.map(_tasks(jobs, executor.workers, executor.lockstep), bar.update):
         pass
     ran = {Path(folder).name for folder, _ in jobs}
     for cell in cells:  # read back from disk: the truth whichever executor ran them

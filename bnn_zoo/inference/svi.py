@@ -215,11 +215,7 @@ class SVI:
             info.update(best_step=best["step"], best_validation_log_lik=best["score"], steps_run=len(losses))
         if point:  # the posterior carries the fitted point estimates; the user's model keeps its own
             model = model.with_fixed({k: v.detach() for k, v in point.items()})
-        with torch.no_grad():
-            samples = {k: v[None] for k, v in sample_guide(guide, model, self.num_draws, x, y).items()}
-        return Posterior(
-            model, x, y, samples, self.settings(), sample_stats={"loss": torch.tensor(losses)}, guide=guide, runtime_s=time.perf_counter() - start, info=info
-        )
+        return posterior_from(self, model, guide, x, y, losses, time.perf_counter() - start, info)
 
     def _split(self, x, y):
         """(training part, validation part or None): a seeded random hold-out of ``validation`` of the data."""
@@ -231,6 +227,13 @@ class SVI:
         order = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(self.seed))
         train, val = order[n_val:], order[:n_val]
         return (x[train], y[train]), (x[val], y[val])
+
+
+def posterior_from(method: SVI, model, guide, x, y, losses: list[float], runtime_s: float, info: dict) -> Posterior:
+    """The Posterior of a fitted guide: ``method.num_draws`` joint draws kept for prediction and ArviZ."""
+    with torch.no_grad():
+        samples = {k: v[None] for k, v in sample_guide(guide, model, method.num_draws, x, y).items()}
+    return Posterior(model, x, y, samples, method.settings(), sample_stats={"loss": torch.tensor(losses)}, guide=guide, runtime_s=runtime_s, info=info)
 
 
 def _set_training(guide, mode: bool) -> None:

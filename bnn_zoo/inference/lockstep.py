@@ -1,0 +1,315 @@
+"""Many SVI fits in lockstep: K independent fits of one architecture as one batched computation.
+
+Each fit keeps its own model (prior scales, noise scale), data (equal sizes), seed, learning rate and
+guide options (dropout's p, say); their parameters are stacked along a leading axis of K, the network
+runs once per step under ``torch.func.vmap`` over (weights, minibatch), and one Adam update with a
+learning rate per fit moves them all. The ELBO is written out directly for the guides whose structure
+is known, with exactly the terms Pyro's ``TraceMeanField_ELBO`` computes (tested against it):
+
+    loss_k = -(N / M) sum_{n in batch_k} log p(y_n | x_n, w_k) + kl_weight_k KL(q_k || p_k),
+
+- dropout guide: w = M diag(z) with z ~ Bernoulli(1 - p) per input unit (one mask per step, or one per
+  example on dense layers); Gal's KL sum (1-p) M^2 / (2 s^2) on weights and the point masses'
+  -log N(b; 0, s^2) on biases (Gal's thesis eq. 3.11);
+- mean-field guide: w = mu + sigma eps; KL(N(mu, sigma^2) || N(0, s^2)) per weight, in closed form.
+
+Every fit draws its own minibatches, masks and noise from its own ``torch.Generator`` seeded by its
+``SVI.seed``, so a fit's trajectory does not depend on which other fits share its batch: run alone or
+among K others, the same seed gives the same parameters. Its draws differ from a sequential Pyro fit's
+(another random stream), so the two agree in distribution, not draw by draw.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from dataclasses import dataclass
+
+import pyro
+import torch
+from torch import nn
+from torch.distributions import biject_to
+from torch.func import functional_call, vmap
+
+from bnn_zoo import local_noise
+from bnn_zoo.bnn import BNN
+from bnn_zoo.errors import BnnZooError
+from bnn_zoo.guides.dropout import DropoutGuide
+from bnn_zoo.guides.mean_field import MeanField
+from bnn_zoo.inference.svi import SVI, posterior_from
+from bnn_zoo.likelihoods import Gaussian
+from bnn_zoo.posterior import Posterior
+
+BLOCK = 16  # steps of randomness drawn per fit at once (fewer generator calls; masks kept as booleans)
+
+
+@dataclass
+class Job:
+    """One fit of a lockstep batch: ``bz.fit(model, x, y, method)`` as it would run alone."""
+
+    model: BNN
+    x: torch.Tensor
+    y: torch.Tensor
+    method: SVI
+
+
+def why_not(job: Job) -> str | None:
+    """Why a fit cannot run in lockstep (None: it can): the direct ELBO covers the dropout and the
+    mean-field guide (no local reparameterisation) on a BNN of dense layers with a fixed-noise Gaussian
+    likelihood, one particle, the ELBO objective, no early stopping or checkpoint."""
+    m, model = job.method, job.model
+    checks = [
+        (not isinstance(m, SVI), "only SVI fits run in lockstep"),
+        (isinstance(m, SVI) and m.guide not in ("dropout", "mean-field"), "the lockstep ELBO covers the dropout and mean-field guides"),
+        (isinstance(m, SVI) and bool(m.guide_options.get("local_reparam")), "local reparameterisation is not in the lockstep ELBO"),
+        (isinstance(m, SVI) and (m.num_particles != 1 or m.objective != "elbo"), "lockstep fits take one particle and the ELBO"),
+        (isinstance(m, SVI) and (m.validation > 0 or m.checkpoint is not None), "lockstep fits have no early stopping or checkpoints"),
+        (not isinstance(model.likelihood, Gaussian) or model.likelihood.scale is None, "lockstep fits need a Gaussian likelihood with a fixed scale"),
+        (bool(model.fixed), "lockstep fits need every parameter Bayesian (no point estimates)"),
+        (any(not isinstance(_owner(model.net, k), nn.Linear) for k in model.params), "lockstep fits take networks of dense layers"),
+    ]
+    return next((reason for failed, reason in checks if failed), None)
+
+
+def signature(job: Job) -> tuple:
+    """Fits with equal signatures can share a lockstep batch: same architecture, guide family, data size,
+    steps and batch size (what may differ: data, seed, lr and its decay, prior, noise scale, guide options)."""
+    shapes = tuple((k, tuple(v.shape)) for k, v in job.model.params.items())
+    m = job.method
+    masks = m.guide_options.get("masks", "step") if m.guide == "dropout" else None
+    return (type(job.model.net), shapes, m.guide, masks, tuple(job.x.shape), tuple(job.y.shape), m.steps, m.batch_size, m.num_draws)
+
+
+def fit_lockstep(jobs: list[Job], progress: bool = False) -> list[Posterior]:
+    """Fit every job at once and return one Posterior per job, in order (as ``bz.fit`` would)."""
+    from tqdm.auto import tqdm
+
+    from bnn_zoo.io import bar_disabled
+
+    if not jobs:
+        return []
+    for job in jobs:
+        reason = why_not(job)
+        if reason:
+            raise BnnZooError(f"cannot fit in lockstep: {reason}")
+    if len({signature(j) for j in jobs}) > 1:
+        raise BnnZooError("lockstep fits must share the architecture, guide, data size, steps and batch size")
+    start = time.perf_counter()
+    batch = _Batch(jobs)
+    bar = tqdm(range(batch.steps), desc=f"lockstep SVI x{len(jobs)}", disable=bar_disabled(progress))
+    for step in bar:
+        batch.step(step)
+        if step % 50 == 0:
+            bar.set_postfix(loss=f"{batch.losses[:, step].nanmean().item():.4g}")
+    runtime = (time.perf_counter() - start) / len(jobs)
+    return [batch.posterior(k, runtime) for k in range(len(jobs))]
+
+
+def _owner(net: nn.Module, name: str) -> nn.Module:
+    return net.get_submodule(name.rpartition(".")[0])
+
+
+class _Batch:
+    """The stacked state of K fits: parameters, Adam moments, generators, losses."""
+
+    def __init__(self, jobs: list[Job]):
+        self.jobs, self.K = jobs, len(jobs)
+        first = jobs[0]
+        self.net, self.names = first.model.net, list(first.model.params)
+        self.steps, self.n = first.method.steps, first.x.shape[0]
+        self.m = first.method.batch_size if first.method.batch_size and first.method.batch_size < self.n else self.n
+        self.guides = []
+        for job in jobs:  # each guide built exactly as SVI.run builds it: the same initial values
+            pyro.set_rng_seed(job.method.seed)
+            guide = job.method.build_guide(job.model)
+            guide(job.x, job.y)
+            self.guides.append(guide)
+        self.dropout = isinstance(self.guides[0], DropoutGuide)
+        self.per_example = self.dropout and self.guides[0].masks == "example"
+        params = [dict(g.named_parameters()) for g in self.guides]
+        self.leaves = {k: torch.stack([p[k].detach() for p in params]).requires_grad_() for k in params[0]}
+        self.transforms = _transforms(self.guides[0])
+        outputs = self.net(first.x[:1]).shape[-1]
+        self.x, self.y = torch.stack([j.x for j in jobs]), torch.stack([j.model.likelihood.check_targets(j.y, outputs) for j in jobs])
+        self.scale = self._per_fit(lambda j: j.model.likelihood.scale)
+        self.prior_scale = {k: torch.stack([_prior_scale(j.model, k) for j in jobs]) for k in self.names}
+        dropped = [k for k in self.names if self.dropout and k in self.guides[0].p]
+        self.keep = {k: torch.tensor([1 - g.p[k] for g in self.guides]) for k in dropped}
+        self.lr0 = self._per_fit(lambda j: j.method.lr)
+        self.gamma = self._per_fit(lambda j: j.method.lr_decay ** (1.0 / j.method.steps))
+        self.kl_weight = self._per_fit(lambda j: j.method.kl_weight)
+        self.warmup = [j.method.kl_warmup for j in jobs]
+        self.generators = [torch.Generator().manual_seed(j.method.seed) for j in jobs]
+        self.exp_avg = {k: torch.zeros_like(v) for k, v in self.leaves.items()}
+        self.exp_avg_sq = {k: torch.zeros_like(v) for k, v in self.leaves.items()}
+        self.alive = torch.ones(self.K, dtype=torch.bool)
+        self.previous = {k: v.detach().clone() for k, v in self.leaves.items()}
+        self.stop = [""] * self.K
+        self.losses = torch.full((self.K, self.steps), float("nan"))
+        self.mask_shapes = self._input_shapes() if self.per_example else {}
+
+    def _per_fit(self, value) -> torch.Tensor:
+        return torch.tensor([float(value(j)) for j in self.jobs])
+
+    def _input_shapes(self) -> dict[str, tuple]:
+        """The input shape of every dropped layer for a minibatch (one dry forward pass)."""
+        shapes, handles = {}, []
+        for name in self.keep:
+            handles.append(_owner(self.net, name).register_forward_pre_hook(lambda m, args, name=name: shapes.__setitem__(name, tuple(args[0].shape))))
+        try:
+            with torch.no_grad():
+                self.net(self.jobs[0].x[: self.m])
+        finally:
+            for h in handles:
+                h.remove()
+        return shapes
+
+    # ---------------------------------------------------------------- one step
+
+    def step(self, step: int) -> None:
+        loss = self.loss(self._draws(step), step)
+        for p in self.leaves.values():
+            p.grad = None
+        loss.sum().backward()  # the fits are independent: each fit's gradient is its own loss's
+        grads = {k: v.grad for k, v in self.leaves.items()}
+        finite = torch.isfinite(loss.detach()) & torch.stack([torch.isfinite(g).flatten(1).all(1) for g in grads.values()]).all(0)
+        for k in torch.nonzero(self.alive & ~finite).flatten().tolist():  # the NaN guard: that fit stops at its last finite state
+            self.stop[k] = f"loss or gradient became non-finite at step {step}"
+            warnings.warn(f"lockstep fit {k} stopped early: {self.stop[k]}; kept the last parameters with a finite loss", stacklevel=3)
+            with torch.no_grad():
+                for name, p in self.leaves.items():
+                    p[k] = self.previous[name][k]
+        self.alive &= finite
+        self.losses[:, step] = torch.where(self.alive, loss.detach(), float("nan"))
+        self.previous = {k: v.detach().clone() for k, v in self.leaves.items()}  # the state whose loss was just found finite
+        self._adam(grads, step)
+
+    def loss(self, draws: dict[str, torch.Tensor], step: int) -> torch.Tensor:
+        """Every fit's negative ELBO for one step's draws: shape (K,)."""
+        draws = dict(draws)
+        rows = torch.arange(self.K)[:, None]
+        idx = draws.pop("idx")
+        xb, yb = self.x[rows, idx], self.y[rows, idx]
+        masks = {k: draws.pop(f"mask:{k}") for k in self.mask_shapes}
+        weights, kl = self._weights_and_kl(draws)
+        f = self._forward(weights, xb, masks)
+        sigma = self.scale[:, None, None]
+        loglik = (-0.5 * ((yb - f) / sigma) ** 2 - sigma.log() - 0.5 * math.log(2 * math.pi)).sum((1, 2))
+        weight = torch.tensor([w * min(1.0, (step + 1) / u) if u else w for w, u in zip(self.kl_weight.tolist(), self.warmup)])
+        return -(self.n / self.m) * loglik + weight * kl
+
+    def _draws(self, step: int) -> dict[str, torch.Tensor]:
+        """This step's randomness for every fit, (K, ...): minibatch rows, dropout masks (as keep
+        indicators) or Gaussian noise. Drawn BLOCK steps at a time per fit, from the fit's generator."""
+        if step % BLOCK == 0:
+            count = min(BLOCK, self.steps - step)
+            blocks = [self._draw_block(g, k, count) for k, g in enumerate(self.generators)]
+            self.block = {name: torch.stack([b[name] for b in blocks], 1) for name in blocks[0]}  # (count, K, ...)
+        return {name: v[step % BLOCK] for name, v in self.block.items()}
+
+    def _draw_block(self, g: torch.Generator, k: int, count: int) -> dict[str, torch.Tensor]:
+        # the first m of a uniform random permutation per step: a minibatch drawn without replacement, as Pyro's plate
+        out = {"idx": torch.rand(count, self.n, generator=g).argsort(-1)[:, : self.m]}
+        for name in self.names:
+            shape = self.jobs[0].model.params[name].shape
+            if not self.dropout:
+                out[name] = torch.randn(count, *shape, generator=g)
+            elif name in self.keep and not self.per_example:  # one mask per input column
+                out[name] = torch.rand(count, 1, *shape[1:], generator=g) < self.keep[name][k]
+        for name, shape in self.mask_shapes.items():
+            out[f"mask:{name}"] = torch.rand(count, *shape, generator=g) < self.keep[name][k]
+        return out
+
+    def _weights_and_kl(self, noise: dict[str, torch.Tensor]) -> tuple[dict, torch.Tensor]:
+        kl = torch.zeros(self.K)
+        weights = {}
+        for name in self.names:
+            key = name.replace(".", "__")
+            s = self.prior_scale[name]
+            dims = tuple(range(1, s.dim()))
+            loc = self.leaves[f"locs.{key}_unconstrained"]
+            if self.dropout and name in self.keep:  # Gal's dropout mixture and its KL
+                keep = self.keep[name].reshape(-1, *[1] * (loc.dim() - 1))
+                weights[name] = loc if self.per_example else loc * noise[name].to(loc.dtype)
+                kl = kl + (keep * loc.pow(2) / (2 * s.pow(2))).sum(dims)
+            elif self.dropout:  # a point mass (biases): -log N(b; 0, s^2)
+                weights[name] = loc
+                kl = kl + (loc.pow(2) / (2 * s.pow(2)) + s.log() + 0.5 * math.log(2 * math.pi)).sum(dims)
+            else:  # mean field: mu + sigma eps and the Normal-Normal KL
+                sigma = self.transforms[f"scales.{key}_unconstrained"](self.leaves[f"scales.{key}_unconstrained"])
+                weights[name] = loc + sigma * noise[name]
+                kl = kl + ((s / sigma).log() + (sigma.pow(2) + loc.pow(2)) / (2 * s.pow(2)) - 0.5).sum(dims)
+        return weights, kl
+
+    def _forward(self, weights: dict, xb: torch.Tensor, masks: dict) -> torch.Tensor:
+        net = self.net
+
+        def one(w, x, kept):
+            noise = {name: _PresetMask(w[name], kept[name].to(x.dtype)) for name in kept}
+            with local_noise.hooks(net, noise):
+                return functional_call(net, w, (x,))
+
+        return vmap(one)(weights, xb, masks)
+
+    def _adam(self, grads: dict, step: int, betas=(0.9, 0.999), eps: float = 1e-8) -> None:
+        """torch.optim.Adam's update (as SVI uses it), with a learning rate per fit; stopped fits stay put."""
+        t = step + 1
+        step_size = self.lr0 * self.gamma**step / (1 - betas[0] ** t)
+        correction = math.sqrt(1 - betas[1] ** t)
+        everyone = bool(self.alive.all())
+        with torch.no_grad():
+            for name, p in self.leaves.items():
+                shape = (-1, *[1] * (p.dim() - 1))
+                g = grads[name] if everyone else grads[name] * self.alive.reshape(shape)
+                m, v = self.exp_avg[name], self.exp_avg_sq[name]
+                before = None if everyone else (m.clone(), v.clone(), p.clone())
+                m.lerp_(g, 1 - betas[0])
+                v.mul_(betas[1]).addcmul_(g, g, value=1 - betas[1])
+                p.sub_(step_size.reshape(shape) * m / (v.sqrt() / correction + eps))
+                if before is not None:  # stopped fits keep their state exactly
+                    live = self.alive.reshape(shape)
+                    for new, old in zip((m, v, p), before):
+                        new.copy_(torch.where(live, new, old))
+
+    # ---------------------------------------------------------------- results
+
+    def posterior(self, k: int, runtime_s: float) -> Posterior:
+        job, guide = self.jobs[k], self.guides[k]
+        with torch.no_grad():
+            for name, p in guide.named_parameters():
+                p.copy_(self.leaves[name][k])
+        losses = self.losses[k]
+        losses = losses[: int(torch.isfinite(losses).sum())]
+        pyro.set_rng_seed(job.method.seed)
+        info = {"stop_reason": self.stop[k], "lockstep": self.K}
+        return posterior_from(job.method, job.model, guide, job.x, job.y, losses.tolist(), runtime_s, info)
+
+
+class _PresetMask(local_noise.LocalNoise):
+    """Per-example input dropout with the mask given (drawn from the fit's own generator)."""
+
+    def __init__(self, centre, mask):
+        super().__init__(centre)
+        self.mask = mask
+
+    def inputs(self, module, x):
+        return x * self.mask
+
+
+def _transforms(guide) -> dict:
+    """The constraint transform of every unconstrained parameter (mean field's scales: softplus or exp)."""
+    if not isinstance(guide, MeanField):
+        return {}
+    out = {}
+    for key, (constraint, _) in guide.scales._pyro_params.items():
+        out[f"scales.{key}_unconstrained"] = biject_to(constraint)
+    return out
+
+
+def _prior_scale(model: BNN, name: str) -> torch.Tensor:
+    prior = model.site_prior(name)
+    base = getattr(prior, "base_dist", prior)
+    if not isinstance(base, torch.distributions.Normal) or (base.loc != 0).any():
+        raise BnnZooError(f"lockstep fits need zero-mean Normal priors; {name} has {prior}")
+    return base.scale.expand(model.params[name].shape).detach().clone()

@@ -1,0 +1,104 @@
+"""Lockstep fits: the direct ELBO is Pyro's TraceMeanField_ELBO (value and gradient) for the same draws;
+a fit's parameters do not depend on the fits beside it; lockstep and sequential fits agree in
+distribution; what cannot run in lockstep says why."""
+
+import pyro.poutine as poutine
+import pytest
+import torch
+from pyro.infer import TraceMeanField_ELBO
+
+import bnn_zoo as bz
+from bnn_zoo.inference.lockstep import Job, _Batch, fit_lockstep, why_not
+
+torch.manual_seed(0)
+X = torch.randn(48, 3)
+Y = X @ torch.tensor([1.0, -0.5, 0.3]) + 0.2 * torch.randn(48)
+
+
+def _job(seed=0, guide="dropout", options=None, steps=40, batch_size=16, lr=0.01, prior_scale=2.0, noise=0.3):
+    model = bz.BNN(bz.models.MLP(3, [8], 1, "relu"), bz.priors.Normal(prior_scale), bz.likelihoods.Gaussian(noise))
+    method = bz.SVI(guide=guide, guide_options=options or {}, steps=steps, lr=lr, batch_size=batch_size, seed=seed, progress=False, num_draws=10)
+    return Job(model, X, Y, method)
+
+
+@pytest.mark.parametrize("guide, options", [("mean-field", {}), ("dropout", {"p": 0.3, "masks": "step"})])
+def test_the_direct_elbo_is_pyros_trace_mean_field_elbo_for_the_same_draws(guide, options):
+    job = _job(guide=guide, options=options, batch_size=None)
+    batch = _Batch([job])
+    draws = batch._draws(0)
+    loss = batch.loss(draws, 0)
+    loss.sum().backward()
+    weights, _ = batch._weights_and_kl({k: v for k, v in draws.items() if k != "idx"})
+    guide_module = batch.guides[0]
+    trace = poutine.trace(guide_module).get_trace(X, Y[:, None])
+    for name in job.model.params:  # the same draw, written in the guide's own parameters so gradients flow
+        loc = guide_module.loc(name) if guide == "dropout" else guide_module.loc_and_scale(name)[0]
+        if guide == "dropout":
+            kept = (weights[name][0] != 0) | (batch.leaves[f"locs.{name.replace('.', '__')}_unconstrained"][0] == 0)
+            value = loc * kept.to(loc.dtype) if name in batch.keep else loc
+        else:
+            sigma = guide_module.loc_and_scale(name)[1]
+            value = loc + sigma * draws[name][0]
+        trace.nodes[name]["value"] = value
+    pyro_loss = TraceMeanField_ELBO().differentiable_loss(job.model, poutine.replay(guide_module, trace=trace), X, Y[:, None])
+    torch.testing.assert_close(loss[0], pyro_loss, rtol=1e-5, atol=1e-4)
+    guide_module.zero_grad()
+    pyro_loss.backward()
+    ours = {k: v.grad[0] for k, v in batch.leaves.items()}
+    for k, p in guide_module.named_parameters():
+        torch.testing.assert_close(ours[k], p.grad, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("guide, options", [("mean-field", {}), ("dropout", {"p": 0.2, "masks": "step"}), ("dropout", {"p": 0.2, "masks": "example"})])
+def test_a_fits_parameters_do_not_depend_on_the_fits_beside_it(guide, options):
+    alone = fit_lockstep([_job(1, guide, options)])[0]
+    others = [_job(0, guide, options, lr=0.02, prior_scale=1.0), _job(1, guide, options), _job(2, guide, options, noise=0.5)]
+    together = fit_lockstep(others)
+    a, b = alone.guide.state_dict(), together[1].guide.state_dict()
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-6)
+    assert together[1].info["lockstep"] == 3 and together[1].settings == alone.settings
+    assert not torch.equal(together[0].guide.state_dict()[k], b[k])  # its neighbours did fit their own settings
+
+
+def test_lockstep_and_sequential_fits_agree_in_distribution():
+    """Mean-field on Bayesian linear regression: 6 seeds each way; the fitted means and the final ELBO
+    agree within their spread across seeds (different random streams, the same objective)."""
+    x = torch.randn(60, 2)
+    y = x @ torch.tensor([0.8, -1.2]) + 0.5 * torch.randn(60)
+
+    def job(seed):
+        model = bz.BNN(bz.models.MLP(2, [], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.5))
+        return Job(model, x, y, bz.SVI(guide="mean-field", steps=800, lr=0.05, lr_decay=0.1, seed=seed, progress=False, num_draws=10))
+
+    lock = fit_lockstep([job(s) for s in range(6)])
+    seq = [bz.fit(j.model, j.x, j.y, j.method) for j in (job(s) for s in range(6))]
+
+    def summary(posts):
+        means = torch.stack([p.guide.loc_and_scale("layers.0.weight")[0].detach().flatten() for p in posts])
+        final = torch.tensor([p.sample_stats["loss"][-200:].mean().item() for p in posts])
+        return means, final
+
+    (m1, f1), (m2, f2) = summary(lock), summary(seq)
+    assert (m1.mean(0) - m2.mean(0)).abs().max() < 4 * (m1.std(0) + m2.std(0)).max() / 6**0.5 + 1e-3
+    assert abs(f1.mean() - f2.mean()) < 4 * (f1.std() + f2.std()) / 6**0.5 + 0.5
+
+
+def test_what_cannot_run_in_lockstep_says_why():
+    assert why_not(_job()) is None
+    assert "local reparameterisation" in why_not(_job(guide="mean-field", options={"local_reparam": True}))
+    assert "dropout and mean-field" in why_not(_job(guide="matrix-normal"))
+    learned = _job()
+    learned.model = bz.BNN(bz.models.MLP(3, [8], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian.learned())
+    assert "fixed scale" in why_not(learned)
+    with pytest.raises(bz.BnnZooError, match="must share the architecture"):
+        fit_lockstep([_job(), _job(steps=41)])
+
+
+def test_a_diverging_fit_stops_alone_at_its_last_finite_state():
+    with pytest.warns(UserWarning, match="lockstep fit 1 stopped early"):
+        fits = fit_lockstep([_job(0), _job(1, lr=1e30)])  # its weights overflow float32 within steps
+    assert fits[0].info["stop_reason"] == "" and "non-finite" in fits[1].info["stop_reason"]
+    assert all(torch.isfinite(v).all() for v in fits[1].guide.state_dict().values())
+    assert len(fits[0].sample_stats["loss"]) == 40 > len(fits[1].sample_stats["loss"])
