@@ -100,6 +100,7 @@ def main(argv=None) -> int:
     p.add_argument("--epochs", type=int, help="training epochs (default 10 x n_epochs.txt; the older 10x script used 100 x)")
     p.add_argument("--splits", help="splits to run, e.g. 0-19 or 0,3,5 (default all)")
     p.add_argument("--mc-passes", type=int, default=10_000, help="MC dropout passes T per prediction (default 10,000)")
+    p.add_argument("--no-lockstep", action="store_true", help="fit every network on its own (default: the grid and splits as batched lockstep fits)")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--workers", type=int, default=1, help="cells run at once (local processes, or Ray CPUs)")
     p.add_argument("--ray", action="store_true", help="run the cells as Ray tasks on a local Ray")
@@ -239,7 +240,7 @@ def _reproduce(args):
     sweeps = [protocols.uci_gal(f, args.epochs, splits, args.mc_passes) for f in folders]  # all checked before any runs
     summary = {"done": 0, "skipped": 0, "failed": []}
     for folder, sweep in zip(folders, sweeps):
-        part = run_sweep(sweep, out / folder.name, args.workers, args.ray, args.ray_address, show_progress=not args.quiet)
+        part = run_sweep(sweep, out / folder.name, args.workers, args.ray, args.ray_address, not args.quiet, lockstep=not args.no_lockstep)
         summary = {k: summary[k] + part[k] for k in summary}
     frame = table.aggregate(pd.concat([table.collect(out / f.name) for f in folders]), ["dataset"])
     print(table.write_uci(frame, out / "table"), end="")

@@ -468,6 +468,7 @@ class SVI(InferenceConfig):
     patience: int = 5
     checkpoint_every: int = 1000
     num_draws: int = 1000
+    lockstep: bool = False  # fit by the batched engine (bnn_zoo.inference.lockstep), alone or beside other fits
 
     takes_guide = True
 
@@ -477,7 +478,7 @@ class SVI(InferenceConfig):
         guide = run.guide or MeanField()
         n = dataset.x_train.shape[0]
         steps = self.epochs * math.ceil(n / (self.batch_size or n)) if self.epochs is not None else self.steps
-        options = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("steps", "epochs")}
+        options = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("steps", "epochs", "lockstep")}
         return Method(
             guide=guide.registered_name, guide_options=guide.options(), steps=steps, seed=run.seed, checkpoint=checkpoint, progress=progress, **options
         )
@@ -640,6 +641,23 @@ class RunConfig:
         likelihood = self.likelihood or DEFAULT_LIKELIHOOD[dataset.task]()
         guide = self.guide or (MeanField() if self.inference.takes_guide else None)
         return dataclasses.replace(self, likelihood=likelihood, guide=guide)
+
+    def lockstep_ready(self) -> bool:
+        """Whether the lockstep engine can fit this run (its own check, ``lockstep.why_not``, is final):
+        SVI with the dropout or mean-field guide on dense layers, a fixed Gaussian noise, one particle,
+        the ELBO and no early stopping."""
+        inf, guide, lik = self.inference, self.guide or MeanField(), self.likelihood
+        return (
+            isinstance(inf, SVI)
+            and isinstance(self.model, MLP | Linear)
+            and (isinstance(guide, Dropout) or (isinstance(guide, MeanField) and not guide.local_reparam))
+            and isinstance(lik, Gaussian)
+            and (lik.scale is not None or lik.precision is not None)
+            and inf.num_particles == 1
+            and inf.objective == "elbo"
+            and inf.validation == 0
+            and self.device is None
+        )
 
     def check(self) -> RunConfig:
         """Refuse combinations that cannot mean what they say, before anything is read or trained."""

@@ -113,7 +113,26 @@ class Prepared:
     name: str
     out: Path | None
 
+    @property
+    def lockstep(self) -> bool:
+        return bool(getattr(self.config.inference, "lockstep", False))
+
+    def fit(self):
+        """The fitted posterior, on the CPU (metrics, plots and files are made there); a lockstep run
+        goes through the batched engine alone, so it gives what it gives beside other fits."""
+        if self.lockstep:
+            from bnn_zoo.inference import lockstep
+
+            return lockstep.fit_lockstep([lockstep.Job(self.model, *self.dataset.train, self.method)])[0]
+        posterior = fit(self.model, *self.dataset.train, self.method, device=self.config.device)
+        return posterior if self.config.device is None else posterior.to("cpu")
+
     def evaluate(self, posterior) -> Result:
+        """Score and save a fitted posterior; the draws it makes start from the run's seed, so its metrics
+        do not depend on what else ran in the process before it."""
+        import pyro
+
+        pyro.set_rng_seed(self.config.seed)
         ev = self.config.evaluation
         progress = getattr(self.method, "progress", False)
         result = evaluate(
@@ -171,10 +190,7 @@ def execute(config: RunConfig, out_dir=None, progress: bool = True, resume: bool
     the resolved ``config.yaml`` that re-runs it (``bnn-zoo fit --config DIR/config.yaml``). SVI and
     SG-MCMC checkpoint to out_dir/checkpoint.pt; ``resume`` continues from it, otherwise it is discarded."""
     run = prepare(config, out_dir, progress, resume)
-    posterior = fit(run.model, *run.dataset.train, run.method, device=run.config.device)
-    if run.config.device is not None:
-        posterior = posterior.to("cpu")  # metrics, plots and files are made on the CPU
-    return run.evaluate(posterior)
+    return run.evaluate(run.fit())
 
 
 def _test_metrics(pred, model, y_test, dataset):

@@ -73,6 +73,7 @@ class Sweep:
     zip: dict[str, list] = field(default_factory=dict)
     select: Select | None = None
     name: str = "sweep"
+    lockstep: bool = True  # SVI cells the batched engine can fit are fitted by it (together where they share a batch)
 
     @classmethod
     def from_file(cls, path) -> Sweep:
@@ -116,6 +117,9 @@ class Sweep:
         for path, value in overrides.items():
             override(config, path, value)
         run = cfg.from_dict(config)  # checked now: a bad axis fails before anything runs
+        if self.lockstep and run.lockstep_ready() and not run.inference.lockstep:  # recorded in the cell's config: a re-run matches
+            override(config, "inference.lockstep", True)
+            run = cfg.from_dict(config)
         axes = {k: _plain(v) for k, v in overrides.items() if k not in ("data", "model", "inference", "seed")}
         return Cell(config, overrides, cfg.config_hash(run), axes | labels(run), stage, parent)
 
@@ -195,11 +199,10 @@ def run_cells(cells: list[tuple[str, dict]], threads: int | None = None) -> list
     jobs = {f: lockstep.Job(p.model, *p.dataset.train, p.method) for f, p in prepared.items()}
     batches: dict[tuple, list[str]] = {}
     for folder, job in jobs.items():
-        together = prepared[folder].config.device is None and lockstep.why_not(job) is None
-        batches.setdefault(lockstep.signature(job) if together else ("alone", folder), []).append(folder)
+        batches.setdefault(lockstep.signature(job) if prepared[folder].lockstep else ("alone", folder), []).append(folder)
     for folders in batches.values():
         fitted = {}
-        if len(folders) > 1:
+        if prepared[folders[0]].lockstep:
             batch = [jobs[f] for f in folders]
             failure = _attempt(Path(folders[0]), functools.partial(_lockstep, folders, batch, fitted))
             if failure["state"] == "failed":
@@ -222,13 +225,7 @@ def _lockstep(folders, jobs, fitted: dict) -> None:
 
 def _finish(run, posterior=None) -> dict:
     """Fit (unless fitted in lockstep), score and save one prepared run: its done status."""
-    from bnn_zoo.inference import fit
-
-    if posterior is None:
-        posterior = fit(run.model, *run.dataset.train, run.method, device=run.config.device)
-    if run.config.device is not None:
-        posterior = posterior.to("cpu")
-    return {"state": "done", "metrics": _numbers(run.evaluate(posterior).metrics)}
+    return {"state": "done", "metrics": _numbers(run.evaluate(posterior or run.fit()).metrics)}
 
 
 def _attempt(out: Path, action) -> dict:
@@ -356,6 +353,7 @@ def run_sweep(
     from bnn_zoo.io import bar_disabled
 
     out = Path(out)
+    sweep = dataclasses.replace(sweep, lockstep=lockstep)
     _check_folder(out, sweep)
     executor = _Executor(workers, use_ray, ray_address, lockstep)
     outer = [sweep.cell(o) for o in sweep.outer()]
@@ -426,7 +424,8 @@ def _selected(sweep: Sweep, cell: Cell, inner: list[Cell], statuses: dict) -> Ce
 
 def _check_folder(out: Path, sweep: Sweep) -> None:
     """A sweep folder holds one sweep: refuse to mix another one's cells into it."""
-    spec = {"name": sweep.name, "base": sweep.base, "grid": sweep.grid, "zip": sweep.zip, "select": None if sweep.select is None else vars(sweep.select)}
+    select = None if sweep.select is None else vars(sweep.select)
+    spec = {"name": sweep.name, "base": sweep.base, "grid": sweep.grid, "zip": sweep.zip, "select": select, "lockstep": sweep.lockstep}
     path = out / "sweep.yaml"
     if out.exists() and not out.is_dir():
         raise BnnZooError(f"{out} is a file; give a folder for the sweep's results")

@@ -57,14 +57,15 @@ class Job:
 def why_not(job: Job) -> str | None:
     """Why a fit cannot run in lockstep (None: it can): the direct ELBO covers the dropout and the
     mean-field guide (no local reparameterisation) on a BNN of dense layers with a fixed-noise Gaussian
-    likelihood, one particle, the ELBO objective, no early stopping or checkpoint."""
+    likelihood, one particle, the ELBO objective and no early stopping. (A lockstep batch writes no
+    checkpoint: one killed mid-way starts again; ``SVI.checkpoint`` is ignored.)"""
     m, model = job.method, job.model
     checks = [
         (not isinstance(m, SVI), "only SVI fits run in lockstep"),
         (isinstance(m, SVI) and m.guide not in ("dropout", "mean-field"), "the lockstep ELBO covers the dropout and mean-field guides"),
         (isinstance(m, SVI) and bool(m.guide_options.get("local_reparam")), "local reparameterisation is not in the lockstep ELBO"),
         (isinstance(m, SVI) and (m.num_particles != 1 or m.objective != "elbo"), "lockstep fits take one particle and the ELBO"),
-        (isinstance(m, SVI) and (m.validation > 0 or m.checkpoint is not None), "lockstep fits have no early stopping or checkpoints"),
+        (isinstance(m, SVI) and m.validation > 0, "lockstep fits have no early stopping"),
         (not isinstance(model.likelihood, Gaussian) or model.likelihood.scale is None, "lockstep fits need a Gaussian likelihood with a fixed scale"),
         (bool(model.fixed), "lockstep fits need every parameter Bayesian (no point estimates)"),
         (any(not isinstance(_owner(model.net, k), nn.Linear) for k in model.params), "lockstep fits take networks of dense layers"),
