@@ -697,9 +697,21 @@ def node(cls: type, **init_args) -> dict:
 
 
 def config_hash(config: RunConfig) -> str:
-    """A short stable key of a resolved config (sweep cells are named by it)."""
-    text = json.dumps(to_dict(config), sort_keys=True, default=str)
+    """A short stable key of a config (sweep cells are named by it). Fields at their defaults are left
+    out, so a field added later with a default that keeps the old behaviour does not change old keys."""
+    text = json.dumps(_non_default(config), sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _non_default(value):
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {f.name: _non_default(getattr(value, f.name)) for f in dataclasses.fields(value) if getattr(value, f.name) != _default(f)}
+        return fields if isinstance(value, RunConfig | Evaluation) else {"class_path": to_dict(value)["class_path"], "init_args": fields}
+    return to_dict(value)
+
+
+def _default(f: dataclasses.Field):
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
 
 
 def parser():
