@@ -63,17 +63,8 @@ def main(argv=None) -> int:
     )
     p.add_argument("target", metavar="FILE|DIR", help="a sweep file (YAML) to run, or with --status a sweep folder")
     p.add_argument("--out", help="the sweep's folder (default: sweeps/NAME-of-the-file)")
-    p.add_argument("--workers", type=int, default=1, help="cells run at once: local processes, or Ray CPUs (default 1)")
-    p.add_argument("--ray", action="store_true", help="run the cells as Ray tasks on a local Ray (pip install 'bnn-zoo[distributed]')")
-    p.add_argument("--ray-address", metavar="HOST:PORT", help="run the cells on an existing Ray cluster; DIR must be on a filesystem its nodes share")
     p.add_argument("--status", action="store_true", help="say which cells of the sweep folder are done, running, failed and pending")
-    p.add_argument(
-        "--no-lockstep",
-        action="store_true",
-        help="fit every cell on its own (default: cells that differ only in seed, split, p, tau, prior or learning rate are fitted "
-        "together as one batched computation where the method allows it: SVI with the dropout or mean-field guide)",
-    )
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _execution_options(p)
 
     p = sub.add_parser(
         "table",
@@ -100,12 +91,8 @@ def main(argv=None) -> int:
     p.add_argument("--epochs", type=int, help="training epochs (default 10 x n_epochs.txt; the older 10x script used 100 x)")
     p.add_argument("--splits", help="splits to run, e.g. 0-19 or 0,3,5 (default all)")
     p.add_argument("--mc-passes", type=int, default=10_000, help="MC dropout passes T per prediction (default 10,000)")
-    p.add_argument("--no-lockstep", action="store_true", help="fit every network on its own (default: the grid and splits as batched lockstep fits)")
     p.add_argument("--out", required=True, help="output folder")
-    p.add_argument("--workers", type=int, default=1, help="cells run at once (local processes, or Ray CPUs)")
-    p.add_argument("--ray", action="store_true", help="run the cells as Ray tasks on a local Ray")
-    p.add_argument("--ray-address", metavar="HOST:PORT", help="run the cells on an existing Ray cluster")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _execution_options(p)
 
     sub.add_parser(
         "list", help="datasets, models, priors, likelihoods, guides and inference methods available", description="List what can be named on the command line."
@@ -119,6 +106,20 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     commands = {"demo": _demo, "compare": _compare, "list": _list, "sweep": _sweep, "table": _table, "reproduce": _reproduce}
     return _guarded(commands[args.command], args)
+
+
+def _execution_options(p) -> None:
+    """How a sweep's cells run: where, how many at once, batched or not."""
+    p.add_argument("--workers", type=int, default=1, help="cells run at once: local processes, or Ray CPUs (default 1)")
+    p.add_argument("--ray", action="store_true", help="run the cells as Ray tasks on a local Ray (pip install 'bnn-zoo[distributed]')")
+    p.add_argument("--ray-address", metavar="HOST:PORT", help="run the cells on an existing Ray cluster; DIR must be on a filesystem its nodes share")
+    p.add_argument(
+        "--no-lockstep",
+        action="store_true",
+        help="fit every cell on its own (default: cells that differ only in seed, split, p, tau, prior or learning rate are fitted "
+        "together as one batched computation where the method allows it: SVI with the dropout or mean-field guide)",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def _guarded(command, args) -> int:
