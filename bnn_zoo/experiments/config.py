@@ -453,7 +453,7 @@ class InferenceConfig:
 class SVI(InferenceConfig):
     """Stochastic VI with a guide (--guide): Adam on the ELBO, closed-form KL where it exists."""
 
-    steps: int = 3000
+    steps: int | None = None  # default 3000; or give epochs (steps = epochs x batches per epoch), not both
     epochs: int | None = None
     lr: float = 1e-2
     lr_decay: float = 1.0
@@ -475,9 +475,11 @@ class SVI(InferenceConfig):
     def build(self, run, model, dataset, checkpoint, progress):
         from bnn_zoo.inference import SVI as Method
 
+        if self.steps is not None and self.epochs is not None:
+            raise BnnZooError("give svi steps or epochs, not both")
         guide = run.guide or MeanField()
         n = dataset.x_train.shape[0]
-        steps = self.epochs * math.ceil(n / (self.batch_size or n)) if self.epochs is not None else self.steps
+        steps = self.epochs * math.ceil(n / (self.batch_size or n)) if self.epochs is not None else self.steps or 3000
         options = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("steps", "epochs", "lockstep")}
         return Method(
             guide=guide.registered_name, guide_options=guide.options(), steps=steps, seed=run.seed, checkpoint=checkpoint, progress=progress, **options

@@ -186,7 +186,6 @@ def run_cells(cells: list[tuple[str, dict]], threads: int | None = None) -> list
     failing run: the error and traceback are recorded and the others go on."""
     import torch
 
-    from bnn_zoo.experiments.run import prepare
     from bnn_zoo.inference import lockstep
 
     if threads:
@@ -195,7 +194,7 @@ def run_cells(cells: list[tuple[str, dict]], threads: int | None = None) -> list
     for folder, config in cells:
         out = Path(folder)
         write_json({"state": "running", "pid": os.getpid(), "host": socket.gethostname()}, out / "status.json")
-        statuses[folder] = _attempt(out, lambda c=config, o=out: prepared.__setitem__(str(o), prepare(cfg.from_dict(c), o, progress=False, resume=True)))
+        statuses[folder] = _attempt(out, functools.partial(_prepare, folder, config, prepared))
     jobs = {f: lockstep.Job(p.model, *p.dataset.train, p.method) for f, p in prepared.items()}
     batches: dict[tuple, list[str]] = {}
     for folder, job in jobs.items():
@@ -215,6 +214,12 @@ def run_cells(cells: list[tuple[str, dict]], threads: int | None = None) -> list
         if statuses[folder]["state"] == "failed":
             write_json(statuses[folder], Path(folder) / "status.json")
     return [statuses[folder] for folder, _ in cells]
+
+
+def _prepare(folder: str, config: dict, prepared: dict) -> None:
+    from bnn_zoo.experiments.run import prepare
+
+    prepared[folder] = prepare(cfg.from_dict(config), Path(folder), progress=False, resume=True)
 
 
 def _lockstep(folders, jobs, fitted: dict) -> None:
@@ -287,9 +292,12 @@ class _Executor:
             context = multiprocessing.get_context("spawn")  # fork and torch's thread pools do not mix
             with cf.ProcessPoolExecutor(self.workers, mp_context=context) as pool:
                 futures = {pool.submit(run_cells, task, self.threads): len(task) for task in tasks}
-                for future in cf.as_completed(futures):
-                    yield future.result()
-                    progress(futures[future])
+                try:
+                    for future in cf.as_completed(futures):
+                        yield future.result()
+                        progress(futures[future])
+                except cf.process.BrokenProcessPool:
+                    raise BnnZooError("a worker process died (out of memory, or killed); run the sweep again to resume") from None
 
     def _ray(self, tasks, progress):
         try:
