@@ -192,7 +192,7 @@ def test_uci_gal_protocol_on_a_folder_writes_its_table(tmp_path, capsys):
     for name, text in {"dropout_rates": "0.05\n0.1\n", "tau_values": "0.5\n1.0\n", "n_hidden": "8\n", "n_epochs": "1\n", "n_splits": "1\n"}.items():
         (folder / f"{name}.txt").write_text(text)
     sweep = protocols.uci_gal(folder)
-    assert sweep.base["inference"]["init_args"]["epochs"] == 10 and len(sweep.inner({"data.split": 0})) == 4
+    assert sweep.base["inference"]["init_args"]["epochs"] == 100 and len(sweep.inner({"data.split": 0})) == 4
     argv = ["reproduce", "uci-gal", "--data", str(tmp_path / "data"), "--epochs", "3", "--mc-passes", "100", "--out", str(tmp_path / "out"), "--quiet"]
     assert main(argv) == 0
     assert "| tiny | 1 |" in capsys.readouterr().out
