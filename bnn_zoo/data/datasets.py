@@ -85,7 +85,7 @@ def load_uci(path: str | Path, split: int = 0) -> Dataset:
     """
     root = Path(path)
     if not root.is_dir():
-        raise BnnZooError(f"UCI folder {root} does not exist; pass the folder holding data.txt, e.g. uci:../shared/data/uci/yacht")
+        raise BnnZooError(f"UCI folder {root} does not exist; pass the folder holding data.txt, e.g. --data uci --data.path ../shared/data/uci/yacht")
     data = _read_table(root / "data.txt", float)
     if data.ndim == 1:
         data = data[None, :]
