@@ -94,6 +94,10 @@ def test_what_cannot_run_in_lockstep_says_why():
     assert "fixed scale" in why_not(learned)
     with pytest.raises(bz.BnnZooError, match="must share the architecture"):
         fit_lockstep([_job(), _job(steps=41)])
+    tanh = _job()
+    tanh.model = bz.BNN(bz.models.MLP(3, [8], 1, "tanh"), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.3))
+    with pytest.raises(bz.BnnZooError, match="must share the architecture"):  # same shapes, another activation
+        fit_lockstep([_job(), tanh])
 
 
 def test_a_diverging_fit_stops_alone_at_its_last_finite_state():

@@ -74,12 +74,13 @@ def why_not(job: Job) -> str | None:
 
 
 def signature(job: Job) -> tuple:
-    """Fits with equal signatures can share a lockstep batch: same architecture, guide family, data size,
-    steps and batch size (what may differ: data, seed, lr and its decay, prior, noise scale, guide options)."""
+    """Fits with equal signatures can share a lockstep batch: same architecture (the network's repr and
+    parameter shapes: the batch runs the first fit's module), guide family, data size, steps and batch
+    size (what may differ: data, seed, lr and its decay, prior, noise scale, guide options)."""
     shapes = tuple((k, tuple(v.shape)) for k, v in job.model.params.items())
     m = job.method
     masks = m.guide_options.get("masks", "step") if m.guide == "dropout" else None
-    return (type(job.model.net), shapes, m.guide, masks, tuple(job.x.shape), tuple(job.y.shape), m.steps, m.batch_size, m.num_draws)
+    return (repr(job.model.net), shapes, m.guide, masks, tuple(job.x.shape), tuple(job.y.shape), m.steps, m.batch_size, m.num_draws)
 
 
 def fit_lockstep(jobs: list[Job], progress: bool = False) -> list[Posterior]:
