@@ -23,7 +23,7 @@ from bnn_zoo.experiments import config as cfg
 from bnn_zoo.experiments.sweep import Select, Sweep
 
 
-def uci_gal(folder, epochs: int | None = None, splits: list[int] | None = None, mc_passes: int = 10_000) -> Sweep:
+def uci_gal(folder: str | Path, epochs: int | None = None, splits: list[int] | None = None, mc_passes: int = 10_000) -> Sweep:
     """The protocol on one UCI folder as a sweep: splits as cells, the (p, tau) grid as their selection.
 
     Args:
