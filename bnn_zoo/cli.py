@@ -88,11 +88,9 @@ def main(argv=None) -> int:
     )
     p.add_argument("protocol", choices=["uci-gal"], help="the protocol")
     p.add_argument("--data", required=True, help="a UCI folder (holding data.txt and the published grids) or a folder of them")
-    p.add_argument(
-        "--epochs", type=int, help="training epochs (default 100 x n_epochs.txt, the budget that reproduces the published table; its current script's is 10 x)"
-    )
+    p.add_argument("--epochs", type=_positive, help="training epochs (default 100 x n_epochs.txt: the budget that reproduces the published table)")
     p.add_argument("--splits", help="splits to run, e.g. 0-19 or 0,3,5 (default all)")
-    p.add_argument("--mc-passes", type=int, default=10_000, help="MC dropout passes T per prediction (default 10,000)")
+    p.add_argument("--mc-passes", type=_positive, default=10_000, help="MC dropout passes T per prediction (default 10,000)")
     p.add_argument("--out", required=True, help="output folder")
     _execution_options(p)
 
@@ -110,9 +108,19 @@ def main(argv=None) -> int:
     return _guarded(commands[args.command], args)
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
+_positive.__name__ = "positive integer"  # what argparse names in its error
+
+
 def _execution_options(p) -> None:
     """How a sweep's cells run: where, how many at once, batched or not."""
-    p.add_argument("--workers", type=int, default=1, help="cells run at once: local processes, or Ray CPUs (default 1)")
+    p.add_argument("--workers", type=_positive, default=1, help="cells run at once: local processes, or Ray CPUs (default 1)")
     p.add_argument("--ray", action="store_true", help="run the cells as Ray tasks on a local Ray (pip install 'bnn-zoo[distributed]')")
     p.add_argument("--ray-address", metavar="HOST:PORT", help="run the cells on an existing Ray cluster; DIR must be on a filesystem its nodes share")
     p.add_argument(

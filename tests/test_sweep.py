@@ -204,3 +204,11 @@ def test_uci_gal_protocol_on_a_folder_writes_its_table(tmp_path, capsys):
     assert metrics["settings"]["steps"] == 3 * 1 and metrics["settings"]["lr"] == 1e-3  # 60 rows: one batch of 128 per epoch
     with pytest.raises(bz.BnnZooError, match="asked for"):
         protocols.uci_gal(folder, splits=[3])
+
+
+def test_execution_options_refuse_nonsense(capsys):
+    with pytest.raises(SystemExit):
+        main(["sweep", "whatever.yaml", "--workers", "0"])
+    with pytest.raises(SystemExit):
+        main(["reproduce", "uci-gal", "--data", ".", "--epochs", "-1", "--out", "o"])
+    assert "invalid positive integer value: '-1'" in capsys.readouterr().err

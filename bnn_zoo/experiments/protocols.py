@@ -37,7 +37,7 @@ def uci_gal(folder: str | Path, epochs: int | None = None, splits: list[int] | N
     """
     folder = Path(folder)
     grids = {name: _numbers(folder / f"{name}.txt") for name in ("dropout_rates", "tau_values", "n_hidden", "n_epochs", "n_splits")}
-    epochs = epochs or 100 * int(grids["n_epochs"][0])
+    epochs = 100 * int(grids["n_epochs"][0]) if epochs is None else epochs
     available = list(range(int(grids["n_splits"][0])))
     splits = available if splits is None else splits
     if not set(splits) <= set(available):
