@@ -51,6 +51,8 @@ def test_the_experiments_page_and_the_example_sweeps_build_their_runs():
     namespace: dict = {}
     exec(python.replace("result = execute(", "result = (lambda *a: a)("), namespace)  # build the run, do not fit it
     assert namespace["run"] == run
+    on_page = yaml.safe_load(re.findall(r"```yaml\n(.*?)```", page, flags=re.S)[1])
+    assert on_page == yaml.safe_load((PAGE.parent.parent / "examples" / "sweeps" / "toy-guides.yaml").read_text())
     for path in sorted((PAGE.parent.parent / "examples" / "sweeps").glob("*.yaml")):
         sweep = Sweep.from_file(path)
         assert len({sweep.cell(o).key for o in sweep.outer()}) == len(sweep.outer()), path
