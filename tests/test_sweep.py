@@ -169,7 +169,8 @@ def test_nested_selection_refits_each_cell_with_its_best_inner_values(tmp_path):
         best = inner.loc[inner.test_log_likelihood.idxmax()]
         assert row["selected:likelihood.scale"] == best["likelihood.scale"] and row["selection_score"] == best.test_log_likelihood
         assert cell["labels"]["data.split"] == row["data.split"]
-        assert json.loads((tmp_path / "out" / "cells" / row["key"] / "metrics.json").read_text())["n_train"] == 50 if row["data.split"] == 1 else 8
+        n_train = json.loads((tmp_path / "out" / "cells" / row["key"] / "metrics.json").read_text())["n_train"]
+        assert n_train == (50 if row["data.split"] == 1 else 56)  # the whole training split of the refit
 
 
 def test_reference_tables_in_long_and_wide_form(tmp_path):
@@ -180,6 +181,11 @@ def test_reference_tables_in_long_and_wide_form(tmp_path):
         merged = table.with_reference(ours, tmp_path / name, ["dataset"])
         assert merged["rmse_diff_se"].iloc[0] == pytest.approx(2.0) and pd.isna(merged["rmse_diff_se"].iloc[1])  # a zero se: no ratio
     assert "published rmse" in table.markdown(merged, ["dataset"])
+    with pytest.raises(bz.BnnZooError, match="reference table .* does not exist"):
+        table.with_reference(ours, tmp_path / "nowhere.csv", ["dataset"])
+    (tmp_path / "bad.csv").write_text("dataset,rmse\n")
+    with pytest.raises(bz.BnnZooError, match="M, M_se"):
+        table.with_reference(ours, tmp_path / "bad.csv", ["dataset"])
 
 
 def test_uci_gal_protocol_on_a_folder_writes_its_table(tmp_path, capsys):

@@ -53,7 +53,15 @@ def with_reference(table: pd.DataFrame, reference, by: list[str]) -> pd.DataFram
     """Add published numbers: ``reference`` is a CSV in long form (dataset, metric, mean, se) or wide
     form (dataset, M, M_se, ...); each metric gets ref_M, ref_M_se and M_diff_se = (ours - published) /
     published se, the difference in the published standard errors."""
-    ref = pd.read_csv(reference, comment="#")
+    if not Path(reference).is_file():
+        raise BnnZooError(f"reference table {reference} does not exist")
+    try:
+        ref = pd.read_csv(reference, comment="#")
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
+        raise BnnZooError(f"reference table {reference} is not a readable CSV ({str(exc).splitlines()[0]})") from None
+    wide = {c for c in ref.columns if c != "dataset" and not c.endswith("_se")}
+    if not ({"metric", "mean", "se"} <= set(ref.columns) or (wide and all(f"{c}_se" in ref for c in wide))):
+        raise BnnZooError(f"reference table {reference} needs columns dataset, metric, mean, se or dataset, M, M_se, ...")
     if "dataset" not in ref or "dataset" not in by:
         raise BnnZooError("a reference table needs a dataset column, and the table must be grouped --by dataset")
     if {"metric", "mean", "se"} <= set(ref.columns):
