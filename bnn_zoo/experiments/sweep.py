@@ -64,6 +64,7 @@ class Cell:
     labels: dict
     stage: str = "final"  # "select" for the inner runs of a nested protocol
     parent: str | None = None  # the outer cell a selection run belongs to
+    batch: str = ""  # cells with equal batch keys may share a lockstep batch
 
 
 @dataclass
@@ -119,9 +120,9 @@ class Sweep:
         run = cfg.from_dict(config)  # checked now: a bad axis fails before anything runs
         if self.lockstep and run.lockstep_ready() and not run.inference.lockstep:  # recorded in the cell's config: a re-run matches
             override(config, "inference.lockstep", True)
-            run = cfg.from_dict(config)
+            run = dataclasses.replace(run, inference=dataclasses.replace(run.inference, lockstep=True))
         axes = {k: _plain(v) for k, v in overrides.items() if k not in ("data", "model", "inference", "seed")}
-        return Cell(config, overrides, cfg.config_hash(run), axes | labels(run), stage, parent)
+        return Cell(config, overrides, cfg.config_hash(run), axes | labels(run), stage, parent, _batch_key(cfg.to_dict(run)))
 
 
 def _axes(axes, where: str) -> dict[str, list]:
@@ -320,15 +321,15 @@ class _Executor:
 PER_FIT = {"seed", "data.split", "guide.p", "likelihood.precision", "likelihood.scale", "inference.lr", "inference.lr_decay", "inference.kl_weight"}
 
 
-def _tasks(jobs: list[tuple[str, dict]], workers: int, lockstep: bool) -> list[list[tuple[str, dict]]]:
+def _tasks(jobs: list[tuple[str, dict]], keys: list[str], workers: int, lockstep: bool) -> list[list[tuple[str, dict]]]:
     """Cells that differ only in what a lockstep batch lets each fit have (seed, split, p, tau, prior,
     learning rate) go to one task, split into ``workers`` tasks so every worker has a share; the worker
     fits those that qualify in lockstep and the others one by one."""
     if not lockstep:
         return [[job] for job in jobs]
     groups: dict[str, list] = {}
-    for job in jobs:
-        groups.setdefault(_batch_key(job[1]), []).append(job)
+    for job, key in zip(jobs, keys):
+        groups.setdefault(key, []).append(job)
     tasks = []
     for group in groups.values():
         parts = min(workers, len(group))
@@ -336,8 +337,9 @@ def _tasks(jobs: list[tuple[str, dict]], workers: int, lockstep: bool) -> list[l
     return tasks
 
 
-def _batch_key(config: dict) -> str:
-    plain = cfg.to_dict(cfg.from_dict(config))
+def _batch_key(plain: dict) -> str:
+    """A resolved config's plain form without what may differ inside one lockstep batch."""
+    plain = copy.deepcopy(plain)
     for path in PER_FIT:
         *parents, leaf = path.split(".")
         node = plain
@@ -380,7 +382,7 @@ def run_sweep(
 
 def _run_stage(cells: list[Cell], out: Path, executor: _Executor, bar, summary) -> dict[str, dict]:
     """Run the cells not yet done; returns every cell's status by key."""
-    statuses, jobs = {}, []
+    statuses, jobs, keys = {}, [], []
     for cell in cells:
         key = cell.key
         folder = out / "cells" / key
@@ -394,7 +396,8 @@ def _run_stage(cells: list[Cell], out: Path, executor: _Executor, bar, summary) 
         write_json({"key": key, "stage": cell.stage, "parent": cell.parent, "labels": cell.labels}, folder / "cell.json")
         write_yaml(cell.config, folder / "cell.yaml")
         jobs.append((str(folder), cell.config))
-    for _ in executor.map(_tasks(jobs, executor.workers, executor.lockstep), bar.update):
+        keys.append(cell.batch)
+    for _ in executor.map(_tasks(jobs, keys, executor.workers, executor.lockstep), bar.update):
         pass
     ran = {Path(folder).name for folder, _ in jobs}
     for cell in cells:  # read back from disk: the truth whichever executor ran them
