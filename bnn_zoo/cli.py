@@ -33,6 +33,7 @@ def main(argv=None) -> int:
     p.add_argument("--num-samples", type=int, default=300, help="NUTS kept draws per chain (default 300)")
     p.add_argument("--num-chains", type=int, default=2, help="NUTS chains, run one after another (default 2)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--overwrite", action="store_true", help="replace the runs already in --out")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
     sub.add_parser(
@@ -81,8 +82,8 @@ def main(argv=None) -> int:
     p = sub.add_parser(
         "reproduce",
         help="run a published protocol (uci-gal: Gal & Ghahramani's MC dropout on UCI) and write its table",
-        description="uci-gal: per split, every (p, tau) of the folder's grids trained on the first 80%% of the training split and "
-        "scored on the last 20%%, the best refitted on the whole split and tested with T = 10,000 MC dropout passes; one hidden "
+        description="uci-gal: per split, every (p, tau) of the folder's grids trained on the first 80% of the training split and "
+        "scored on the last 20%, the best refitted on the whole split and tested with T = 10,000 MC dropout passes; one hidden "
         "layer of n_hidden ReLU units, Adam 1e-3, batch 128, the Keras weight decay with l = 1e-2; tau in original units. "
         "Writes DIR/table.csv (dataset, rmse, rmse_se, test_ll, test_ll_se), DIR/table.md and every cell's folder (a re-run resumes).",
     )
@@ -100,6 +101,8 @@ def main(argv=None) -> int:
 
     if argv is None:  # as a command: `bnn-zoo ... | head` ends quietly, as other tools do
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        # `kill` (SIGTERM) unwinds like Ctrl-C: a checkpoint is saved and temporary files are removed
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["fit"]:  # the run's options come from its typed config (jsonargparse), not argparse
         return _guarded(_fit, argv[1:])
@@ -136,6 +139,7 @@ def _guarded(command, args) -> int:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
+            warnings.showwarning = _one_line_warning
             return command(args)
     except BnnZooError as exc:
         print(f"bnn-zoo: error: {exc}", file=sys.stderr)
@@ -147,9 +151,18 @@ def _guarded(command, args) -> int:
         return 2
 
 
-def _demo(args):
-    from bnn_zoo.experiments.demo import demo
+def _one_line_warning(message, category, filename, lineno, file=None, line=None):
+    """A warning on the command line reads as one line, not a source location and code excerpt."""
+    print(f"bnn-zoo: warning: {message}", file=sys.stderr)
 
+
+def _demo(args):
+    from bnn_zoo.experiments.demo import RUNS, demo
+    from bnn_zoo.io import output_folder, writable_folder
+
+    for run in RUNS:  # checked before anything is fitted
+        output_folder(Path(args.out) / run, overwrite=args.overwrite, option="--out")
+    writable_folder(args.out)
     demo(args.out, args.svi_steps, args.num_warmup, args.num_samples, args.num_chains, args.seed, progress=not args.quiet)
     return 0
 
@@ -173,6 +186,7 @@ def fit_parser():
     parser.add_argument("--config", action=ActionConfigFile, help="a run config in YAML (a result folder's config.yaml); later options override it")
     parser.add_argument("--out", type=str, required=True, help="output folder; bnn_zoo.load(DIR) reads the fitted posterior back")
     parser.add_argument("--resume", action="store_true", help="continue an interrupted run from DIR/checkpoint.pt (SVI, SG-MCMC) and ais_checkpoint.pt")
+    parser.add_argument("--overwrite", action="store_true", help="replace the run already in DIR (its files are deleted first)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     return parser
 
@@ -181,12 +195,21 @@ def _fit(argv):
     from bnn_zoo.experiments import config
     from bnn_zoo.experiments.demo import print_table
     from bnn_zoo.experiments.run import execute
+    from bnn_zoo.io import output_folder
 
     parser = fit_parser()
     args = parser.parse_args(config.resolve_names(argv))
     run_config = config.from_namespace(parser, args)
-    out = Path(args.out)
-    result = execute(run_config, out, progress=not args.quiet, resume=args.resume)
+    if args.resume and args.overwrite:
+        raise BnnZooError("--resume continues the run in DIR and --overwrite replaces it; pass one of them")
+    fresh = not Path(args.out).exists()
+    out = output_folder(args.out, args.overwrite, args.resume)
+    try:
+        result = execute(run_config, out, progress=not args.quiet, resume=args.resume)
+    except BnnZooError:
+        if fresh and not any(out.iterdir()):  # refused before anything was written: leave no trace
+            out.rmdir()
+        raise
     print_table([result], title=f"{result.metrics['data']}: {result.name}; files in {out}")
     return 0
 
@@ -194,8 +217,9 @@ def _fit(argv):
 def _compare(args):
     from bnn_zoo.evaluation.compare import report
     from bnn_zoo.experiments.demo import print_comparison
+    from bnn_zoo.io import writable_folder
 
-    table = report(args.dirs, args.out)
+    table = report(args.dirs, writable_folder(args.out))
     print_comparison(table, title=f"{len(table)} runs; table and plots in {args.out}")
     return 0
 
@@ -211,8 +235,10 @@ def _sweep(args):
                 labels = ", ".join(f"{k}={v}" for k, v in cell.get("labels", {}).items())
                 print(f"{state:8} {cell['key']}  {labels}  {cell.get('error', cell.get('note', ''))}")
         return 0
+    from bnn_zoo.io import writable_folder
+
+    out = writable_folder(args.out or Path("sweeps") / Path(args.target).stem)
     sweep = Sweep.from_file(args.target)
-    out = Path(args.out or Path("sweeps") / Path(args.target).stem)
     summary = run_sweep(sweep, out, args.workers, args.ray, args.ray_address, show_progress=not args.quiet, lockstep=not args.no_lockstep)
     return _report(summary, out)
 
@@ -244,8 +270,9 @@ def _reproduce(args):
 
     from bnn_zoo.experiments import protocols, table
     from bnn_zoo.experiments.sweep import run_sweep
+    from bnn_zoo.io import writable_folder
 
-    out = Path(args.out)
+    out = writable_folder(args.out)
     splits = protocols.parse_splits(args.splits)
     folders = protocols.uci_folders(args.data)
     sweeps = [protocols.uci_gal(f, args.epochs, splits, args.mc_passes) for f in folders]  # all checked before any runs

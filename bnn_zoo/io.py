@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -19,17 +22,83 @@ def bar_disabled(progress: bool) -> bool:
     return not (progress and sys.stderr.isatty())
 
 
+TEMPORARY = ".*.tmp"  # what atomic_write writes before its rename; left behind only by a killed process
+
+
 def atomic_write(path, write):
+    """Write through a temporary file renamed into place: readers see the old file or the new one, never
+    half of one. The file gets the user's normal permissions (mkstemp's are 0600)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def remove_temporaries(folder) -> None:
+    """Delete the temporary files of writes a killed process never finished."""
+    for tmp in Path(folder).glob(TEMPORARY):
+        tmp.unlink(missing_ok=True)
+
+
+RESULT_MARKERS = ("metrics.json", "posterior.json", "checkpoint.pt", "config.yaml")  # what makes a folder a bnn-zoo result
+
+
+def output_folder(path, overwrite: bool = False, resume: bool = False, option: str = "--out") -> Path:
+    """Check a run's result folder before any work. An existing run in it is kept unless ``overwrite``
+    (which clears the folder) or ``resume`` (which continues an unfinished run) says otherwise."""
+    path = Path(path)
+    if path.is_dir() and any(path.iterdir()):
+        if not any((path / marker).exists() for marker in RESULT_MARKERS):
+            raise BnnZooError(f"{option} {path} is a folder with other files in it; give a new or empty folder")
+        if overwrite:
+            shutil.rmtree(path)
+        elif not resume:
+            raise BnnZooError(f"{option} {path} already holds a run; pass --overwrite to replace it or --resume to continue it, or choose another folder")
+        elif (path / "metrics.json").exists():
+            raise BnnZooError(f"{option} {path} holds a finished run, so there is nothing to resume; pass --overwrite to fit it again")
+    return writable_folder(path, option)
+
+
+def writable_folder(path, option: str = "--out") -> Path:
+    """``path`` as a folder this process can write (made if missing), or one error saying why not."""
+    path = Path(path)
+    for place in (path, *path.parents):
+        if place.exists() and not place.is_dir():
+            where = "is a file" if place == path else f"is inside {place}, which is a file"
+            raise BnnZooError(f"{option} {path} {where}; give a folder path")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=path).close()
+    except OSError as exc:
+        raise BnnZooError(f"cannot write to {option} {path} ({exc.strerror}); choose a folder you can write to") from None
+    remove_temporaries(path)
+    return path
+
+
+def fingerprint(*parts) -> str:
+    """A short hash of what a computation depends on: tensors by their bytes, the rest by its JSON form
+    (a checkpoint stores it and refuses to resume a different fit)."""
+    h = hashlib.sha256()
+    for part in parts:
+        if isinstance(part, torch.Tensor):
+            h.update(str((part.dtype, tuple(part.shape))).encode())
+            h.update(part.detach().cpu().contiguous().numpy().tobytes())
+        else:
+            h.update(json.dumps(part, sort_keys=True, default=repr).encode())
+    return h.hexdigest()[:16]
 
 
 def atomic_torch_save(obj, path):
@@ -47,13 +116,39 @@ def safe_torch_load(path, what: str = "checkpoint"):
         raise BnnZooError(f"{what} {path} is unreadable ({type(exc).__name__}); {fix}") from None
 
 
+def check_identity(saved: dict, identity: str, path, method: str) -> None:
+    """Refuse to resume a checkpoint written by a different fit (its ``identity`` is :func:`fingerprint`'s)."""
+    if not isinstance(saved, dict) or saved.get("identity") != identity:
+        raise BnnZooError(
+            f"checkpoint {path} belongs to a different fit (other data, model, guide or settings); delete it to start afresh, "
+            f"or point {method}(checkpoint=...) elsewhere (bnn-zoo fit: --overwrite)"
+        )
+
+
+def say_resumed(path, step: int, total: int, progress: bool) -> None:
+    if progress:
+        print(f"resuming from checkpoint {path} at step {step} of {total}", file=sys.stderr)
+
+
 def write_json(obj, path):
+    """Strict JSON (what every JSON reader accepts): a NaN or infinite number is written as null."""
+
     def write(tmp):
         with open(tmp, "w") as fh:
-            json.dump(obj, fh, indent=2, sort_keys=True)
+            json.dump(_finite(obj), fh, indent=2, sort_keys=True, allow_nan=False)
             fh.write("\n")
 
     atomic_write(path, write)
+
+
+def _finite(obj):
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite(v) for v in obj]
+    return obj
 
 
 def write_yaml(obj, path):

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 from bnn_zoo import guides, saving
 from bnn_zoo.data.validation import check_data, check_inputs
-from bnn_zoo.errors import BnnZooError
+from bnn_zoo.errors import BnnZooError, positive
 from bnn_zoo.variational import guide_state, log_weights, parameters, sample_guide
 from bnn_zoo.version import __version__
 
@@ -181,6 +181,8 @@ class Posterior:
         """Flat draws (S, *shape): all stored draws, an evenly thinned subset, or fresh guide draws."""
         flat = {k: v.reshape(-1, *v.shape[2:]) for k, v in self.samples.items()}
         total = self.num_chains * self.num_draws
+        if num_samples is not None:
+            positive("num_samples (posterior draws)", num_samples, integer=True)
         if num_samples is None or num_samples == total:
             return flat
         if num_samples > total:
@@ -270,6 +272,7 @@ class Posterior:
                 f"the {self.settings.get('guide')} guide has no density (a point mass as s -> 0), so its ELBO is "
                 "-infinity up to a constant; compare it by test log-likelihood or LOO instead"
             )
+        positive("num_samples (guide draws for the ELBO and its standard error)", num_samples, integer=True, least=2)
         x, y = (self.x, self.y) if x is None else check_data(self.model, x, y)
         with torch.no_grad():
             lw = log_weights(self.guide, self.model, x, y, num_samples)

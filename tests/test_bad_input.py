@@ -120,20 +120,20 @@ def test_corrupt_and_missing_result_files(tmp_path):
     "argv, message",
     [
         (["fit", "--model", "transformer", "--out", "o"], "unknown model 'transformer'; choose one of: mlp,"),
-        (["fit", "--model", "mlp", "--model.width", "3", "--out", "o"], "Option 'width' is not accepted"),
-        (["fit", "--model", "mlp", "--model.hidden", "a", "--out", "o"], "Parser key \"hidden\": Expected a <class 'list'>"),
+        (["fit", "--model", "mlp", "--model.width", "3", "--out", "o"], "--model.width is not an option of model mlp (its options: hidden, activation)"),
+        (["fit", "--model", "mlp", "--model.hidden", "a", "--out", "o"], "--model.hidden: expected a list like [1, 2], got a"),
         (["fit", "--data", "mnist", "--out", "o"], "unknown data 'mnist'"),
         (["fit", "--prior", "laplace", "--out", "o"], "unknown prior 'laplace'"),
         (["fit", "--likelihood", "poisson", "--out", "o"], "unknown likelihood 'poisson'"),
         (["fit", "--guide", "nope", "--out", "o"], "unknown guide 'nope'"),
-        (["fit", "--guide", "matrix-normal", "--guide.ranks", "2", "--out", "o"], "Option 'ranks' is not accepted"),
+        (["fit", "--guide", "matrix-normal", "--guide.ranks", "2", "--out", "o"], "--guide.ranks is not an option of guide matrix-normal"),
         (["fit", "--data", "uci", "--data.path", "/no/such/dir", "--out", "o"], "does not exist"),
         (["fit", "--inference", "mh", "--out", "o"], "unknown inference 'mh'"),
-        (["fit", "--evaluation.evidence", "[bic]", "--out", "o"], "Got value: bic"),
+        (["fit", "--evaluation.evidence", "[bic]", "--out", "o"], "--evaluation.evidence: expected one of ais, iw, got bic"),
         (["fit", "--inference", "nuts", "--evaluation.evidence", "[iw]", "--out", "o"], "needs a guide with a density"),
-        (["fit", "--inference", "nuts", "--inference.kl_weight", "0.5", "--out", "o"], "Option 'kl_weight' is not accepted"),
+        (["fit", "--inference", "nuts", "--inference.kl_weight", "0.5", "--out", "o"], "--inference.kl_weight is not an option of inference nuts"),
         (["fit", "--inference", "nuts", "--guide", "dropout", "--out", "o"], "a guide applies to svi, not nuts"),
-        (["fit", "--inference", "gp", "--inference.kernel", "periodic", "--out", "o"], "Got value: periodic"),
+        (["fit", "--inference", "gp", "--inference.kernel", "periodic", "--out", "o"], "--inference.kernel: expected one of rbf, matern52, nngp, got periodic"),
         (["fit", "--inference", "gp", "--inference.kernel", "nngp", "--out", "o"], "limit of a relu MLP"),
         (["fit", "--data", "toy-text", "--model", "lstm-tied", "--inference", "gp", "--out", "o"], "not text"),
         (["fit", "--likelihood", "categorical", "--out", "o"], "is a regression dataset; use gaussian"),
@@ -150,3 +150,143 @@ def test_cli_rejects_unknown_names_with_one_line(argv, message, capsys, tmp_path
     assert code == 2
     assert message in err and err.count("\n") == 1, err
     assert not (tmp_path / "o").exists()  # nothing trained, nothing written
+
+
+def _corpus_files(root):
+    """The files the bad-input corpus names, written into ``root`` (the test's working folder)."""
+    (root / "afile").write_text("not a folder\n")
+    (root / "ok.txt").write_text("to be or not to be, that is the question.\n" * 40)
+    (root / "binary.txt").write_bytes(bytes(range(256)) * 20)
+    (root / "latin1.txt").write_bytes("caf\xe9 na\xefve text\n".encode("latin-1") * 50)
+    for name, edit in {
+        "uci-overlap": lambda d: (d / "index_test_0.txt").write_text("0\n1\n9\n"),
+        "uci-same": lambda d: (d / "index_test_0.txt").write_text((d / "index_train_0.txt").read_text()),
+        "uci-repeated": lambda d: (d / "index_train_0.txt").write_text("3\n" * 30),
+        "uci-one-row": lambda d: (d / "index_train_0.txt").write_text("0\n"),
+        "uci-constant": lambda d: (d / "data.txt").write_text("\n".join(f"{i} {i * i} 7.0" for i in range(12)) + "\n"),
+        "uci-huge": lambda d: (d / "data.txt").write_text("\n".join(f"{i}e30 1 {i}" for i in range(12)) + "\n"),
+        "uci-nan": lambda d: (d / "data.txt").write_text("\n".join(f"{i} {'nan' if i == 5 else 1} {i}" for i in range(12)) + "\n"),
+    }.items():
+        _uci_folder(root / name)
+        edit(root / name)
+    (root / "flatnet.py").write_text(
+        "import torch\n\n\nclass Flat(torch.nn.Module):\n"
+        "    def __init__(self, in_features, out_features):\n        super().__init__()\n        self.layer = torch.nn.Linear(in_features, 1)\n\n"
+        "    def forward(self, x):\n        return self.layer(x)[:, 0]\n"
+    )
+    done, partial = root / "done", root / "partial"
+    done.mkdir()
+    (done / "metrics.json").write_text('{"rmse": 1.0}\n')
+    partial.mkdir()
+    (partial / "config.yaml").write_text("seed: 0\n")
+    (root / "other").mkdir()
+    (root / "other" / "notes.txt").write_text("mine\n")
+    (root / "array").mkdir()
+    (root / "array" / "metrics.json").write_text("[1, 2]\n")
+
+
+QUICK_FIT = ["--inference.steps", "2", "--evaluation.plots", "false", "--quiet"]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        # option ranges: guides, priors, likelihoods, methods, evaluation, seed
+        (["fit", "--guide", "matrix-normal", "--guide.rank", "0"], "rank (None: full Cholesky factors) must be a whole number >= 1, got 0"),
+        (["fit", "--guide", "matrix-normal", "--guide.rank", "-2"], "must be a whole number >= 1, got -2"),
+        (["fit", "--guide", "mean-field", "--guide.init_scale", "-1"], "init_scale (the starting sd of every weight) must be a finite number > 0, got -1"),
+        (["fit", "--guide", "flow", "--guide.num_flows", "0"], "num_flows must be a whole number >= 1, got 0"),
+        (["fit", "--guide", "dropout", "--guide.p", "1.5"], "dropout probabilities must lie in [0, 1), got [1.5"),
+        (["fit", "--prior", "normal", "--prior.scale", "-1"], "prior scales must be positive and finite, got [-1.0]"),
+        (["fit", "--prior", "normal", "--prior.scale", "0"], "prior scales must be positive and finite, got [0.0]"),
+        (["fit", "--likelihood", "gaussian", "--likelihood.scale", "-1"], "Gaussian noise scale must be positive and finite, got -1.0"),
+        (["fit", "--inference.steps", "0"], "SVI steps must be a positive integer, got 0"),
+        (["fit", "--inference.steps", "null", "--inference.epochs", "0"], "svi epochs must be a whole number >= 1, got 0"),
+        (["fit", "--inference.lr", "0"], "SVI needs a finite lr > 0"),
+        (["fit", "--inference.lr", "inf"], "--inference.lr: expected a number, got inf"),
+        (["fit", "--inference.batch_size", "0"], "batch_size must be a positive integer, got 0"),
+        (["fit", "--inference", "nuts", "--inference.num_chains", "0"], "NUTS num_chains must be an integer >= 1, got 0"),
+        (["fit", "--inference", "nuts", "--inference.step_size", "0.1"], "--inference.step_size is not an option of inference nuts"),
+        (["fit", "--inference", "sgld", "--inference.step_size", "0"], "SGMCMC needs step_size > 0"),
+        (["fit", "--model", "mlp", "--model.hidden", "[0]"], "layer widths must be positive integers"),
+        (["fit", "--seed", "-1"], "seed must be a whole number in 0..4294967295"),
+        (["fit", "--evaluation.predict_samples", "0"], "--evaluation.predict_samples must be a whole number >= 1, got 0"),
+        (["fit", "--evaluation.elbo_samples", "1"], "--evaluation.elbo_samples must be a whole number >= 2, got 1"),
+        # output folders, checked before training
+        (["fit", "--out", "afile"], "--out afile is a file; give a folder path"),
+        (["fit", "--out", "afile/run"], "--out afile/run is inside afile, which is a file"),
+        (["fit", "--out", "/proc/bnn-zoo-run"], "cannot write to --out /proc/bnn-zoo-run"),
+        (["fit", "--out", "done"], "--out done already holds a run; pass --overwrite to replace it or --resume to continue it"),
+        (["fit", "--out", "done", "--resume"], "holds a finished run, so there is nothing to resume; pass --overwrite"),
+        (["fit", "--out", "partial", "--resume", "--overwrite"], "pass one of them"),
+        (["fit", "--out", "other"], "--out other is a folder with other files in it; give a new or empty folder"),
+        (["compare", "done", "--out", "afile"], "--out afile is a file; give a folder path"),
+        (["compare", "array"], "holds a JSON list, not the mapping of metrics a fit writes"),
+        (["sweep", "nowhere.yaml", "--out", "afile"], "--out afile is a file"),
+        (["reproduce", "uci-gal", "--data", "uci-overlap", "--out", "afile"], "--out afile is a file"),
+        (["demo", "--out", "afile"], "--out afile/svi is inside afile, which is a file"),
+        # text corpora
+        (
+            ["fit", "--data", "text", "--data.path", "ok.txt", "--data.seq_len", "0", "--model", "lstm-tied"],
+            "seq_len (tokens per window) must be a whole number >= 1",
+        ),
+        (["fit", "--data", "text", "--data.path", "ok.txt", "--data.max_vocab", "1", "--model", "lstm-tied"], "max_vocab (padding, unknown and at least one"),
+        (["fit", "--data", "text", "--data.path", "binary.txt", "--model", "lstm-tied"], "binary.txt is a binary file (it holds NUL bytes)"),
+        (["fit", "--data", "text", "--data.path", "latin1.txt", "--model", "lstm-tied"], "latin1.txt is not UTF-8 text (byte 0xe9 at offset 3); convert it"),
+        (["fit", "--data", "text", "--data.path", "ok.txt", "--data.seq_len", "100000", "--model", "lstm-tied"], "too few tokens for one window"),
+        # UCI splits and values
+        (["fit", "--data", "uci", "--data.path", "afile"], "UCI path afile is a file; pass the folder holding data.txt"),
+        (["fit", "--data", "uci", "--data.path", "uci-overlap"], "2 of the 3 test rows of split 0 are also training rows (first: row 0)"),
+        (["fit", "--data", "uci", "--data.path", "uci-same"], "8 of the 8 test rows of split 0 are also training rows"),
+        (["fit", "--data", "uci", "--data.path", "uci-repeated"], "lists row 3 30 times"),
+        (["fit", "--data", "uci", "--data.path", "uci-one-row"], "holds 1 row; standardising needs at least 2 training rows"),
+        (["fit", "--data", "uci", "--data.path", "uci-constant"], "the target is constant (7) on the training rows of split 0"),
+        (
+            ["fit", "--data", "uci", "--data.path", "uci-huge"],
+            "features holds values up to 1.1e+31 (first in row 1), beyond 2e+18 where torch.float32 arithmetic overflows",
+        ),
+        (["fit", "--data", "uci", "--data.path", "uci-nan"], "contains NaN or inf (first in row 5, line 6)"),
+        # a user's network with the wrong output shape
+        (["fit", "--model", "flatnet:Flat"], "the network returns shape (2,) for 2 input rows; it must return (N, out_features)"),
+    ],
+)
+def test_cli_bad_input_corpus(argv, message, capsys, tmp_path, monkeypatch):
+    """Each bad input: exit code 2, one line naming the problem and the fix, no traceback, no hang (a
+    30 s alarm), nothing trained and no output folder left behind."""
+    import signal
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    _corpus_files(tmp_path)
+    if argv[0] == "fit" and "--out" not in argv:
+        argv = [*argv, "--out", "o"]
+    argv = ["fit", *QUICK_FIT, *argv[1:]] if argv[0] == "fit" else argv  # the case's own options come last and win
+
+    def hang(*_):
+        raise TimeoutError(f"bnn-zoo {' '.join(argv)} hung")
+
+    signal.signal(signal.SIGALRM, hang)
+    signal.alarm(30)
+    try:
+        code = main(argv)
+    finally:
+        signal.alarm(0)
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and err.count("\n") == 1, err
+    assert not (tmp_path / "o").exists()
+    assert (tmp_path / "done" / "metrics.json").exists() and (tmp_path / "partial" / "config.yaml").exists()  # nothing lost
+
+
+def test_result_files_get_normal_permissions_and_no_temporary_files_stay(tmp_path):
+    import os
+
+    from bnn_zoo.io import remove_temporaries, write_json
+
+    write_json({"a": float("nan"), "b": [1.0, float("inf")]}, tmp_path / "m.json")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (tmp_path / "m.json").stat().st_mode & 0o777 == 0o666 & ~umask
+    assert (tmp_path / "m.json").read_text().split() == ["{", '"a":', "null,", '"b":', "[", "1.0,", "null", "]", "}"]  # strict JSON
+    (tmp_path / ".posterior.nc.abc123.tmp").write_bytes(b"half")  # left by a write a kill interrupted
+    remove_temporaries(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json"]

@@ -89,7 +89,7 @@ def test_an_interrupted_sgmcmc_run_resumes_to_the_same_draws(blr_data, tmp_path)
     with pytest.raises(KeyboardInterrupt):
         bz.fit(model, *blr_data, bz.SGMCMC(checkpoint=tmp_path / "ck.pt", **settings))
     other = bz.BNN(bz.models.MLP(3, [7], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.5))
-    with pytest.raises(bz.BnnZooError, match="belongs to another model"):  # a stale checkpoint is refused, not resumed
+    with pytest.raises(bz.BnnZooError, match="belongs to a different fit"):  # a stale checkpoint is refused, not resumed
         bz.fit(other, *blr_data, bz.SGMCMC(checkpoint=tmp_path / "ck.pt", **settings))
 
 

@@ -77,12 +77,27 @@ def test_resume_after_an_interrupt_ends_where_an_uninterrupted_fit_ends(tmp_path
         assert torch.equal(a, b)
 
 
-def test_a_checkpoint_of_another_model_is_refused(tmp_path):
+def test_a_stale_checkpoint_is_refused_and_its_own_fit_resumes(tmp_path):
+    """A checkpoint records what it belongs to (data, model, guide, settings): any other fit is refused
+    instead of silently returning the old fit's parameters under the new settings."""
     x, y = _data()
     ckpt = tmp_path / "ckpt.pt"
-    bz.fit(bz.BNN(bz.models.MLP(2, [4], 1)), x, y, bz.SVI(steps=10, checkpoint=ckpt, checkpoint_every=5, progress=False, num_draws=5))
-    with pytest.raises(bz.BnnZooError, match="does not match this model and guide"):
-        bz.fit(bz.BNN(bz.models.MLP(2, [7], 1)), x, y, bz.SVI(steps=20, checkpoint=ckpt, progress=False, num_draws=5))
+    model = bz.BNN(bz.models.MLP(2, [4], 1))
+    settings = dict(steps=20, checkpoint=ckpt, checkpoint_every=5, progress=False, num_draws=5)
+    with pytest.raises(KeyboardInterrupt):
+        bz.fit(Interrupted(at=13), x, y, bz.SVI(**settings))
+    others = {
+        "another network": (bz.BNN(bz.models.MLP(2, [7], 1)), x, y, settings),
+        "other data": (Interrupted(at=0), x, y + 1, settings),
+        "another learning rate": (Interrupted(at=0), x, y, {**settings, "lr": 0.5}),
+        "another guide": (Interrupted(at=0), x, y, {**settings, "guide": "dropout"}),
+    }
+    for what, (other, xs, ys, options) in others.items():
+        with pytest.raises(bz.BnnZooError, match="belongs to a different fit .* delete it"):
+            bz.fit(other, xs, ys, bz.SVI(**options))
+        assert ckpt.exists(), what  # refused, not overwritten
+    resumed = bz.fit(Interrupted(at=0), x, y, bz.SVI(**settings))
+    assert resumed.info["resumed_at_step"] == 12 and len(resumed.sample_stats["loss"]) == 20
 
 
 def test_early_stopping_keeps_the_best_guide_and_holds_out_validation_data():

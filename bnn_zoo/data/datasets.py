@@ -78,12 +78,16 @@ def toy_cubic(n_train: int = 20, n_test: int = 200, seed: int = 0) -> Dataset:
     return Dataset("toy-cubic", xtr, ytr, xte, yte, info={"noise_scale": 3.0, "seed": seed})
 
 
-def load_uci(path: str | Path, split: int = 0) -> Dataset:
+def load_uci(path: str | Path, split: int = 0, allow_overlap: bool = False) -> Dataset:
     """A UCI regression folder in the standard MC-dropout/PBP format (see ../shared/data/README.md).
 
-    Reads data.txt, index_features.txt, index_target.txt and index_{train,test}_{split}.txt.
+    Reads data.txt, index_features.txt, index_target.txt and index_{train,test}_{split}.txt. A split
+    whose test rows are also training rows is refused unless ``allow_overlap`` (its test metrics would
+    not be held out), as are repeated training rows, fewer than two training rows and a constant target.
     """
     root = Path(path)
+    if root.is_file():
+        raise BnnZooError(f"UCI path {root} is a file; pass the folder holding data.txt, e.g. --data uci --data.path ../shared/data/uci/yacht")
     if not root.is_dir():
         raise BnnZooError(f"UCI folder {root} does not exist; pass the folder holding data.txt, e.g. --data uci --data.path ../shared/data/uci/yacht")
     data = _read_table(root / "data.txt", float)
@@ -108,9 +112,28 @@ def load_uci(path: str | Path, split: int = 0) -> Dataset:
             )
     if len(target) != 1:
         raise BnnZooError(f"{root / 'index_target.txt'} names {len(target)} target columns; bnn-zoo expects exactly one")
+    _check_split(root, split, train, test, data[train, target[0]], allow_overlap)
     x = as_tensor(f"{root / 'data.txt'} features", torch.from_numpy(data[:, features]).float())
     y = as_tensor(f"{root / 'data.txt'} target", torch.from_numpy(data[:, target[0]]).float())
     return Dataset(f"uci:{root.name}", x[train], y[train], x[test], y[test], info={"path": str(root), "split": split})
+
+
+def _check_split(root: Path, split: int, train: np.ndarray, test: np.ndarray, y_train: np.ndarray, allow_overlap: bool) -> None:
+    files = f"{root}/index_train_{split}.txt"
+    values, counts = np.unique(train, return_counts=True)
+    if counts.max() > 1:
+        row = int(values[counts.argmax()])
+        raise BnnZooError(f"{files} lists row {row} {counts.max()} times; each training row should appear once (re-make the split)")
+    if len(train) < 2:
+        raise BnnZooError(f"{files} holds {len(train)} row; standardising needs at least 2 training rows")
+    shared = np.intersect1d(train, test)
+    if len(shared) and not allow_overlap:
+        raise BnnZooError(
+            f"{len(shared)} of the {len(test)} test rows of split {split} are also training rows (first: row {int(shared[0])}), so test "
+            "metrics would not be held out; fix the split, or pass --data.allow_overlap true to score them anyway"
+        )
+    if np.ptp(y_train) == 0:
+        raise BnnZooError(f"the target is constant ({y_train[0]:g}) on the training rows of split {split}; there is nothing to regress")
 
 
 def _read_table(path: Path, dtype) -> np.ndarray:
@@ -128,7 +151,8 @@ def _read_table(path: Path, dtype) -> np.ndarray:
             raise BnnZooError(f"{path} should hold whole-number indices but has fractions; re-copy the file")
         arr = arr.astype(np.int64)
     elif not np.isfinite(arr).all():
-        raise BnnZooError(f"{path} contains NaN or inf; clean the file before fitting")
+        row = int(np.argwhere(~np.isfinite(arr.reshape(len(arr), -1)))[0, 0])
+        raise BnnZooError(f"{path} contains NaN or inf (first in row {row}, line {row + 1}); drop or impute those rows before fitting")
     return arr
 
 

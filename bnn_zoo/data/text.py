@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from bnn_zoo.data.datasets import Dataset
-from bnn_zoo.errors import BnnZooError
+from bnn_zoo.errors import BnnZooError, positive
 
 PAD, UNK = 0, 1
 LEVELS = ("word", "char")
@@ -46,6 +46,9 @@ def language_model(text: str, level: str = "char", seq_len: int = 64, max_vocab:
     """Next-token windows: the first 90% of the text trains, the last 10% tests. Each window of
     ``seq_len`` tokens is one data point whose targets are the same tokens shifted by one
     (truncated backpropagation through time, with no hidden state carried between windows)."""
+    seq_len = positive("the text's seq_len (tokens per window)", seq_len, integer=True)
+    if max_vocab is not None:
+        positive("max_vocab (padding, unknown and at least one real token)", max_vocab, integer=True, least=3)
     tokens = tokenize(text, level)
     cut = int(0.9 * len(tokens))
     vocab = Vocabulary(tokens[:cut], max_vocab)
@@ -130,4 +133,18 @@ def load_text(path: str | Path, level: str = "char", seq_len: int = 64, max_voca
         path = path / "input.txt"
     if not path.is_file():
         raise BnnZooError(f"no text file at {path}; give the corpus file (or a folder holding input.txt)")
-    return language_model(path.read_text(encoding="utf-8", errors="replace"), level, seq_len, max_vocab, name=f"text:{path.parent.name}")
+    return language_model(_read_text(path), level, seq_len, max_vocab, name=f"text:{path.parent.name}")
+
+
+def _read_text(path: Path) -> str:
+    """The file as UTF-8 text; a binary or otherwise-encoded file is refused (read with replacement
+    characters, a binary file gives a vocabulary of noise and a model that is silently meaningless)."""
+    data = path.read_bytes()
+    if b"\x00" in data:
+        raise BnnZooError(f"{path} is a binary file (it holds NUL bytes), not text; give a plain-text corpus")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BnnZooError(
+            f"{path} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); convert it, e.g. iconv -f latin1 -t utf-8 FILE > FILE.utf8"
+        ) from None

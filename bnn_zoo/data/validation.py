@@ -28,6 +28,13 @@ def as_tensor(name: str, value) -> torch.Tensor:
         if bad.any():
             row = int(bad.reshape(value.shape[0], -1).any(-1).nonzero()[0])
             raise BnnZooError(f"{name} contains NaN or inf ({int(bad.sum())} value(s), first in row {row}); drop or impute those rows")
+        limit = torch.finfo(value.dtype).max ** 0.5 / 10  # beyond it, squares (variances, Gaussian log densities) overflow
+        if value.abs().max() > limit:
+            row = int((value.abs() > limit).reshape(value.shape[0], -1).any(-1).nonzero()[0])
+            raise BnnZooError(
+                f"{name} holds values up to {float(value.abs().max()):.3g} (first in row {row}), beyond {limit:.1g} where {value.dtype} "
+                "arithmetic overflows; rescale those columns"
+            )
     return value
 
 
@@ -49,11 +56,20 @@ def output_width(model, x: torch.Tensor) -> int:
         return model.net.out_features
     if isinstance(getattr(model, "out_features", None), int):  # a GP declares its outputs
         return model.out_features
+    rows = x[:2]
     try:
         with torch.no_grad():
-            return model.forward(model.params, x[:1]).shape[-1]
+            out = model.forward(model.params, rows)
     except RuntimeError as exc:
         raise BnnZooError(f"the network cannot take x of shape {tuple(x.shape)} ({str(exc).splitlines()[0]}); check the number of features") from None
+    dims = 3 if model.likelihood.task == "language-model" else 2  # (N, T, vocabulary) or (N, outputs)
+    if out.dim() != dims or out.shape[0] != rows.shape[0]:
+        expected = "(N, T, vocabulary)" if dims == 3 else "(N, out_features)"
+        raise BnnZooError(
+            f"the network returns shape {tuple(out.shape)} for {rows.shape[0]} input rows; it must return {expected}, e.g. "
+            "out.reshape(len(x), -1) (a likelihood would broadcast any other shape silently)"
+        )
+    return out.shape[-1]
 
 
 def check_data(model, x, y) -> tuple[torch.Tensor, torch.Tensor]:

@@ -51,6 +51,8 @@ class _Loaded:
             self.metrics = json.loads(metrics_path.read_text())
         except json.JSONDecodeError as exc:
             raise BnnZooError(f"{metrics_path} is not valid JSON ({exc.msg} at line {exc.lineno}); re-run the fit") from None
+        if not isinstance(self.metrics, dict):
+            raise BnnZooError(f"{metrics_path} holds a JSON {type(self.metrics).__name__}, not the mapping of metrics a fit writes; re-run the fit")
         self.idata = load_inference_data(folder / "posterior.nc")
         path = folder / "predictions.nc"
         self.predictions = _load_predictions(path) if path.is_file() else None

@@ -18,8 +18,10 @@ from bnn_zoo.evaluation import calibration
 
 
 def _save(fig, path):
+    from bnn_zoo.io import atomic_write
+
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
     plt.close(fig)
 
 

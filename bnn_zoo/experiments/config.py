@@ -16,13 +16,14 @@ import functools
 import hashlib
 import json
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, Union
 
 import torch
 
-from bnn_zoo.errors import BnnZooError
+from bnn_zoo.errors import BnnZooError, check_seed, positive
 
 REGISTRY: dict[str, dict[str, type]] = {}  # kind -> {command-line name -> config class}
 
@@ -102,13 +103,14 @@ class UCI(DataConfig):
     path: str = ""
     split: int = 0
     part: Literal["test", "validation"] = "test"
+    allow_overlap: bool = False  # score a split whose test rows are also training rows
 
     def load(self, seed):
         from bnn_zoo.data import load_uci
 
         if not self.path:
             raise BnnZooError("the uci data needs a folder: --data uci --data.path ../shared/data/uci/yacht")
-        data = load_uci(self.path, self.split)
+        data = load_uci(self.path, self.split, self.allow_overlap)
         return data.validation_part() if self.part == "validation" else data
 
 
@@ -479,7 +481,10 @@ class SVI(InferenceConfig):
             raise BnnZooError("give svi steps or epochs, not both")
         guide = run.guide or MeanField()
         n = dataset.x_train.shape[0]
-        steps = self.epochs * math.ceil(n / (self.batch_size or n)) if self.epochs is not None else self.steps or 3000
+        if self.epochs is not None:
+            steps = positive("svi epochs", self.epochs, integer=True) * math.ceil(n / (self.batch_size or n))
+        else:
+            steps = 3000 if self.steps is None else self.steps  # SVI refuses steps below 1
         options = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("steps", "epochs", "lockstep")}
         return Method(
             guide=guide.registered_name, guide_options=guide.options(), steps=steps, seed=run.seed, checkpoint=checkpoint, progress=progress, **options
@@ -663,6 +668,11 @@ class RunConfig:
 
     def check(self) -> RunConfig:
         """Refuse combinations that cannot mean what they say, before anything is read or trained."""
+        check_seed(self.seed)
+        ev = self.evaluation
+        positive("--evaluation.elbo_samples", ev.elbo_samples, integer=True, least=2)  # its standard error needs two
+        for name in ("ais_steps", "iw_k") + (("predict_samples",) if ev.predict_samples is not None else ()):
+            positive(f"--evaluation.{name}", getattr(ev, name), integer=True)
         if self.guide is not None and not self.inference.takes_guide:
             raise BnnZooError(f"a guide applies to svi, not {self.inference.registered_name}; drop --guide")
         if self.evaluation.evidence and isinstance(self.inference, GP):
@@ -787,10 +797,29 @@ def resolve_names(argv: list[str]) -> list[str]:
     return ["--print_config" if a == "--print-config" else a for a in out]
 
 
-_NOISE = ("Subtypes:", "Errors:", "Given value", "NoneType", "Does not validate against any", "Expected a path but", "Expected a dot import", "Callable")
-
-
 def parse_error_message(exc: Exception) -> str:
-    """jsonargparse's error for a bad option, on one line and without the union-matching noise."""
-    lines = [line.strip(" -") for line in str(exc).splitlines()]
-    return "; ".join(line for line in lines if line and not any(n in line for n in _NOISE)).replace(":;", ":")
+    """jsonargparse's error for a bad option as one line in the command line's own terms:
+    ``--inference.lr: expected a float, got inf``; ``--inference.step_size is not an option of nuts
+    (its options: ...)``. Anything else is jsonargparse's message folded onto one line."""
+    text = str(exc)
+    keys = re.findall(r'Parser key "([^"]+)"', text)
+    chosen = re.search(r"class_path '[\w.]+\.(\w+)'", text)
+    cls = next((c for c in REGISTRY.get(keys[0] if keys else "", {}).values() if chosen and c.__name__ == chosen[1]), None)
+    unknown = re.search(r"Option '(\w+)' is not accepted", text)
+    if unknown and cls is not None:
+        options = ", ".join(f.name for f in dataclasses.fields(cls)) or "none"
+        return f"--{keys[0]}.{unknown[1]} is not an option of {keys[0]} {cls.registered_name} (its options: {options})"
+    expected = [_type_name(t) for t in re.findall(r"Expected an? (<class '\w+'>|typing\.Literal\[[^]]*\])", text) if "NoneType" not in t]
+    given = re.search(r"(?:Got|Given) value: (.*)", text)
+    if keys and expected and given:
+        return f"--{'.'.join(keys)}: expected {' or '.join(dict.fromkeys(expected))}, got {given[1].strip()}"
+    lines = [line.strip(" -") for line in text.splitlines()]
+    return "; ".join(line for line in lines if line and not line.startswith(("Subtypes:", "Errors:", "Given value"))).replace(":;", ":")
+
+
+def _type_name(hint: str) -> str:
+    """``<class 'float'>`` -> a float; ``typing.Literal['ais', 'iw']`` -> one of ais, iw."""
+    if hint.startswith("typing.Literal"):
+        return "one of " + ", ".join(re.findall(r"'([^']*)'", hint))
+    name = hint.split("'")[1]
+    return {"int": "a whole number", "float": "a number", "list": "a list like [1, 2]", "bool": "true or false", "str": "a string"}.get(name, name)

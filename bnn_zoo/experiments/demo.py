@@ -24,6 +24,8 @@ from bnn_zoo.likelihoods import Gaussian
 from bnn_zoo.models import MLP
 from bnn_zoo.priors import FanInNormal
 
+RUNS = ("svi", "nuts", "gp")  # the demo's result folders under its output folder
+
 
 def demo(out_dir="runs/demo", svi_steps=3000, num_warmup=300, num_samples=300, num_chains=2, seed=0, progress=True, console=None):
     out = Path(out_dir)

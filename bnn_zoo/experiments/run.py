@@ -14,9 +14,10 @@ import xarray as xr
 from bnn_zoo.bnn import BNN
 from bnn_zoo.errors import BnnZooError
 from bnn_zoo.evaluation import classification_metrics, language_model_metrics, regression_metrics
+from bnn_zoo.evaluation.collapse import diagnose
 from bnn_zoo.experiments.config import DEFAULT_LIKELIHOOD, RunConfig, build_network, to_dict
 from bnn_zoo.inference import fit
-from bnn_zoo.io import save_dataset, write_json, write_yaml
+from bnn_zoo.io import save_dataset, writable_folder, write_json, write_yaml
 
 
 @dataclass
@@ -96,6 +97,10 @@ def evaluate(
     if posterior.x.shape[0] < x.shape[0]:
         metrics["n_validation"] = int(x.shape[0] - posterior.x.shape[0])  # held out for early stopping
     metrics.update({k: v for k, v in posterior.info.items() if v != ""})  # stop_reason, early-stopping step
+    collapse = diagnose(posterior, metrics, len(dataset.info["vocab"]) if "vocab" in dataset.info else None)
+    if collapse:
+        metrics["collapse_warning"] = collapse
+        warnings.warn(f"{name} on {dataset.name} collapsed: {collapse}", stacklevel=2)
     result = Result(name, posterior, idata, metrics, None if pred is None else test_predictions(name, posterior, dataset, metrics, pred))
     if out_dir is not None:
         save(result, Path(out_dir), plots)
@@ -135,6 +140,8 @@ class Prepared:
         pyro.set_rng_seed(self.config.seed)
         ev = self.config.evaluation
         progress = getattr(self.method, "progress", False)
+        if self.out is not None:
+            write_yaml(to_dict(self.config), self.out / "config.yaml")
         result = evaluate(
             self.name,
             self.dataset,
@@ -150,7 +157,6 @@ class Prepared:
             progress,
         )
         if self.out is not None:
-            write_yaml(to_dict(self.config), self.out / "config.yaml")
             (self.out / "checkpoint.pt").unlink(missing_ok=True)  # the finished result supersedes it
         return result
 
@@ -170,6 +176,8 @@ def prepare(config: RunConfig, out_dir=None, progress: bool = True, resume: bool
     classes = len(dataset.info["vocab"]) if dataset.task == "language-model" else int(dataset.y_train.max()) + 1
     checkpoint = None
     if out is not None:
+        writable_folder(out)
+        (out / "metrics.json").unlink(missing_ok=True)  # written last: until then the folder holds no finished run
         checkpoint = out / "checkpoint.pt"
         if not resume:  # a fresh run must not pick up an old run's state
             for stale in (checkpoint, out / "ais_checkpoint.pt"):
@@ -304,11 +312,10 @@ def save(result: Result, out_dir: Path, with_plots: bool = True):
     from bnn_zoo.evaluation import plots
 
     result.posterior.save(out_dir, idata=result.idata)  # posterior.nc, posterior.json, state.pt: bnn_zoo.load(out_dir)
-    write_json(result.metrics, out_dir / "metrics.json")
     if result.predictions is not None:
         save_dataset(result.predictions, out_dir / "predictions.nc")
-    if not with_plots:
-        return
-    if result.predictions is not None and "x_grid" in result.predictions:
-        plots.predictive_bands([result.predictions], out_dir / "predictive.png")
-    plots.diagnostics(result.name, result.idata, out_dir)
+    if with_plots:
+        if result.predictions is not None and "x_grid" in result.predictions:
+            plots.predictive_bands([result.predictions], out_dir / "predictive.png")
+        plots.diagnostics(result.name, result.idata, out_dir)
+    write_json(result.metrics, out_dir / "metrics.json")  # last: its presence says every other file is from this run

@@ -22,7 +22,7 @@ from pyro.infer.autoguide.initialization import init_to_value
 from pyro.nn import PyroParam
 from torch import nn
 
-from bnn_zoo.errors import BnnZooError
+from bnn_zoo.errors import BnnZooError, positive
 from bnn_zoo.guides.mean_field import MeanField
 from bnn_zoo.guides.registry import register
 from bnn_zoo.variational import LocalParamModule
@@ -37,6 +37,7 @@ class Flow(LocalParamModule, AutoContinuous):
     def __init__(self, model, init_values, transform="affine", num_flows=2, init_scale=1e-2, hidden=None, name="Flow"):
         if transform not in TRANSFORMS:
             raise BnnZooError(f"unknown flow transform {transform!r}; choose one of {', '.join(TRANSFORMS)}")
+        hidden = [hidden] * 2 if isinstance(hidden, int) else hidden  # one width for both hidden layers
         self._spec = (transform, int(num_flows), float(init_scale), hidden)
         super().__init__(model, init_loc_fn=init_to_value(values=init_values))
         self._pyro_name = name  # names the auxiliary site _{name}_latent: one per flow in LayerFlows
@@ -56,7 +57,7 @@ class Flow(LocalParamModule, AutoContinuous):
         # need width >= d, so an affine flow over d latents costs O(d^2) whatever we do; spline
         # coupling's dense nets have no such floor, which is what makes scope=layer + spline scale.
         width = min(max(2 * d, 8), 256)
-        hidden_dims = [int(hidden) if hidden else (max(width, d) if transform == "affine" else width)] * 2
+        hidden_dims = list(hidden) if hidden else [max(width, d) if transform == "affine" else width] * 2
         layers = []
         for _ in range(num_flows):
             if transform == "affine":
@@ -97,6 +98,13 @@ class LayerFlows(LocalParamModule):
 
 @register("flow", "normalizing flow: transform=affine|spline, num_flows=2, scope=joint (all weights) | layer (one flow per matrix)")
 def flow(model, init_values, transform: str = "affine", num_flows: int = 2, scope: str = "joint", init_scale: float = 1e-2, hidden=None):
+    num_flows = positive("the flow guide's num_flows", num_flows, integer=True)
+    init_scale = positive("the flow guide's init_scale", init_scale)
+    hidden = (
+        None
+        if hidden is None
+        else [positive("the flow guide's hidden widths", h, integer=True) for h in (hidden if isinstance(hidden, list | tuple) else [hidden] * 2)]
+    )
     if scope == "joint":
         return Flow(model, init_values, transform, num_flows, init_scale, hidden)
     if scope == "layer":

@@ -27,6 +27,7 @@ from pyro.distributions.torch_distribution import TorchDistribution
 from pyro.nn import PyroParam
 from torch.distributions import register_kl
 
+from bnn_zoo.errors import positive
 from bnn_zoo.guides.mean_field import MeanField
 from bnn_zoo.guides.registry import flag, register
 from bnn_zoo.local_noise import MatrixNormalWeights
@@ -163,4 +164,6 @@ class MatrixNormalGuide(LocalParamModule):
     "matrix-normal", "matrix-normal MN(M, U, V) per weight matrix (full Cholesky; rank=k for low-rank + diagonal); local_reparam=true|false (dense layers)"
 )
 def matrix_normal(model, init_values, init_scale: float = 1e-2, rank: int | None = None, local_reparam: bool = False):
+    init_scale = positive("the matrix-normal guide's init_scale", init_scale)
+    rank = None if rank is None else positive("the matrix-normal guide's rank (None: full Cholesky factors)", rank, integer=True)
     return MatrixNormalGuide(model, init_values, init_scale=init_scale, rank=rank, local_reparam=flag(local_reparam))

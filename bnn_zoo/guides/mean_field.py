@@ -22,7 +22,7 @@ from pyro.distributions import constraints
 from pyro.nn import PyroParam
 from torch.distributions import biject_to
 
-from bnn_zoo.errors import BnnZooError
+from bnn_zoo.errors import BnnZooError, positive
 from bnn_zoo.guides.registry import flag, register
 from bnn_zoo.local_noise import GaussianWeights
 from bnn_zoo.variational import LocalParamModule
@@ -73,4 +73,5 @@ class MeanField(LocalParamModule):
 
 @register("mean-field", "diagonal Gaussian over every weight (Bayes by Backprop); init_scale, parametrization=softplus|log, local_reparam=true|false")
 def mean_field(model, init_values, init_scale: float = 1e-2, parametrization: str = "softplus", local_reparam: bool = False):
+    init_scale = positive("the mean-field guide's init_scale (the starting sd of every weight)", init_scale)
     return MeanField(model, init_values, init_scale=init_scale, parametrization=parametrization, local_reparam=flag(local_reparam))

@@ -9,7 +9,7 @@ import torch
 from bnn_zoo.baselines import GP, GPPosterior, TypeII
 from bnn_zoo.bnn import BNN
 from bnn_zoo.data.validation import check_data
-from bnn_zoo.errors import BnnZooError
+from bnn_zoo.errors import BnnZooError, check_seed
 from bnn_zoo.inference.laplace import Laplace
 from bnn_zoo.inference.mcmc import HMC, NUTS
 from bnn_zoo.inference.sgmcmc import SGMCMC
@@ -46,6 +46,7 @@ def fit(
         raise BnnZooError(f"model must be a bnn_zoo.BNN or a bnn_zoo.GP, got {type(model).__name__}")
     if isinstance(model, GP) != isinstance(method, TypeII):
         raise BnnZooError("a bnn_zoo.GP is fitted by bnn_zoo.TypeII(...), and a BNN by SVI, NUTS or HMC")
+    check_seed(getattr(method, "seed", 0))
     x, y = check_data(model, x, y)
     if device is not None:
         if isinstance(model, GP):

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from bnn_zoo.bnn import BNN
 from bnn_zoo.errors import BnnZooError
-from bnn_zoo.io import atomic_torch_save, bar_disabled, safe_torch_load
+from bnn_zoo.io import atomic_torch_save, bar_disabled, check_identity, fingerprint, safe_torch_load, say_resumed
 from bnn_zoo.posterior import Posterior
 
 KINDS = ("sgld", "sghmc", "cyclical")
@@ -121,10 +121,13 @@ class SGMCMC:
 
         start = time.perf_counter()
         target = _LogPosterior(model, x.shape[0])
-        saved = _resume(self.checkpoint) if self.checkpoint is not None and Path(self.checkpoint).exists() else None
+        identity = fingerprint(self.settings(), model.describe(), x, y)
+        saved = _resume(self.checkpoint, identity) if self.checkpoint is not None and Path(self.checkpoint).exists() else None
+        if saved:
+            say_resumed(self.checkpoint, saved["step"], self.total_steps, self.progress)
         chains = saved["chains"] if saved else []
         for c in range(len(chains), self.num_chains):
-            chains.append(self._chain(posteriors, model, target, x, y, c, saved if saved and saved["chain"] == c else None, chains))
+            chains.append(self._chain(posteriors, model, target, x, y, c, saved if saved and saved["chain"] == c else None, chains, identity))
             saved = None
         samples = {k: torch.stack([ch["draws"][k] for ch in chains]) for k in chains[0]["draws"]}
         stats = {k: torch.stack([ch["stats"][k] for ch in chains]) for k in chains[0]["stats"]}
@@ -132,7 +135,7 @@ class SGMCMC:
             Path(self.checkpoint).unlink(missing_ok=True)  # the posterior supersedes it
         return Posterior(model, x, y, samples, self.settings(), sample_stats=stats, runtime_s=time.perf_counter() - start)
 
-    def _chain(self, posteriors, model, target, x, y, chain: int, saved: dict | None, done: list) -> dict:
+    def _chain(self, posteriors, model, target, x, y, chain: int, saved: dict | None, done: list, identity: str) -> dict:
         n = x.shape[0]
         batch = self.batch_size if self.batch_size and self.batch_size < n else None
         step_size, temperature = (lambda s: self._schedule(int(s))[0]), (lambda s: self._schedule(int(s))[1])
@@ -144,10 +147,7 @@ class SGMCMC:
             torch.manual_seed(self.seed + chain)
             state = transform.init(target.initial(model.network_init(self.seed + chain)))
             draws, stats, first = [], [], 0
-        else:
-            expected = {k: v.shape for k, v in target.initial(model.network_init(self.seed + chain)).items()}
-            if {k: v.shape for k, v in saved["params"].items()} != expected or (saved["momenta"] is None) != (self.kind != "sghmc"):
-                raise BnnZooError(f"checkpoint {self.checkpoint} belongs to another model or SG-MCMC kind; delete it or point SGMCMC(checkpoint=...) elsewhere")
+        else:  # check_identity has made sure the checkpoint is this fit's
             state, draws, stats, first = _restore(posteriors, self.kind, saved), saved["draws"], saved["stats"], saved["step"]
             torch.set_rng_state(saved["rng"])
         bar = tqdm(
@@ -165,10 +165,10 @@ class SGMCMC:
                     draws.append(target.constrained(state.params))
                     stats.append({"step_size": eps, "log_posterior": float(state.log_posterior), "minibatch_log_likelihood": float(log_lik)})
                 if self.checkpoint is not None and (step + 1) % self.checkpoint_every == 0:
-                    _save(self.checkpoint, chain, step + 1, state, draws, stats, torch.get_rng_state(), done)
+                    _save(self.checkpoint, identity, chain, step + 1, state, draws, stats, torch.get_rng_state(), done)
         except KeyboardInterrupt:
             if self.checkpoint is not None:
-                _save(self.checkpoint, chain, step, state, draws, stats, rng, done)
+                _save(self.checkpoint, identity, chain, step, state, draws, stats, rng, done)
                 print(f"interrupted: checkpoint at step {step} of chain {chain} saved to {self.checkpoint}; run again to resume")
             raise
         return {"draws": {k: torch.stack([d[k] for d in draws]) for k in draws[0]}, "stats": {k: torch.tensor([s[k] for s in stats]) for k in stats[0]}}
@@ -201,10 +201,11 @@ class _LogPosterior:
         return log_lik + log_prior, log_lik.detach()
 
 
-def _save(path, chain, step, state, draws, stats, rng, done):
+def _save(path, identity, chain, step, state, draws, stats, rng, done):
     momenta = getattr(state, "momenta", None)
     atomic_torch_save(
         {
+            "identity": identity,
             "chain": chain,
             "step": step,
             "params": dict(state.params),
@@ -219,8 +220,9 @@ def _save(path, chain, step, state, draws, stats, rng, done):
     )
 
 
-def _resume(path) -> dict:
+def _resume(path, identity: str) -> dict:
     saved = safe_torch_load(path)
+    check_identity(saved, identity, path, "SGMCMC")
     if not {"chain", "step", "params", "draws", "stats", "rng", "chains"} <= set(saved):
         raise BnnZooError(f"checkpoint {path} is not an SG-MCMC checkpoint; delete it or point SGMCMC(checkpoint=...) elsewhere")
     return saved

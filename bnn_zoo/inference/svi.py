@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 
 from bnn_zoo import guides
 from bnn_zoo.errors import BnnZooError
-from bnn_zoo.io import atomic_torch_save, bar_disabled, safe_torch_load
+from bnn_zoo.io import atomic_torch_save, bar_disabled, check_identity, fingerprint, safe_torch_load, say_resumed
 from bnn_zoo.posterior import Posterior, Prediction
 from bnn_zoo.variational import guide_state, parameters, sample_guide, scope
 
@@ -116,8 +116,8 @@ class SVI:
         for name in ("steps", "num_particles", "num_draws", "checkpoint_every", "eval_every", "patience"):
             if not (isinstance(getattr(self, name), int) and getattr(self, name) > 0):
                 raise BnnZooError(f"SVI {name} must be a positive integer, got {getattr(self, name)!r}")
-        if not (self.lr > 0 and 0 < self.lr_decay <= 1):
-            raise BnnZooError(f"SVI needs lr > 0 and 0 < lr_decay <= 1, got lr={self.lr}, lr_decay={self.lr_decay}")
+        if not (0 < self.lr < math.inf and 0 < self.lr_decay <= 1):
+            raise BnnZooError(f"SVI needs a finite lr > 0 and 0 < lr_decay <= 1, got lr={self.lr}, lr_decay={self.lr_decay}")
         if self.batch_size is not None and not (isinstance(self.batch_size, int) and 0 < self.batch_size):
             raise BnnZooError(f"batch_size must be a positive integer, got {self.batch_size!r}")
         if not (self.kl_weight > 0 and isinstance(self.kl_warmup, int) and self.kl_warmup >= 0):
@@ -158,8 +158,10 @@ class SVI:
         optim = torch.optim.Adam(params, lr=self.lr)
         sched = torch.optim.lr_scheduler.ExponentialLR(optim, gamma=self.lr_decay ** (1.0 / self.steps))
         losses, first, stop_reason, best = [], 0, None, None
+        identity = fingerprint({k: v for k, v in self.settings().items() if k != "num_draws"}, model.describe(), x, y)
         if self.checkpoint is not None and Path(self.checkpoint).exists():
-            first, losses, best = _resume(self.checkpoint, guide, point, optim, sched)
+            first, losses, best = _resume(self.checkpoint, identity, guide, point, optim, sched)
+            say_resumed(self.checkpoint, first, self.steps, self.progress)
         last_finite = [p.detach().clone() for p in params]  # the state whose loss was finite, copied in place each step
         bar = tqdm(range(first, self.steps), desc=f"SVI {self.guide_name}", disable=bar_disabled(self.progress), initial=first, total=self.steps)
         _set_training(guide, True)  # guides add per-example (local) noise in training mode only
@@ -192,10 +194,10 @@ class SVI:
                     elif step + 1 - best["step"] >= self.patience * self.eval_every:
                         break
                 if self.checkpoint is not None and (step + 1) % self.checkpoint_every == 0:
-                    _save(self.checkpoint, step + 1, _state(guide, point), optim, sched, losses, torch.get_rng_state(), best)
+                    _save(self.checkpoint, identity, step + 1, _state(guide, point), optim, sched, losses, torch.get_rng_state(), best)
         except KeyboardInterrupt:
             if self.checkpoint is not None:
-                _save(self.checkpoint, len(losses), _state(guide, point), optim, sched, losses, rng, best)
+                _save(self.checkpoint, identity, len(losses), _state(guide, point), optim, sched, losses, rng, best)
                 print(f"interrupted: checkpoint at step {len(losses)} saved to {self.checkpoint}; run again to resume")
             raise
         finally:
@@ -209,7 +211,7 @@ class SVI:
                 "Lower the learning rate or check the prior and likelihood scales.",
                 stacklevel=2,
             )
-        info = {"stop_reason": stop_reason or ""}
+        info = {"stop_reason": stop_reason or "", **({"resumed_at_step": first} if first else {})}
         if best is not None:
             _load_state(guide, point, best["state"])
             info.update(best_step=best["step"], best_validation_log_lik=best["score"], steps_run=len(losses))
@@ -295,14 +297,25 @@ def _load_state(guide, point: dict, state: dict) -> None:
             v.copy_(state["point"][k])
 
 
-def _save(path, step, state, optim, sched, losses, rng, best):
+def _save(path, identity, step, state, optim, sched, losses, rng, best):
     atomic_torch_save(
-        {"step": step, "state": state, "optim": optim.state_dict(), "sched": sched.state_dict(), "losses": torch.tensor(losses), "rng": rng, "best": best}, path
+        {
+            "identity": identity,
+            "step": step,
+            "state": state,
+            "optim": optim.state_dict(),
+            "sched": sched.state_dict(),
+            "losses": torch.tensor(losses),
+            "rng": rng,
+            "best": best,
+        },
+        path,
     )
 
 
-def _resume(path, guide, point, optim, sched):
+def _resume(path, identity, guide, point, optim, sched):
     state = safe_torch_load(path)
+    check_identity(state, identity, path, "SVI")
     try:
         _load_state(guide, point, state["state"])
         optim.load_state_dict(state["optim"])

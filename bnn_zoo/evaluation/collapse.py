@@ -1,0 +1,66 @@
+"""Collapse: a fit that has learned (almost) nothing about the inputs, said in words.
+
+A BNN whose prior or KL term overwhelms the data predicts the same thing for every input: a constant
+mean with everything else called noise (regression), the class frequencies (classification), or the
+uniform next token (language models); a loss that never moved is the same failure seen from the
+optimiser. Test metrics show it only to a reader who knows what chance looks like, so ``diagnose``
+names it, and ``bnn-zoo fit`` warns and records it as ``collapse_warning`` in metrics.json.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+MIN_EXPLAINED = 0.05  # regression: share of the training targets' variance the predictive mean explains
+MIN_INFORMATION = 0.10  # classification: share of the labels' entropy the predictions carry about the input
+MAX_PERPLEXITY = 0.9  # language models: perplexity as a share of the vocabulary size (uniform guessing is 1)
+MIN_LOSS_CHANGE = 1e-3  # relative change of the loss from its first to its last 5% of steps
+DRAWS = 100  # posterior draws for the training-set prediction
+
+
+def diagnose(posterior, metrics: dict, vocabulary: int | None = None) -> str:
+    """What collapsed, as one sentence ("" when nothing did), from predictions on the training data
+    (regression, classification), the test perplexity (language models) and the loss trace (SVI)."""
+    task = posterior.model.likelihood.task
+    signs = []
+    if task == "language-model":
+        if vocabulary and metrics.get("perplexity", 0) >= MAX_PERPLEXITY * vocabulary:
+            signs.append(f"test perplexity {metrics['perplexity']:.1f} is that of guessing uniformly among {vocabulary} tokens")
+    else:
+        with torch.no_grad():
+            pred = posterior.predict(posterior.x, num_samples=DRAWS)
+        signs.append(_regression(pred, posterior.y) if task == "regression" else _classification(pred))
+    signs.append(_flat_loss(getattr(posterior, "sample_stats", {}).get("loss")))
+    return "; ".join(s for s in signs if s)
+
+
+def _regression(pred, y) -> str:
+    explained = 1 - float(((pred.mean - y) ** 2).mean() / y.var(unbiased=False).mean())
+    if explained >= MIN_EXPLAINED:
+        return ""
+    return f"the predictive mean explains {explained:.1%} of the training targets' variance: the fit predicts a constant and calls the rest noise"
+
+
+def _classification(pred) -> str:
+    """Mutual information between input and predicted label, I = H(mean_i p_i) - mean_i H(p_i), as a
+    share of H(mean_i p_i): 1 when every prediction is certain, 0 when all inputs get the same one."""
+    probs = pred.draw_probs.mean(0).clamp_min(1e-12)  # (N, C), a Bernoulli's as (1 - p, p)
+    marginal = probs.mean(0)
+    label_entropy = float(-(marginal * marginal.log()).sum())
+    mean_entropy = float(-(probs * probs.log()).sum(-1).mean())
+    share = (label_entropy - mean_entropy) / label_entropy if label_entropy > 0 else 0.0
+    if share >= MIN_INFORMATION:
+        return ""
+    return f"its predictions carry {share:.1%} of the labels' information: nearly every input gets the same class probabilities"
+
+
+def _flat_loss(loss) -> str:
+    if loss is None or loss.numel() < 20:
+        return ""
+    k = max(1, loss.numel() // 20)
+    first, last = float(loss[:k].mean()), float(loss[-k:].mean())
+    if not (math.isfinite(first) and math.isfinite(last)) or abs(first - last) > MIN_LOSS_CHANGE * abs(first):
+        return ""
+    return f"the loss never moved ({first:.4g} at the start, {last:.4g} at the end)"
