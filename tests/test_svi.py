@@ -82,7 +82,6 @@ def test_a_stale_checkpoint_is_refused_and_its_own_fit_resumes(tmp_path):
     instead of silently returning the old fit's parameters under the new settings."""
     x, y = _data()
     ckpt = tmp_path / "ckpt.pt"
-    model = bz.BNN(bz.models.MLP(2, [4], 1))
     settings = dict(steps=20, checkpoint=ckpt, checkpoint_every=5, progress=False, num_draws=5)
     with pytest.raises(KeyboardInterrupt):
         bz.fit(Interrupted(at=13), x, y, bz.SVI(**settings))
