@@ -103,6 +103,7 @@ def main(argv=None) -> int:
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
         # `kill` (SIGTERM) unwinds like Ctrl-C: a checkpoint is saved and temporary files are removed
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+        warnings.showwarning = _one_line_warning
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["fit"]:  # the run's options come from its typed config (jsonargparse), not argparse
         return _guarded(_fit, argv[1:])
@@ -139,7 +140,6 @@ def _guarded(command, args) -> int:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
-            warnings.showwarning = _one_line_warning
             return command(args)
     except BnnZooError as exc:
         print(f"bnn-zoo: error: {exc}", file=sys.stderr)

@@ -1,10 +1,15 @@
 """The command line: the demo end to end at reduced size, fit on a UCI-format folder, list, --help."""
 
 import json
+import os
+import subprocess
+import sys
+import time
 
 import pytest
 from test_bad_input import _uci_folder
 
+import bnn_zoo as bz
 from bnn_zoo.cli import main
 from bnn_zoo.io import load_inference_data
 
@@ -164,3 +169,34 @@ def test_list_and_help(capsys):
     with pytest.raises(SystemExit):
         main(["fit", "--guide.help", "dropout"])
     assert "--guide.masks {step,example}" in capsys.readouterr().out
+
+
+def test_a_fit_killed_at_random_moments_leaves_nothing_that_breaks_compare_or_a_resume(tmp_path, capsys):
+    """kill -9 of a real `bnn-zoo fit` at seeded random moments (start-up, training, checkpointing,
+    writing results): after each, `compare` either reads a finished run or refuses the folder in one
+    line, `--resume` continues it, and the finished folder holds one consistent run."""
+    import random
+
+    out = tmp_path / "run"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    fit = [sys.executable, "-m", "bnn_zoo.cli", "fit", "--inference.steps", "1500", "--inference.checkpoint_every", "50"]
+    fit += ["--evaluation.elbo_samples", "50", "--out", str(out), "--quiet"]
+    rng = random.Random(0)
+    for moment in sorted(rng.uniform(1.0, 9.0) for _ in range(4)):
+        if (out / "metrics.json").exists():
+            break
+        run = subprocess.Popen([*fit, "--resume"], env=env, stderr=subprocess.PIPE, text=True)
+        time.sleep(moment)
+        run.kill()
+        _, err = run.communicate()
+        assert "Traceback" not in err, err
+        if out.exists():  # killed before it checked --out: nothing to read
+            code = main(["compare", str(out), "--out", str(tmp_path / "cmp")])
+            message = capsys.readouterr().err
+            assert code == 0 or (code == 2 and message.count("\n") == 1), message
+    finished = subprocess.run([*fit, "--resume"], env=env, capture_output=True, text=True) if not (out / "metrics.json").exists() else None
+    assert finished is None or finished.returncode == 0, finished.stderr
+    assert not list(out.glob(".*.tmp")) and not (out / "checkpoint.pt").exists()
+    assert main(["compare", str(out), "--out", str(tmp_path / "cmp")]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["settings"]["steps"] == 1500 and len(bz.load(out).sample_stats["loss"]) == 1500

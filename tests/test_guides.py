@@ -55,10 +55,13 @@ def test_every_guide_fits_an_mlp_and_exports_to_arviz(guide, options):
         assert math.isfinite(post.elbo(num_samples=50)[0])
 
 
-def test_an_affine_flow_too_large_for_memory_is_refused_before_training():
+def test_an_affine_flow_too_large_for_memory_is_refused_and_the_default_picks_spline_coupling():
     model = bz.BNN(bz.models.MLP(40, [30], 1))  # 1261 latents: a MADE at least 1261 wide
+    x, y = torch.randn(10, 40), torch.randn(10)
     with pytest.raises(bz.BnnZooError, match=r"affine autoregressive flow over 1261 latents needs O\(d\^2\) memory.*transform=spline"):
-        bz.fit(model, torch.randn(10, 40), torch.randn(10), bz.SVI(guide="flow", steps=1, progress=False))
+        bz.fit(model, x, y, bz.SVI(guide="flow", guide_options={"transform": "affine"}, steps=1, progress=False))
+    post = bz.fit(model, x, y, bz.SVI(guide="flow", steps=2, progress=False, num_draws=2))  # transform="auto"
+    assert any("SplineCoupling" in type(layer).__name__ for layer in post.guide._layers)
 
 
 @pytest.mark.parametrize("guide, options", [("mean-field", {}), ("matrix-normal", {"rank": 1}), ("dropout", {"p": 0.1})])

@@ -13,7 +13,7 @@ import math
 
 import torch
 
-MIN_EXPLAINED = 0.05  # regression: share of the training targets' variance the predictive mean explains
+MIN_EXPLAINED = 0.10  # regression: share of the training targets' variance the predictive mean explains
 MIN_INFORMATION = 0.10  # classification: share of the labels' entropy the predictions carry about the input
 MAX_PERPLEXITY = 0.9  # language models: perplexity as a share of the vocabulary size (uniform guessing is 1)
 MIN_LOSS_CHANGE = 1e-3  # relative change of the loss from its first to its last 5% of steps
@@ -29,8 +29,9 @@ def diagnose(posterior, metrics: dict, vocabulary: int | None = None) -> str:
         if vocabulary and metrics.get("perplexity", 0) >= MAX_PERPLEXITY * vocabulary:
             signs.append(f"test perplexity {metrics['perplexity']:.1f} is that of guessing uniformly among {vocabulary} tokens")
     else:
+        stored = getattr(posterior, "num_draws", DRAWS) * getattr(posterior, "num_chains", 1)  # a chain's draws are all it has
         with torch.no_grad():
-            pred = posterior.predict(posterior.x, num_samples=DRAWS)
+            pred = posterior.predict(posterior.x, num_samples=min(DRAWS, stored))
         signs.append(_regression(pred, posterior.y) if task == "regression" else _classification(pred))
     signs.append(_flat_loss(getattr(posterior, "sample_stats", {}).get("loss")))
     return "; ".join(s for s in signs if s)

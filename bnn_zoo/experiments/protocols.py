@@ -50,7 +50,7 @@ def uci_gal(folder: str | Path, epochs: int | None = None, splits: list[int] | N
         "model": cfg.node(cfg.MLP, hidden=[int(grids["n_hidden"][0])], activation="relu"),
         "prior": cfg.node(cfg.GalKeras, length_scale=1e-2),
         "likelihood": cfg.node(cfg.Gaussian, precision=tau[0]),
-        "inference": cfg.node(cfg.SVI, epochs=epochs, lr=1e-3, batch_size=128, num_draws=200),
+        "inference": cfg.node(cfg.SVI, epochs=epochs, lr=1e-3, lr_decay=1.0, batch_size=128, num_draws=200),  # Keras Adam: constant rate
         "guide": cfg.node(cfg.Dropout, p=p[0], masks="example"),
         "evaluation": {"predict_samples": mc_passes, "plots": False},
     }

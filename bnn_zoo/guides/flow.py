@@ -27,14 +27,14 @@ from bnn_zoo.guides.mean_field import MeanField
 from bnn_zoo.guides.registry import register
 from bnn_zoo.variational import LocalParamModule
 
-TRANSFORMS = ("affine", "spline")
+TRANSFORMS = ("auto", "affine", "spline")  # auto: affine up to MAX_AFFINE_DIM latents, spline coupling above
 MAX_AFFINE_DIM = 1024
 
 
 class Flow(LocalParamModule, AutoContinuous):
     """A flow over the flattened unconstrained latents of ``model``, started at ``init_values``."""
 
-    def __init__(self, model, init_values, transform="affine", num_flows=2, init_scale=1e-2, hidden=None, name="Flow"):
+    def __init__(self, model, init_values, transform="auto", num_flows=2, init_scale=1e-2, hidden=None, name="Flow"):
         if transform not in TRANSFORMS:
             raise BnnZooError(f"unknown flow transform {transform!r}; choose one of {', '.join(TRANSFORMS)}")
         hidden = [hidden] * 2 if isinstance(hidden, int) else hidden  # one width for both hidden layers
@@ -46,6 +46,8 @@ class Flow(LocalParamModule, AutoContinuous):
         super()._setup_prototype(*args, **kwargs)
         transform, num_flows, init_scale, hidden = self._spec
         d = self.latent_dim
+        if transform == "auto":
+            transform = "affine" if d <= MAX_AFFINE_DIM else "spline"
         if transform == "affine" and d > MAX_AFFINE_DIM:
             raise BnnZooError(
                 f"an affine autoregressive flow over {d} latents needs O(d^2) memory (its MADE is at least {d} wide; "
@@ -96,8 +98,8 @@ class LayerFlows(LocalParamModule):
         return values
 
 
-@register("flow", "normalizing flow: transform=affine|spline, num_flows=2, scope=joint (all weights) | layer (one flow per matrix)")
-def flow(model, init_values, transform: str = "affine", num_flows: int = 2, scope: str = "joint", init_scale: float = 1e-2, hidden=None):
+@register("flow", "normalizing flow: transform=auto|affine|spline, num_flows=2, scope=joint (all weights) | layer (one flow per matrix)")
+def flow(model, init_values, transform: str = "auto", num_flows: int = 2, scope: str = "joint", init_scale: float = 1e-2, hidden=None):
     num_flows = positive("the flow guide's num_flows", num_flows, integer=True)
     init_scale = positive("the flow guide's init_scale", init_scale)
     hidden = (

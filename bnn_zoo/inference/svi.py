@@ -64,7 +64,7 @@ class SVI:
     batch_size: int | None = None
     num_particles: int = 1
     seed: int = 0
-    lr_decay: float = 1.0
+    lr_decay: float = 0.1  # the rate ends at lr x 0.1: a constant rate leaves the variances noisy (docs/guide/defaults.md)
     guide_options: dict = field(default_factory=dict)
     num_draws: int = 1000
     checkpoint: str | Path | None = None

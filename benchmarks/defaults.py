@@ -1,0 +1,89 @@
+"""Every (dataset, model, method) combination `bnn-zoo list` offers, fitted with its default settings.
+
+Each combination runs as `bnn-zoo fit --data D --model M --inference I [--guide G]` would, with nothing
+else set, and the table gives its test metric (RMSE for regression, accuracy for classification), time
+and any collapse warning. Combinations that cannot finish on a laptop CPU at their defaults are listed
+with the reason instead of being run. Usage:
+
+    python benchmarks/defaults.py [--only toy-cubic,digits] [--out defaults.csv]
+
+Results: docs/guide/defaults.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import time
+import warnings
+
+import torch
+
+from bnn_zoo.errors import BnnZooError
+from bnn_zoo.experiments import config as cfg
+from bnn_zoo.experiments.run import execute
+
+DATA = {"toy-cubic": ["mlp", "linear"], "digits": ["mlp", "linear", "cnn"], "toy-text": ["lstm-tied", "lstm-untied", "embedding-rnn"]}
+GUIDES = ["mean-field", "matrix-normal", "flow", "dropout"]
+METHODS = ["nuts", "hmc", "sgld", "sghmc", "cyclical", "laplace", "gp"]
+NOT_RUN = {  # (data, method) -> why the default cannot run here
+    ("digits", "nuts"): "3,760+ weights and 1,347 rows: hours per chain at NUTS's 500 + 500 draws",
+    ("digits", "hmc"): "as NUTS",
+    ("toy-text", "*"): "recurrent models run 20-30 s per SVI step today (the speed issue)",
+}
+
+
+def combinations(only):
+    for data, models in DATA.items():
+        if only and data not in only:
+            continue
+        for model in models:
+            for method in [f"svi:{g}" for g in GUIDES] + METHODS:
+                yield data, model, method
+
+
+def run_one(data, model, method):
+    inference, _, guide = method.partition(":")
+    config = cfg.RunConfig(
+        data=cfg.REGISTRY["data"][data](),
+        model=cfg.REGISTRY["model"][model](),
+        inference=cfg.REGISTRY["inference"][inference](),
+        guide=cfg.REGISTRY["guide"][guide]() if guide else None,
+        evaluation=cfg.Evaluation(plots=False),
+    )
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        metrics = execute(config, None, progress=False).metrics
+    metric = "rmse" if "rmse" in metrics else "accuracy"
+    return {"metric": metric, "value": round(metrics[metric], 3), "time_s": round(time.perf_counter() - start, 1), "note": metrics.get("collapse_warning", "")}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", help="datasets to run, comma-separated (default: all)")
+    parser.add_argument("--out", default="defaults.csv", help="CSV of the results (written as they come)")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    only = set(args.only.split(",")) if args.only else None
+    print("| data | model | method | metric | value | time (s) | note |\n|---|---|---|---|---|---|---|", flush=True)
+    with open(args.out, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, ["data", "model", "method", "metric", "value", "time_s", "note"])
+        writer.writeheader()
+        for data, model, method in combinations(only):
+            reason = NOT_RUN.get((data, method.split(":")[0])) or NOT_RUN.get((data, "*"))
+            if reason:
+                row = {"metric": "", "value": "", "time_s": "", "note": f"not run: {reason}"}
+            else:
+                try:
+                    row = run_one(data, model, method)
+                except BnnZooError as exc:  # a combination refused with its reason is a result too
+                    row = {"metric": "", "value": "", "time_s": "", "note": f"refused: {exc}"}
+            row = {"data": data, "model": model, "method": method, **row}
+            writer.writerow(row)
+            fh.flush()
+            print("| " + " | ".join(str(row[k]) for k in writer.fieldnames) + " |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
