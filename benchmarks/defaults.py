@@ -29,6 +29,9 @@ METHODS = ["nuts", "hmc", "sgld", "sghmc", "cyclical", "laplace", "gp"]
 NOT_RUN = {  # (data, method) -> why the default cannot run here
     ("digits", "nuts"): "3,760+ weights and 1,347 rows: hours per chain at NUTS's 500 + 500 draws",
     ("digits", "hmc"): "as NUTS",
+    ("digits", "sgld"): "10,000 full-batch steps per chain x 2 chains: hours for the CNN",
+    ("digits", "sghmc"): "as SGLD",
+    ("digits", "cyclical"): "as SGLD",
     ("toy-text", "*"): "recurrent models run 20-30 s per SVI step today (the speed issue)",
 }
 

@@ -383,11 +383,11 @@ class Tokens(_Discrete):
 DEFAULT_LIKELIHOOD = {"regression": Gaussian, "classification": Categorical, "language-model": Tokens}
 
 
-def default_likelihood(dataset) -> LikelihoodConfig:
+def default_likelihood(dataset, known_noise: bool = True) -> LikelihoodConfig:
     """The data's task decides; a simulated regression that knows its noise (toy-cubic) gets that noise.
     (With the noise learned, 20 points let SVI explain the cubic away as noise: a constant predictor,
     test RMSE 23.8; see docs/guide/defaults.md.)"""
-    if dataset.task == "regression" and "noise_scale" in dataset.info:
+    if known_noise and dataset.task == "regression" and "noise_scale" in dataset.info:
         return Gaussian(precision=1 / dataset.info["noise_scale"] ** 2)
     return DEFAULT_LIKELIHOOD[dataset.task]()
 
@@ -459,6 +459,9 @@ class InferenceConfig:
         raise NotImplementedError
 
 
+FULL_BATCH = 1000  # SVI's default: full batch up to this many training rows, minibatches of 128 above
+
+
 @register("svi")
 @dataclass
 class SVI(InferenceConfig):
@@ -468,7 +471,7 @@ class SVI(InferenceConfig):
     epochs: int | None = None
     lr: float = 1e-2
     lr_decay: float = 0.1  # the rate ends at lr x 0.1: a constant rate leaves the variances noisy (docs/guide/defaults.md)
-    batch_size: int | None = None
+    batch_size: int | None = None  # None: full batch up to 1,000 training rows, 128 above
     num_particles: int = 1
     kl_weight: float = 1.0
     kl_warmup: int = 0
@@ -490,11 +493,13 @@ class SVI(InferenceConfig):
             raise BnnZooError("give svi steps or epochs, not both")
         guide = run.guide or MeanField()
         n = dataset.x_train.shape[0]
+        batch_size = self.batch_size if self.batch_size is not None else (n if n <= FULL_BATCH else 128)
         if self.epochs is not None:
-            steps = positive("svi epochs", self.epochs, integer=True) * math.ceil(n / (self.batch_size or n))
+            steps = positive("svi epochs", self.epochs, integer=True) * math.ceil(n / batch_size)
         else:
             steps = 3000 if self.steps is None else self.steps  # SVI refuses steps below 1
         options = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("steps", "epochs", "lockstep")}
+        options["batch_size"] = None if 0 < batch_size >= n else batch_size  # bnn_zoo.SVI refuses a batch below 1
         return Method(
             guide=guide.registered_name, guide_options=guide.options(), steps=steps, seed=run.seed, checkpoint=checkpoint, progress=progress, **options
         )
@@ -644,7 +649,7 @@ class RunConfig:
 
     data: DataConfig = field(default_factory=ToyCubic)
     model: Union[ModelConfig, UserNetwork] = field(default_factory=MLP)
-    prior: PriorConfig = field(default_factory=FanIn)
+    prior: PriorConfig | None = None  # None: normal for the dropout guide, fanin otherwise (docs/guide/defaults.md)
     likelihood: LikelihoodConfig | None = None  # None: the data's task decides
     inference: InferenceConfig = field(default_factory=SVI)
     guide: GuideConfig | None = None  # svi only; None: mean-field
@@ -653,10 +658,13 @@ class RunConfig:
     device: str | None = None  # cpu (default) or cuda: where a BNN is fitted
 
     def resolved(self, dataset) -> RunConfig:
-        """This config with its data-dependent defaults written out (the likelihood, SVI's guide)."""
-        likelihood = self.likelihood or default_likelihood(dataset)
+        """This config with its data-dependent defaults written out (the likelihood, SVI's guide, the prior)."""
+        likelihood = self.likelihood or default_likelihood(dataset, known_noise=self.inference.bnn)  # a GP learns its noise
         guide = self.guide or (MeanField() if self.inference.takes_guide else None)
-        return dataclasses.replace(self, likelihood=likelihood, guide=guide)
+        # Gal's dropout KL is a weight decay (1 - p) / (2 N s^2) per weight: under the fan-in prior
+        # (s^2 = 1 / fan_in) it is hundreds of times the usual decay and a CNN collapses to chance
+        prior = self.prior or (Normal() if isinstance(guide, Dropout) else FanIn())
+        return dataclasses.replace(self, likelihood=likelihood, guide=guide, prior=prior)
 
     def lockstep_ready(self) -> bool:
         """Whether the lockstep engine can fit this run (its own check, ``lockstep.why_not``, is final):
