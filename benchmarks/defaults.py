@@ -82,6 +82,8 @@ def main():
                     row = run_one(data, model, method)
                 except BnnZooError as exc:  # a combination refused with its reason is a result too
                     row = {"metric": "", "value": "", "time_s": "", "note": f"refused: {exc}"}
+                except Exception as exc:  # a crash is a finding: record it and go on
+                    row = {"metric": "", "value": "", "time_s": "", "note": f"FAILED: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"}
             row = {"data": data, "model": model, "method": method, **row}
             writer.writerow(row)
             fh.flush()

@@ -149,6 +149,18 @@ def _guarded(command, args) -> int:
 
         print(f"bnn-zoo: error: {parse_error_message(exc)} (see bnn-zoo fit --help)", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("bnn-zoo: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # a failure bnn-zoo did not foresee: one line here, the traceback in a file
+        import tempfile
+        import traceback
+
+        with tempfile.NamedTemporaryFile("w", prefix="bnn-zoo-traceback-", suffix=".txt", delete=False) as fh:
+            fh.write(traceback.format_exc())
+        first = (str(exc).splitlines() or [""])[0][:200]
+        print(f"bnn-zoo: error: unexpected {type(exc).__name__}: {first} (a bug in bnn-zoo; the traceback is in {fh.name})", file=sys.stderr)
+        return 1
 
 
 def _one_line_warning(message, category, filename, lineno, file=None, line=None):

@@ -290,3 +290,17 @@ def test_result_files_get_normal_permissions_and_no_temporary_files_stay(tmp_pat
     (tmp_path / ".posterior.nc.abc123.tmp").write_bytes(b"half")  # left by a write a kill interrupted
     remove_temporaries(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json"]
+
+
+def test_an_unforeseen_failure_is_one_line_with_the_traceback_in_a_file(monkeypatch, capsys):
+    from bnn_zoo import cli
+
+    def boom(args):
+        raise RuntimeError("something bnn-zoo did not foresee\nsecond line")
+
+    monkeypatch.setattr(cli, "_list", boom)
+    assert main(["list"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unexpected RuntimeError: something bnn-zoo did not foresee (a bug in bnn-zoo" in err
+    path = err.rsplit("traceback is in ", 1)[1].rstrip(")\n")
+    assert "Traceback" in open(path).read()

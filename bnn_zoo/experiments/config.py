@@ -754,7 +754,11 @@ def parser():
             default = to_dict(action.default)
             name = next((n for n, c in REGISTRY[action.dest].items() if isinstance(default, dict) and default["class_path"].endswith(f".{c.__name__}")), None)
             options = f"; its options: --{action.dest}.help NAME"
-            name = name or {"likelihood": "the data's task decides", "guide": "mean-field; svi only"}.get(action.dest)
+            name = name or {
+                "likelihood": "the data's task decides",
+                "guide": "mean-field; svi only",
+                "prior": "normal with the dropout guide, fanin otherwise",
+            }.get(action.dest)
             return f"{' | '.join(REGISTRY[action.dest])} (default: {name}){options}"
 
     p = ArgumentParser(prog="bnn-zoo fit", formatter_class=Help, exit_on_error=False)

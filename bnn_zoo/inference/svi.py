@@ -42,7 +42,7 @@ class SVI:
         batch_size: minibatch size M; the likelihood is scaled by N / M (default: full batch).
         num_particles: ELBO particles per step, vectorised.
         seed: seeds Pyro's and torch's generators before the guide is built.
-        lr_decay: the learning rate decays geometrically to ``lr * lr_decay`` at the last step.
+        lr_decay: the learning rate decays geometrically to ``lr * lr_decay`` at the last step (1 keeps it constant).
         guide_options: keyword options of a registered guide or an AutoGuide class.
         num_draws: guide draws kept for prediction and the InferenceData.
         checkpoint: a path written every ``checkpoint_every`` steps and on Ctrl-C; an existing one is resumed.
