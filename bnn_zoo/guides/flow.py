@@ -68,7 +68,7 @@ class Flow(LocalParamModule, AutoContinuous):
                 layers.append(spline_coupling(d, hidden_dims=hidden_dims))
             # A random (seeded) permutation between layers: with a fixed reversal, coupling layers on 4
             # weights always keep weights 1 and 2 on the same side and never model their correlation.
-            layers.append(Permute(torch.randperm(d)))
+            layers.append(Permute(torch.randperm(d), cache_size=1))
         self.flows = nn.ModuleList(t for t in layers if isinstance(t, nn.Module))
         self._layers = layers
         self.loc = PyroParam(self._init_loc())
@@ -78,7 +78,10 @@ class Flow(LocalParamModule, AutoContinuous):
         return dist.Normal(torch.zeros(self.latent_dim), 1.0).to_event(1)
 
     def get_transform(self, *args, **kwargs):
-        return ComposeTransform([*self._layers, AffineTransform(self.loc, self.scale)])
+        # cache_size=1: the density of a draw uses the values that made it. Inverting z = loc + scale * v
+        # in float32 loses v once scale is ~1e-7 of loc, and the optimiser exploits the garbage density:
+        # uncached, the loss ran to -4e11 (a negative ELBO can go no lower than about -log p(y)).
+        return ComposeTransform([*self._layers, AffineTransform(self.loc, self.scale, cache_size=1)], cache_size=1)
 
 
 class LayerFlows(LocalParamModule):
