@@ -170,11 +170,10 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
 
 def _demo(args):
     from bnn_zoo.experiments.demo import RUNS, demo
-    from bnn_zoo.io import output_folder, writable_folder
+    from bnn_zoo.io import output_folder
 
     for run in RUNS:  # checked before anything is fitted
         output_folder(Path(args.out) / run, overwrite=args.overwrite, option="--out")
-    writable_folder(args.out)
     demo(args.out, args.svi_steps, args.num_warmup, args.num_samples, args.num_chains, args.seed, progress=not args.quiet)
     return 0
 

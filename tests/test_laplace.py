@@ -78,3 +78,13 @@ def test_laplace_refuses_what_it_cannot_do(blr_data):
         bz.fit(bz.BNN(bz.models.MLP(3, [4], 1), bz.priors.FanInNormal()), x, y, bz.Laplace(hessian="kron", **QUICK))
     with pytest.raises(bz.BnnZooError, match="hessian in"):
         bz.Laplace(hessian="exact")
+
+
+def test_auto_hessian_is_full_for_small_networks_and_diag_above_the_full_limit():
+    x = torch.randn(10, 3, generator=torch.Generator().manual_seed(0))
+    y = x.sum(1)
+    small = bz.BNN(bz.models.MLP(3, [4], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.3))
+    large = bz.BNN(bz.models.MLP(3, [70, 70], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.3))  # 5,321 weights > MAX_FULL
+    for model, same_as in ((small, "full"), (large, "diag")):
+        auto, explicit = (bz.fit(model, x, y, bz.Laplace(hessian=h, map_steps=20, optimize_prior=False, seed=0, progress=False)) for h in ("auto", same_as))
+        assert auto.info["log_evidence"] == explicit.info["log_evidence"], same_as

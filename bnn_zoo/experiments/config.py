@@ -579,7 +579,7 @@ class Laplace(InferenceConfig):
     """Laplace at the MAP (GGN full, diag or kron) with MacKay's evidence and type-II prior precision."""
 
     subset: Literal["all", "last_layer"] = "all"
-    hessian: Literal["full", "diag", "kron"] = "full"
+    hessian: Literal["auto", "full", "diag", "kron"] = "auto"  # auto: full up to 5,000 weights, diag above
     optimize_prior: bool = True
     map_steps: int = 2000
     lr: float = 1e-2

@@ -35,7 +35,7 @@ from bnn_zoo.likelihoods import Gaussian
 from bnn_zoo.posterior import Posterior, load_posterior
 
 SUBSETS = ("all", "last_layer")
-HESSIANS = ("full", "diag", "kron")
+HESSIANS = ("full", "diag", "kron", "auto")  # auto: full up to MAX_FULL weights, diag above
 MAX_FULL = 5000  # a full D x D precision in float64: 5000 weights is 200 MB
 
 
@@ -48,8 +48,9 @@ class Laplace:
     Args:
         subset: ``"all"`` Bayesian parameters, or ``"last_layer"`` (the network's last parametrised
             module; the others are held at the MAP, as point estimates).
-        hessian: ``"full"`` GGN (up to 5000 weights), its ``"diag"``onal, or ``"kron"`` (KFAC blocks
-            per dense layer, which needs one prior scale per layer).
+        hessian: ``"full"`` GGN (up to 5000 weights), its ``"diag"``onal, ``"kron"`` (KFAC blocks
+            per dense layer, which needs one prior scale per layer), or ``"auto"``: full up to 5000
+            weights, diag above (what works for any network).
         prior_precision: a fixed scale c of the model's prior precision (1: the model's prior as it is);
             with ``optimize_prior`` it is the starting value.
         optimize_prior: fit c by maximising the Laplace evidence at each MAP (post hoc, as laplace-torch's
@@ -406,6 +407,8 @@ def _curvature(model: BNN, values: dict, x, y, names: list[str], kind: str) -> _
     if kind == "kron":
         return _Curvature(names, shapes, kind, kron=_kron(model, values, x, y, names, latent))
     d = sum(math.prod(s) for s in shapes.values())
+    if kind == "auto":
+        kind = "full" if d <= MAX_FULL else "diag"
     if kind == "full" and d > MAX_FULL:
         raise BnnZooError(f"a full Hessian over {d} weights needs a {d} x {d} matrix; use hessian='kron' or 'diag', or subset='last_layer'")
 
