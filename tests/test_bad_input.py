@@ -246,6 +246,8 @@ QUICK_FIT = ["--inference.steps", "2", "--evaluation.plots", "false", "--quiet"]
             "features holds values up to 1.1e+31 (first in row 1), beyond 2e+18 where torch.float32 arithmetic overflows",
         ),
         (["fit", "--data", "uci", "--data.path", "uci-nan"], "contains NaN or inf (first in row 5, line 6)"),
+        # a method that cannot take the network
+        (["fit", "--data", "toy-text", "--model", "lstm-tied", "--inference", "laplace", "--inference.map_steps", "2"], "which this network does not support"),
         # a user's network with the wrong output shape
         (["fit", "--model", "flatnet:Flat"], "the network returns shape (2,) for 2 input rows; it must return (N, out_features)"),
     ],

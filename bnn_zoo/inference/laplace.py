@@ -401,6 +401,18 @@ class _Curvature:
 
 
 def _curvature(model: BNN, values: dict, x, y, names: list[str], kind: str) -> _Curvature:
+    try:
+        return _ggn(model, values, x, y, names, kind)
+    except RuntimeError as exc:
+        if "vmap" not in str(exc):
+            raise
+        raise BnnZooError(
+            "Laplace takes per-example Jacobians under torch.func.vmap, which this network does not support (its forward reads "
+            "tensor values, as the recurrent models' token lookups do); use SVI or SG-MCMC"
+        ) from None
+
+
+def _ggn(model: BNN, values: dict, x, y, names: list[str], kind: str) -> _Curvature:
     shapes = {k: model.params[k].shape for k in names}
     latent = {k: values[k] for k in model.likelihood.latent_prior()}
     fixed = {k: v for k, v in values.items() if k in model.net.state_dict() and k not in names}
