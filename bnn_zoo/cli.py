@@ -173,7 +173,7 @@ def _demo(args):
     from bnn_zoo.io import output_folder
 
     for run in RUNS:  # checked before anything is fitted
-        output_folder(Path(args.out) / run, overwrite=args.overwrite, option="--out")
+        output_folder(Path(args.out) / run, overwrite=args.overwrite, resume=None)
     demo(args.out, args.svi_steps, args.num_warmup, args.num_samples, args.num_chains, args.seed, progress=not args.quiet)
     return 0
 

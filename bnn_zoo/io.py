@@ -56,9 +56,10 @@ def remove_temporaries(folder) -> None:
 RESULT_MARKERS = ("metrics.json", "posterior.json", "checkpoint.pt", "config.yaml")  # what makes a folder a bnn-zoo result
 
 
-def output_folder(path, overwrite: bool = False, resume: bool = False, option: str = "--out") -> Path:
+def output_folder(path, overwrite: bool = False, resume: bool | None = False, option: str = "--out") -> Path:
     """Check a run's result folder before any work. An existing run in it is kept unless ``overwrite``
-    (which clears the folder) or ``resume`` (which continues an unfinished run) says otherwise."""
+    (which clears the folder) or ``resume`` (which continues an unfinished run; None: the command has
+    no --resume) says otherwise."""
     path = Path(path)
     if path.is_dir() and any(path.iterdir()):
         if not any((path / marker).exists() for marker in RESULT_MARKERS):
@@ -66,7 +67,8 @@ def output_folder(path, overwrite: bool = False, resume: bool = False, option: s
         if overwrite:
             shutil.rmtree(path)
         elif not resume:
-            raise BnnZooError(f"{option} {path} already holds a run; pass --overwrite to replace it or --resume to continue it, or choose another folder")
+            ways = "--overwrite to replace it" + ("" if resume is None else " or --resume to continue it")
+            raise BnnZooError(f"{option} {path} already holds a run; pass {ways}, or choose another folder")
         elif (path / "metrics.json").exists():
             raise BnnZooError(f"{option} {path} holds a finished run, so there is nothing to resume; pass --overwrite to fit it again")
     return writable_folder(path, option)

@@ -175,8 +175,9 @@ def _corpus_files(root):
         "    def forward(self, x):\n        return self.layer(x)[:, 0]\n"
     )
     done, partial = root / "done", root / "partial"
-    done.mkdir()
-    (done / "metrics.json").write_text('{"rmse": 1.0}\n')
+    for finished in (done, root / "svi"):  # a finished fit, and the demo's first run
+        finished.mkdir()
+        (finished / "metrics.json").write_text('{"rmse": 1.0}\n')
     partial.mkdir()
     (partial / "config.yaml").write_text("seed: 0\n")
     (root / "other").mkdir()
@@ -225,6 +226,7 @@ QUICK_FIT = ["--inference.steps", "2", "--evaluation.plots", "false", "--quiet"]
         (["sweep", "nowhere.yaml", "--out", "afile"], "--out afile is a file"),
         (["reproduce", "uci-gal", "--data", "uci-overlap", "--out", "afile"], "--out afile is a file"),
         (["demo", "--out", "afile"], "--out afile/svi is inside afile, which is a file"),
+        (["demo", "--out", "."], "--out svi already holds a run; pass --overwrite to replace it, or choose another folder"),
         # text corpora
         (
             ["fit", "--data", "text", "--data.path", "ok.txt", "--data.seq_len", "0", "--model", "lstm-tied"],
