@@ -29,14 +29,8 @@ METHODS = ["nuts", "hmc", "sgld", "sghmc", "cyclical", "laplace", "gp"]
 NOT_RUN = {  # (data, method) -> why the default cannot run here
     ("digits", "nuts"): "2 chains of 500 + 500 draws with trees up to 1,023 leapfrog steps over 1,347 rows, at about 1 ms a step: hours",
     ("digits", "hmc"): "as NUTS",
-    ("digits", "cnn", "sgld"): "10,000 full-batch CNN steps per chain x 2 chains: hours",
-    ("digits", "cnn", "sghmc"): "as SGLD",
-    ("digits", "cnn", "cyclical"): "as SGLD",
     ("toy-text", "nuts"): "26,000+ weights: hours per chain",
     ("toy-text", "hmc"): "as NUTS",
-    ("toy-text", "sgld"): "10,000 full-batch steps per chain x 2 chains of a recurrent network: hours",
-    ("toy-text", "sghmc"): "as SGLD",
-    ("toy-text", "cyclical"): "as SGLD",
 }
 
 

@@ -98,3 +98,16 @@ def test_bad_sgmcmc_settings_are_refused():
         bz.SGMCMC(kind="nuts")
     with pytest.raises(bz.BnnZooError, match="step_size > 0"):
         bz.SGMCMC(step_size=0)
+
+
+@pytest.mark.parametrize("inference", ["svi", "sgld", "sghmc", "cyclical"])
+def test_minibatches_of_128_are_the_default_above_a_thousand_training_rows(inference):
+    from bnn_zoo.experiments import config as cfg
+    from bnn_zoo.experiments.run import prepare
+
+    def batch(data):
+        config = cfg.RunConfig(data=data, model=cfg.REGISTRY["model"]["mlp"](), inference=cfg.REGISTRY["inference"][inference]())
+        return prepare(config, progress=False).method.batch_size
+
+    assert batch(cfg.REGISTRY["data"]["digits"]()) == 128  # 1,347 training rows
+    assert batch(cfg.REGISTRY["data"]["toy-cubic"]()) in (None, 20)  # 20 rows: one full batch

@@ -132,6 +132,7 @@ def test_a_killed_sweep_resumes_without_re_running_finished_cells(tmp_path):
     states = sweep_status(out)
     finished = {c["key"] for c in states["done"]}
     assert 2 <= len(finished) < 6 and not states["running"]  # the killed cell is pending again
+    assert len(table.collect(out)) == len(finished)  # the killed cell's half-written folder does not reach the table
     stamps = {k: (out / "cells" / k / "status.json").stat().st_mtime_ns for k in finished}
     summary = run_sweep(Sweep.from_dict(yaml.safe_load(spec.read_text())), out, show_progress=False, lockstep=False)
     assert summary["skipped"] == len(finished) and summary["done"] == 6 - len(finished)

@@ -433,7 +433,7 @@ class Flow(GuideConfig):
     num_flows: int = 2
     scope: Literal["joint", "layer"] = "joint"
     init_scale: float = 1e-2
-    hidden: list[int] | None = None
+    hidden: Union[int, list[int], None] = None  # coupling-net widths; None: 256 up to 4,096 latents, ~2^19 / latents above
 
 
 @register("dropout")
@@ -459,7 +459,12 @@ class InferenceConfig:
         raise NotImplementedError
 
 
-FULL_BATCH = 1000  # SVI's default: full batch up to this many training rows, minibatches of 128 above
+FULL_BATCH = 1000  # SVI's and SG-MCMC's default: full batch up to this many training rows, minibatches of 128 above
+
+
+def default_batch(batch_size: int | None, n: int) -> int:
+    """The minibatch size a fit on n training rows uses: the one given, else full batch up to FULL_BATCH rows, else 128."""
+    return batch_size if batch_size is not None else (n if n <= FULL_BATCH else 128)
 
 
 @register("svi")
@@ -493,7 +498,7 @@ class SVI(InferenceConfig):
             raise BnnZooError("give svi steps or epochs, not both")
         guide = run.guide or MeanField()
         n = dataset.x_train.shape[0]
-        batch_size = self.batch_size if self.batch_size is not None else (n if n <= FULL_BATCH else 128)
+        batch_size = default_batch(self.batch_size, n)
         if self.epochs is not None:
             steps = positive("svi epochs", self.epochs, integer=True) * math.ceil(n / batch_size)
         else:
@@ -538,7 +543,7 @@ class HMC(_Chain):
 @dataclass
 class _SGMCMC(InferenceConfig):
     step_size: float = 1e-4
-    batch_size: int | None = None
+    batch_size: int | None = None  # None: full batch up to 1,000 training rows, 128 above (as SVI)
     num_samples: int = 500
     thinning: int = 10
     burn_in: int = 5000
@@ -547,7 +552,8 @@ class _SGMCMC(InferenceConfig):
     def build(self, run, model, dataset, checkpoint, progress):
         from bnn_zoo.inference import SGMCMC as Method
 
-        return Method(kind=self.registered_name, seed=run.seed, checkpoint=checkpoint, progress=progress, **dataclasses.asdict(self))
+        options = dataclasses.asdict(self) | {"batch_size": default_batch(self.batch_size, dataset.x_train.shape[0])}
+        return Method(kind=self.registered_name, seed=run.seed, checkpoint=checkpoint, progress=progress, **options)
 
 
 @register("sgld")

@@ -29,6 +29,7 @@ from bnn_zoo.variational import LocalParamModule
 
 TRANSFORMS = ("auto", "affine", "spline")  # auto: affine up to MAX_AFFINE_DIM latents, spline coupling above
 MAX_AFFINE_DIM = 1024
+WIDE_DIM = 4096  # the widest latent vector whose coupling nets get the full default width
 
 
 class Flow(LocalParamModule, AutoContinuous):
@@ -58,7 +59,10 @@ class Flow(LocalParamModule, AutoContinuous):
         # Width 2d grows as d^2 parameters: cap the default at 256. Pyro's autoregressive nets (MADE)
         # need width >= d, so an affine flow over d latents costs O(d^2) whatever we do; spline
         # coupling's dense nets have no such floor, which is what makes scope=layer + spline scale.
-        width = min(max(2 * d, 8), 256)
+        # Their output layer has about 12 d x width weights, so above WIDE_DIM latents the width falls
+        # as 1/d: 256 wide over the digits CNN's 13,706 latents was 84M weights that Adam took to NaN
+        # in 14 steps; 38 wide it trains (0.936 accuracy, docs/guide/defaults.md).
+        width = min(max(2 * d, 8), 256) if d <= WIDE_DIM else max(16, 2**19 // d)
         hidden_dims = list(hidden) if hidden else [max(width, d) if transform == "affine" else width] * 2
         layers = []
         for _ in range(num_flows):
