@@ -15,6 +15,7 @@ import torch
 
 MIN_EXPLAINED = 0.10  # regression: share of the training targets' variance the predictive mean explains
 MIN_INFORMATION = 0.10  # classification: share of the labels' entropy the predictions carry about the input
+MIN_ACCURACY_GAIN = 0.10  # ... or share of the gap from the majority class's accuracy to 1 the fit closes
 MAX_PERPLEXITY = 0.9  # language models: perplexity as a share of the vocabulary size (uniform guessing is 1)
 MIN_LOSS_CHANGE = 1e-3  # relative change of the loss from its first to its last 5% of steps
 DRAWS = 100  # posterior draws for the training-set prediction
@@ -32,7 +33,7 @@ def diagnose(posterior, metrics: dict, vocabulary: int | None = None) -> str:
         stored = getattr(posterior, "num_draws", DRAWS) * getattr(posterior, "num_chains", 1)  # a chain's draws are all it has
         with torch.no_grad():
             pred = posterior.predict(posterior.x, num_samples=min(DRAWS, stored))
-        signs.append(_regression(pred, posterior.y) if task == "regression" else _classification(pred))
+        signs.append(_regression(pred, posterior.y) if task == "regression" else _classification(pred, posterior.y))
     signs.append(_flat_loss(getattr(posterior, "sample_stats", {}).get("loss")))
     return "; ".join(s for s in signs if s)
 
@@ -44,17 +45,26 @@ def _regression(pred, y) -> str:
     return f"the predictive mean explains {explained:.1%} of the training targets' variance: the fit predicts a constant and calls the rest noise"
 
 
-def _classification(pred) -> str:
+def _classification(pred, y) -> str:
     """Mutual information between input and predicted label, I = H(mean_i p_i) - mean_i H(p_i), as a
-    share of H(mean_i p_i): 1 when every prediction is certain, 0 when all inputs get the same one."""
+    share of H(mean_i p_i): 1 when every prediction is certain, 0 when all inputs get the same one.
+    Hedged predictions carry little information even when they rank the classes right, so a fit is
+    collapsed only if its training accuracy also closes under 10% of the gap from the majority class
+    to 1 (an SGLD LSTM at 0.87 accuracy against a majority of 0.61 carried 7.8%)."""
     probs = pred.draw_probs.mean(0).clamp_min(1e-12)  # (N, C), a Bernoulli's as (1 - p, p)
     marginal = probs.mean(0)
     label_entropy = float(-(marginal * marginal.log()).sum())
     mean_entropy = float(-(probs * probs.log()).sum(-1).mean())
     share = (label_entropy - mean_entropy) / label_entropy if label_entropy > 0 else 0.0
-    if share >= MIN_INFORMATION:
+    labels = y.long().reshape(-1)
+    majority = float(torch.bincount(labels).max()) / labels.numel()
+    accuracy = float((probs.argmax(-1) == labels).float().mean())
+    if share >= MIN_INFORMATION or accuracy >= majority + MIN_ACCURACY_GAIN * (1 - majority):
         return ""
-    return f"its predictions carry {share:.1%} of the labels' information: nearly every input gets the same class probabilities"
+    return (
+        f"its predictions carry {share:.1%} of the labels' information and {accuracy:.1%} of the training labels are right "
+        f"(the majority class alone: {majority:.1%}): nearly every input gets the same class probabilities"
+    )
 
 
 def _flat_loss(loss) -> str:
