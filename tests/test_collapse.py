@@ -15,7 +15,8 @@ def _posterior(likelihood, f, y, loss=None):
     """A stand-in posterior whose predictions on its training inputs are the draws ``f`` (draws, N, out)."""
     predict = lambda x, num_samples: Prediction(f[:num_samples], {}, likelihood)  # noqa: E731
     stats = {} if loss is None else {"loss": torch.as_tensor(loss)}
-    return SimpleNamespace(model=SimpleNamespace(likelihood=likelihood), x=torch.zeros(len(y), 1), y=y, predict=predict, sample_stats=stats, num_draws=f.shape[0])
+    model = SimpleNamespace(likelihood=likelihood)
+    return SimpleNamespace(model=model, x=torch.zeros(len(y), 1), y=y, predict=predict, sample_stats=stats, num_draws=f.shape[0])
 
 
 LABELS = torch.tensor([0] * 61 + [1] * 39)  # the majority class alone is right on 61%
