@@ -111,3 +111,16 @@ def test_language_model_from_the_command_line(tmp_path):
 def test_recurrent_models_refuse_feature_data(capsys):
     assert main(["fit", "--model", "lstm-tied", "--out", "/tmp/never", "--quiet"]) == 2
     assert "recurrent models take text data" in capsys.readouterr().err
+
+
+def test_recurrent_models_default_to_gals_dropout_guide_and_the_others_to_mean_field():
+    """Mean-field on toy-text's LSTMs keeps the prior (the majority class, docs/guide/defaults.md)."""
+
+    def resolved(data, model):
+        run = config.RunConfig(data=config.REGISTRY["data"][data](), model=config.REGISTRY["model"][model]())
+        return run.resolved(run.data.load(0))
+
+    lstm = resolved("toy-text", "lstm-tied")
+    assert isinstance(lstm.guide, config.Dropout) and isinstance(lstm.prior, config.Normal)
+    cnn = resolved("digits", "cnn")
+    assert isinstance(cnn.guide, config.MeanField) and isinstance(cnn.prior, config.FanIn)

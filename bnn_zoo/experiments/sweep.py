@@ -167,7 +167,7 @@ def labels(run: cfg.RunConfig) -> dict:
     if isinstance(run.inference, cfg.GP):
         inference += f"-{run.inference.kernel}"
     elif run.inference.takes_guide:
-        guide = run.guide or cfg.MeanField()
+        guide = run.guide or run.default_guide()
         changed = [f"{f.name}={getattr(guide, f.name)}" for f in dataclasses.fields(guide) if getattr(guide, f.name) != f.default]
         inference += f"-{guide.registered_name}" + (f"({', '.join(changed)})" if changed else "")
     return {"dataset": dataset, "model": model, "inference": inference, "seed": run.seed}
