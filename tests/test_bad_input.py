@@ -205,7 +205,12 @@ QUICK_FIT = ["--inference.steps", "2", "--evaluation.plots", "false", "--quiet"]
         (["fit", "--inference.steps", "null", "--inference.epochs", "0"], "svi epochs must be a whole number >= 1, got 0"),
         (["fit", "--inference.lr", "0"], "SVI needs a finite lr > 0"),
         (["fit", "--inference.lr", "inf"], "--inference.lr: expected a number, got inf"),
-        (["fit", "--inference.batch_size", "0"], "batch_size must be a positive integer, got 0"),
+        (["fit", "--inference.batch_size", "0"], "--inference.batch_size must be a whole number >= 1, got 0"),
+        (
+            ["fit", "--inference.steps", "null", "--inference.epochs", "2", "--inference.batch_size", "0"],
+            "--inference.batch_size must be a whole number >= 1, got 0",
+        ),
+        (["fit", "--inference", "sgld", "--inference.batch_size", "0"], "--inference.batch_size must be a whole number >= 1, got 0"),
         (["fit", "--inference", "nuts", "--inference.num_chains", "0"], "NUTS num_chains must be an integer >= 1, got 0"),
         (["fit", "--inference", "nuts", "--inference.step_size", "0.1"], "--inference.step_size is not an option of inference nuts"),
         (["fit", "--inference", "sgld", "--inference.step_size", "0"], "SGMCMC needs step_size > 0"),

@@ -462,9 +462,12 @@ class InferenceConfig:
 FULL_BATCH = 1000  # SVI's and SG-MCMC's default: full batch up to this many training rows, minibatches of 128 above
 
 
-def default_batch(batch_size: int | None, n: int) -> int:
-    """The minibatch size a fit on n training rows uses: the one given, else full batch up to FULL_BATCH rows, else 128."""
-    return batch_size if batch_size is not None else (n if n <= FULL_BATCH else 128)
+def default_batch(batch_size: int | None, n: int) -> int | None:
+    """The minibatch size a fit on n training rows uses, None for full batch: the one given, else full
+    batch up to FULL_BATCH rows, else 128."""
+    if batch_size is None:
+        return None if n <= FULL_BATCH else 128
+    return None if positive("--inference.batch_size", batch_size, integer=True) >= n else batch_size
 
 
 @register("svi")
@@ -500,11 +503,10 @@ class SVI(InferenceConfig):
         n = dataset.x_train.shape[0]
         batch_size = default_batch(self.batch_size, n)
         if self.epochs is not None:
-            steps = positive("svi epochs", self.epochs, integer=True) * math.ceil(n / batch_size)
+            steps = positive("svi epochs", self.epochs, integer=True) * math.ceil(n / (batch_size or n))
         else:
             steps = 3000 if self.steps is None else self.steps  # SVI refuses steps below 1
-        options = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("steps", "epochs", "lockstep")}
-        options["batch_size"] = None if 0 < batch_size >= n else batch_size  # bnn_zoo.SVI refuses a batch below 1
+        options = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("steps", "epochs", "lockstep")} | {"batch_size": batch_size}
         return Method(
             guide=guide.registered_name, guide_options=guide.options(), steps=steps, seed=run.seed, checkpoint=checkpoint, progress=progress, **options
         )
