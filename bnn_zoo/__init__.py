@@ -2,39 +2,67 @@
 
 Importing bnn-zoo changes no global state: Pyro settings are scoped to bnn-zoo's own guides and fits,
 and matplotlib's backend is left to matplotlib.
+
+The public names below are imported on first use (PEP 562), so ``import bnn_zoo`` and the command
+line's ``--help`` do not pay for torch, Pyro and ArviZ until something needs them.
 """
 
-import warnings
+from __future__ import annotations
 
-with warnings.catch_warnings():  # ArviZ 0.2x announces its 1.0 refactor on import
-    warnings.simplefilter("ignore", FutureWarning)
-    import arviz  # noqa: F401
+import importlib
+import importlib.util
+from typing import TYPE_CHECKING
 
-from bnn_zoo import baselines, guides, likelihoods, models, priors  # noqa: E402
-from bnn_zoo.baselines import GP, TypeII  # noqa: E402
-from bnn_zoo.bnn import BNN  # noqa: E402
-from bnn_zoo.errors import BnnZooError  # noqa: E402
-from bnn_zoo.evaluation import evidence  # noqa: E402
-from bnn_zoo.evaluation.compare import compare  # noqa: E402
-from bnn_zoo.inference import HMC, NUTS, SGMCMC, SVI, Laplace, fit  # noqa: E402
-from bnn_zoo.posterior import Posterior, PosteriorLike, Prediction  # noqa: E402
-from bnn_zoo.protocols import Network  # noqa: E402
-from bnn_zoo.saving import load  # noqa: E402
-from bnn_zoo.version import __version__  # noqa: E402,F401  (the package version)
+from bnn_zoo.version import __version__  # noqa: F401  (the package version)
 
+if TYPE_CHECKING:  # what the lazy names resolve to, for type checkers and the API docs
+    from bnn_zoo import baselines, guides, likelihoods, models, priors
+    from bnn_zoo.baselines import GP, TypeII
+    from bnn_zoo.bnn import BNN
+    from bnn_zoo.errors import BnnZooError
+    from bnn_zoo.evaluation import evidence
+    from bnn_zoo.evaluation.compare import compare
+    from bnn_zoo.inference import HMC, NUTS, SGMCMC, SVI, ChEES, Laplace, fit
+    from bnn_zoo.posterior import Posterior, PosteriorLike, Prediction
+    from bnn_zoo.protocols import Network
+    from bnn_zoo.saving import load
+
+# public name -> the module that defines it; bnn_zoo's subpackages (models, priors, data, ...) load
+# on first use as well, by name
+_HOMES = {
+    "BNN": "bnn_zoo.bnn",
+    "GP": "bnn_zoo.baselines",
+    "TypeII": "bnn_zoo.baselines",
+    "HMC": "bnn_zoo.inference",
+    "ChEES": "bnn_zoo.inference",
+    "NUTS": "bnn_zoo.inference",
+    "SVI": "bnn_zoo.inference",
+    "SGMCMC": "bnn_zoo.inference",
+    "Laplace": "bnn_zoo.inference",
+    "fit": "bnn_zoo.inference",
+    "BnnZooError": "bnn_zoo.errors",
+    "Network": "bnn_zoo.protocols",
+    "Posterior": "bnn_zoo.posterior",
+    "PosteriorLike": "bnn_zoo.posterior",
+    "Prediction": "bnn_zoo.posterior",
+    "compare": "bnn_zoo.evaluation.compare",
+    "evidence": "bnn_zoo.evaluation",
+    "load": "bnn_zoo.saving",
+}
 __all__ = [
     "BNN",
+    "BnnZooError",
+    "ChEES",
     "GP",
     "HMC",
-    "NUTS",
-    "SVI",
-    "SGMCMC",
-    "BnnZooError",
     "Laplace",
+    "NUTS",
     "Network",
     "Posterior",
     "PosteriorLike",
     "Prediction",
+    "SGMCMC",
+    "SVI",
     "TypeII",
     "baselines",
     "compare",
@@ -46,3 +74,18 @@ __all__ = [
     "models",
     "priors",
 ]
+
+
+def __getattr__(name: str):
+    if name in _HOMES:
+        value = getattr(importlib.import_module(_HOMES[name]), name)
+    elif importlib.util.find_spec(f"bnn_zoo.{name}") is not None:
+        value = importlib.import_module(f"bnn_zoo.{name}")
+    else:
+        raise AttributeError(f"module 'bnn_zoo' has no attribute {name!r}")
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

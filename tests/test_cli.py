@@ -171,6 +171,26 @@ def test_list_and_help(capsys):
     assert "--guide.masks {step,example}" in capsys.readouterr().out
 
 
+def test_help_and_import_defer_torch_pyro_and_arviz():
+    """`bnn-zoo --help` and `import bnn_zoo` load none of the heavy libraries (they cost seconds);
+    the first use of a public name imports its home."""
+    heavy = ("torch", "pyro", "arviz", "gpytorch")
+    probe = (
+        "import subprocess, sys\n"
+        "import bnn_zoo\n"
+        "from bnn_zoo import cli\n"
+        "try:\n    cli.main(['--help'])\nexcept SystemExit:\n    pass\n"
+        f"print(sorted(m for m in {heavy!r} if m in sys.modules))\n"
+        "bnn_zoo.fit\n"
+        f"print(sorted(m for m in {heavy!r} if m in sys.modules))\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True).stdout
+    before, after = out.strip().splitlines()[-2:]
+    assert before == "[]", f"--help imported {before}"
+    assert "torch" in after and "pyro" in after
+
+
 def test_a_fit_killed_at_random_moments_leaves_nothing_that_breaks_compare_or_a_resume(tmp_path, capsys):
     """kill -9 of a real `bnn-zoo fit` at seeded random moments (start-up, training, checkpointing,
     writing results): after each, `compare` either reads a finished run or refuses the folder in one

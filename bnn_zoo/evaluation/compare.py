@@ -36,7 +36,7 @@ TEST = [
     "accuracy_at_mean",
     "nll_at_mean",
 ]
-DIAGNOSTICS = ["max_rhat", "min_ess_bulk", "divergences"]
+DIAGNOSTICS = ["max_rhat", "min_ess_bulk", "max_rhat_function", "min_ess_bulk_function", "divergences"]
 
 
 class _Loaded:

@@ -542,6 +542,25 @@ class HMC(_Chain):
     """Hamiltonian Monte Carlo with a fixed trajectory length (Pyro's)."""
 
 
+@register("chees")
+@dataclass
+class ChEES(InferenceConfig):
+    """Many HMC chains in lockstep, trajectory length by the ChEES criterion, jittered (Hoffman et al. 2021)."""
+
+    num_warmup: int = 500
+    num_samples: int = 250
+    num_chains: int = 16
+    init: Literal["network", "prior"] = "network"
+    target_accept: float = 0.651
+    max_leapfrog: int = 1000
+
+    def build(self, run, model, dataset, checkpoint, progress):
+        from bnn_zoo.inference import ChEES as Method
+
+        options = dataclasses.asdict(self) | {"init": None if self.init == "network" else self.init}
+        return Method(seed=run.seed, progress=progress, **options)
+
+
 @dataclass
 class _SGMCMC(InferenceConfig):
     step_size: float = 1e-4

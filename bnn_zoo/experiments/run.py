@@ -225,12 +225,18 @@ def _evidence(posterior, idata, elbo_samples):
     out.update(loo_elpd=float(loo.elpd_loo), loo_se=float(loo.se), loo_max_pareto_k=float(np.max(loo.pareto_k)))
     if any("Pareto" in str(w.message) for w in caught):
         out["loo_warning"] = "some Pareto k are high: LOO is unreliable for those points"
-    if posterior.method in ("nuts", "hmc", "sgmcmc"):  # Markov chains: their convergence diagnostics
+    if posterior.method in ("nuts", "hmc", "chees", "sgmcmc"):  # Markov chains: their convergence diagnostics
         if "diverging" in posterior.sample_stats:
             out["divergences"] = int(posterior.sample_stats["diverging"].sum())
         if posterior.num_chains > 1:
             out["max_rhat"] = _over_sites(az.rhat(idata), np.nanmax)
         out["min_ess_bulk"] = _over_sites(az.ess(idata, method="bulk"), np.nanmin)
+        # The same in function space, on each training point's log-likelihood: chains of a BNN can
+        # disagree on the weights (permutations, sign flips) and still agree on the function.
+        function = idata.log_likelihood
+        if posterior.num_chains > 1:
+            out["max_rhat_function"] = _over_sites(az.rhat(function), np.nanmax)
+        out["min_ess_bulk_function"] = _over_sites(az.ess(function, method="bulk"), np.nanmin)
     return out
 
 

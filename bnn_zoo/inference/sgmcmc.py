@@ -16,12 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from torch.distributions import biject_to
-from torch.func import functional_call
 from tqdm.auto import tqdm
 
 from bnn_zoo.bnn import BNN
 from bnn_zoo.errors import BnnZooError
+from bnn_zoo.inference.potential import LogPosterior
 from bnn_zoo.io import atomic_torch_save, bar_disabled, check_identity, fingerprint, safe_torch_load, say_resumed
 from bnn_zoo.posterior import Posterior
 
@@ -120,7 +119,7 @@ class SGMCMC:
             import posteriors  # imported when SG-MCMC runs: `import bnn_zoo` stays lean
 
         start = time.perf_counter()
-        target = _LogPosterior(model, x.shape[0])
+        target = LogPosterior(model, x.shape[0])
         identity = fingerprint(self.settings(), model.describe(), x, y)
         saved = _resume(self.checkpoint, identity) if self.checkpoint is not None and Path(self.checkpoint).exists() else None
         if saved:
@@ -172,33 +171,6 @@ class SGMCMC:
                 print(f"interrupted: checkpoint at step {step} of chain {chain} saved to {self.checkpoint}; run again to resume")
             raise
         return {"draws": {k: torch.stack([d[k] for d in draws]) for k in draws[0]}, "stats": {k: torch.tensor([s[k] for s in stats]) for k in stats[0]}}
-
-
-class _LogPosterior:
-    """log p(w) + (N / M) sum_batch log p(y | x, w) in unconstrained coordinates (a learned noise
-    through biject_to, with its log-Jacobian), for ``posteriors``: ``f(params, batch) -> (value, aux)``."""
-
-    def __init__(self, model: BNN, n: int):
-        self.model, self.n = model, n
-        self.transforms = {k: biject_to(d.support) for k, d in model.likelihood.latent_prior().items()}
-
-    def initial(self, values: dict) -> dict:
-        return {k: (self.transforms[k].inv(v) if k in self.transforms else v).detach().clone() for k, v in values.items()}
-
-    def constrained(self, params: dict) -> dict:
-        return {k: (self.transforms[k](v) if k in self.transforms else v).detach().clone() for k, v in params.items()}
-
-    def __call__(self, params: dict, batch) -> tuple[torch.Tensor, torch.Tensor]:
-        x, y = batch
-        model = self.model
-        weights = {k: params[k] for k in model.params}
-        latent = {k: self.transforms[k](params[k]) for k in self.transforms}
-        f = functional_call(model.net, {**model.fixed, **weights}, (x,))
-        log_lik = model.likelihood.distribution(f, latent).log_prob(y).sum() * (self.n / x.shape[0])
-        log_prior = sum(model.site_prior(k).log_prob(w) for k, w in weights.items())
-        for k, t in self.transforms.items():
-            log_prior = log_prior + model.likelihood.latent_prior()[k].log_prob(latent[k]) + t.log_abs_det_jacobian(params[k], latent[k]).sum()
-        return log_lik + log_prior, log_lik.detach()
 
 
 def _save(path, identity, chain, step, state, draws, stats, rng, done):

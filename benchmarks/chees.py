@@ -1,0 +1,176 @@
+"""Many chains in lockstep: bnn-zoo's ChEES-HMC against NumPyro's NUTS, effective samples per second.
+
+The measure (issue "Speed"): the minimum bulk ESS of the network output f at 10 test inputs, over the
+whole wall time, compile included. Problems: the toy 1-50-1 tanh BNN (N(0, 1) prior, noise 0.1 on
+standardised data, N = 20) and Boston 13-50-1 (noise 0.35; needs ../shared/data/uci/bostonHousing).
+One thread each. NumPyro runs its NUTS with its default settings, 2 chains one after the other.
+
+    python benchmarks/chees.py                       # the toy problem
+    python benchmarks/chees.py --problem boston --data ../shared/data/uci/bostonHousing
+    python benchmarks/chees.py --check               # ChEES's predictive against a long Pyro NUTS run
+
+NumPyro is the optional ``bench`` extra (pip install 'bnn-zoo[bench]').
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import time
+
+os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import arviz as az  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import bnn_zoo as bz  # noqa: E402
+from bnn_zoo.data import load_uci, toy_cubic  # noqa: E402
+
+torch.set_num_threads(1)
+
+
+def problem(name: str, data_path: str | None):
+    """(x, y, 10 test inputs, noise sd, hidden width) on standardised data."""
+    if name == "toy":
+        data, noise = toy_cubic(), 0.1
+    else:
+        data, noise = load_uci(data_path, split=0), 0.35
+    x, y = data.train
+    x_test, _ = data.test
+    return x, y, x_test[:10], noise
+
+
+def function_diagnostics(f: np.ndarray) -> tuple[float, float]:
+    """(min bulk ESS, max R-hat) over the test inputs of f shaped (chain, draw, input)."""
+    ds = az.convert_to_dataset({"f": f})
+    return float(az.ess(ds, method="bulk")["f"].min()), float(az.rhat(ds)["f"].max())
+
+
+def weight_rhat(samples: dict) -> float:
+    ds = az.convert_to_dataset({k: np.asarray(v).reshape(*np.shape(v)[:2], -1) for k, v in samples.items()})
+    return float(max(float(az.rhat(ds)[k].max()) for k in ds.data_vars))
+
+
+def run_chees(x, y, x_test, noise, chains, warmup, samples, seed):
+    model = bz.BNN(bz.models.MLP(x.shape[1], [50], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(noise))
+    start = time.perf_counter()
+    post = bz.fit(model, x, y, bz.ChEES(num_chains=chains, num_warmup=warmup, num_samples=samples, seed=seed, progress=False))
+    wall = time.perf_counter() - start
+    with torch.no_grad():
+        f = model.forward({k: post.samples[k] for k in model.params}, x_test)[..., 0].numpy()
+    ess, rhat = function_diagnostics(f)
+    stats = post.sample_stats
+    steps = float(stats["n_steps"].float().mean())
+    return {
+        "sampler": f"bnn-zoo ChEES, {chains} chains",
+        "draws": f"{warmup}+{samples}",
+        "wall": wall,
+        "steps": steps,
+        "ess": ess,
+        "rhat_f": rhat,
+        "rhat_w": weight_rhat(post.samples),
+        "divergences": int(stats["diverging"].sum()),
+        "f": f,
+    }
+
+
+def run_numpyro(x, y, x_test, noise, warmup, samples, seed):
+    import jax
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+    from numpyro.infer import MCMC, NUTS
+
+    def model(x, y=None):
+        h = x.shape[1]
+        w1 = numpyro.sample("w1", dist.Normal(0, 1).expand([h, 50]).to_event(2))
+        b1 = numpyro.sample("b1", dist.Normal(0, 1).expand([50]).to_event(1))
+        w2 = numpyro.sample("w2", dist.Normal(0, 1).expand([50, 1]).to_event(2))
+        b2 = numpyro.sample("b2", dist.Normal(0, 1).expand([1]).to_event(1))
+        f = (jnp.tanh(x @ w1 + b1) @ w2 + b2)[:, 0]
+        numpyro.sample("y", dist.Normal(f, noise), obs=y)
+
+    xj, yj = jnp.asarray(x.numpy()), jnp.asarray(y.numpy().reshape(-1))
+    start = time.perf_counter()
+    mcmc = MCMC(NUTS(model), num_warmup=warmup, num_samples=samples, num_chains=2, chain_method="sequential", progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(seed), xj, yj, extra_fields=("num_steps", "diverging"))
+    s = mcmc.get_samples(group_by_chain=True)
+    jax.block_until_ready(s["w1"])
+    wall = time.perf_counter() - start
+    xt = x_test.numpy()
+    hidden = np.tanh(np.einsum("ni,cdih->cdnh", xt, np.asarray(s["w1"])) + np.asarray(s["b1"])[:, :, None])
+    f = np.einsum("cdnh,cdho->cdno", hidden, np.asarray(s["w2"]))[..., 0] + np.asarray(s["b2"])
+    ess, rhat = function_diagnostics(f)
+    extra = mcmc.get_extra_fields(group_by_chain=True)
+    return {
+        "sampler": "NumPyro NUTS, 2 chains",
+        "draws": f"{warmup}+{samples}",
+        "wall": wall,
+        "steps": float(np.mean(extra["num_steps"])),
+        "ess": ess,
+        "rhat_f": rhat,
+        "rhat_w": weight_rhat({k: np.asarray(v) for k, v in s.items()}),
+        "divergences": int(np.sum(extra["diverging"])),
+        "f": f,
+    }
+
+
+def check_against_nuts(chains, warmup, samples, nuts_draws):
+    """ChEES's predictive mean and 95% band on the toy problem against a long run of Pyro's NUTS,
+    in units of the NUTS run's Monte Carlo standard error."""
+    x, y, _, noise = problem("toy", None)
+    grid = torch.linspace(float(x.min()), float(x.max()), 25)[:, None]
+    model = bz.BNN(bz.models.MLP(1, [50], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(noise))
+    chees = bz.fit(model, x, y, bz.ChEES(num_chains=chains, num_warmup=warmup, num_samples=samples, progress=False))
+    nuts = bz.fit(model, x, y, bz.NUTS(num_warmup=nuts_draws, num_samples=nuts_draws, num_chains=4, progress=False))
+    rows = []
+    for name, post in (("ChEES", chees), ("NUTS", nuts)):
+        with torch.no_grad():
+            f = model.forward({k: post.samples[k] for k in model.params}, grid)[..., 0].numpy()
+        ds = az.convert_to_dataset({"f": f})
+        mean, mcse = az.summary(ds, kind="stats")["mean"].to_numpy(), az.mcse(ds)["f"].to_numpy()
+        lo, hi = np.quantile(f.reshape(-1, f.shape[-1]), [0.025, 0.975], axis=0)
+        rows.append((name, mean, mcse, lo, hi, f))
+    (_, m1, se1, lo1, hi1, _), (_, m2, se2, lo2, hi2, f2) = rows
+    z = np.abs(m1 - m2) / np.sqrt(se1**2 + se2**2)
+    sd = f2.reshape(-1, f2.shape[-1]).std(0)
+    print(f"predictive mean: max |ChEES - NUTS| / combined MCSE over 25 inputs = {z.max():.2f} (median {np.median(z):.2f})")
+    print(f"95% band ends: max |difference| / posterior sd = {max(np.abs(lo1 - lo2).max(), np.abs(hi1 - hi2).max()) / sd.min():.3f}")
+    print(f"wall: ChEES {chees.runtime_s:.0f} s, NUTS {nuts.runtime_s:.0f} s")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--problem", choices=("toy", "boston"), default="toy")
+    parser.add_argument("--data", help="the bostonHousing folder (UCI format), for --problem boston")
+    parser.add_argument("--chains", type=int, nargs="+", default=[16, 64])
+    parser.add_argument("--warmup", type=int, default=200, help="ChEES warm-up iterations")
+    parser.add_argument("--samples", type=int, default=100, help="ChEES draws per chain")
+    parser.add_argument("--numpyro-draws", type=int, default=1000, help="NumPyro warm-up and kept draws per chain")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--check", action="store_true", help="compare ChEES's predictive with a long Pyro NUTS run instead")
+    args = parser.parse_args()
+    if args.check:
+        check_against_nuts(max(args.chains), args.warmup, args.samples, args.numpyro_draws)
+        return
+    x, y, x_test, noise = problem(args.problem, args.data)
+    print(f"# {time.strftime('%Y-%m-%d')}, {platform.machine()}, torch {torch.__version__}, 1 thread; {args.problem}: N = {len(x)}, noise {noise}")
+    rows = [run_numpyro(x, y, x_test, noise, args.numpyro_draws, args.numpyro_draws, args.seed)]
+    rows += [run_chees(x, y, x_test, noise, c, args.warmup, args.samples, args.seed) for c in args.chains]
+    base = rows[0]["ess"] / rows[0]["wall"]
+    header = "sampler | warm-up + draws per chain | wall s | leapfrog steps per draw | min bulk ESS of f | ESS/s | vs NumPyro | max R-hat f"
+    print(f"| {header} | max R-hat weights | divergences |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        rate = r["ess"] / r["wall"]
+        print(
+            f"| {r['sampler']} | {r['draws']} | {r['wall']:.1f} | {r['steps']:.0f} | {r['ess']:.0f} | {rate:.1f} | {rate / base:.2f}x | "
+            f"{r['rhat_f']:.3f} | {r['rhat_w']:.2f} | {r['divergences']} |"
+        )
+
+
+if __name__ == "__main__":
+    main()

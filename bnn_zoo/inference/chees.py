@@ -1,0 +1,338 @@
+"""ChEES-HMC: many HMC chains in lockstep, their trajectory length adapted by the ChEES criterion
+(Hoffman, Radul & Sountsov 2021).
+
+Every chain takes the same number of leapfrog steps in an iteration, so all C chains advance through
+one batched potential and gradient: the network is evaluated once per leapfrog step on a (C, d) stack
+of weights (``BNN.forward`` vmaps over it). What the chains share is tuned from all of them at once:
+
+- trajectory length T: gradient ascent (Adam, beta1 = 0) on log T of the ChEES criterion
+  E[(||q' - E q'||^2 - ||q - E q||^2)^2] / 4, whose per-chain gradient estimate is
+  h T (||q' - qbar'||^2 - ||q - qbar||^2) (q' - qbar') . p' (paper eq. 5; q' the proposal, p' its
+  momentum, h the jitter), averaged over chains with their acceptance probabilities as weights;
+- jitter: each iteration integrates for h_n T, h_n the base-2 Halton sequence (paper section 3.2);
+- step size: dual averaging (Hoffman & Gelman 2014, algorithm 5) on the harmonic mean of the
+  chains' acceptance probabilities, aiming at 0.651 (Beskos et al. 2013's optimum);
+- diagonal mass matrix: the variance of the draws pooled over chains and the iterations of a warm-up
+  window, shrunk towards 1e-3 as Stan does.
+
+No library serves this in PyTorch: BlackJAX and TFP implement ChEES on JAX/TensorFlow, Pyro and
+``posteriors`` have no ensemble HMC. Pyro's NUTS stays the reference sampler.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, fields
+
+import pyro
+import torch
+from tqdm.auto import tqdm
+
+from bnn_zoo.bnn import BNN
+from bnn_zoo.errors import BnnZooError
+from bnn_zoo.inference.potential import LogPosterior
+from bnn_zoo.io import bar_disabled
+from bnn_zoo.posterior import Posterior
+
+MAX_ENERGY_ERROR = 1000.0  # a trajectory whose energy error passes this diverged (Stan's and Pyro's value)
+LOG_T_CLIP = 0.35  # the largest change of log T per iteration (about log 2 / 2, as TFP)
+
+
+@dataclass
+class ChEES:
+    """Ensemble HMC with ChEES-adapted, jittered trajectory lengths: ``num_chains`` chains in lockstep.
+
+    Args:
+        num_warmup: adaptation iterations (step size, trajectory length, mass matrix); their draws
+            are discarded.
+        num_samples: kept draws per chain.
+        num_chains: chains advanced together; the adaptation pools them, so use many (16 or more).
+        init: where each chain starts: None, the network's own initialisation (re-drawn per chain);
+            ``"prior"``, a prior draw; a fitted :class:`~bnn_zoo.Posterior`, one of its draws per chain;
+            or a dict of site values (every chain there).
+        seed: seeds the momenta, the accept/reject draws and the initialisation.
+        target_accept: the harmonic-mean acceptance probability dual averaging aims at.
+        max_leapfrog: the most leapfrog steps in one trajectory (caps T / step size).
+        trajectory_lr: Adam's learning rate on log T.
+        mass_windows: fractions of warm-up at whose end the diagonal mass matrix is re-estimated
+            from the window's pooled draws (the first window's first half is discarded as burn-in).
+        progress: show a progress bar.
+    """
+
+    num_warmup: int = 500
+    num_samples: int = 250
+    num_chains: int = 16
+    init: object = None
+    seed: int = 0
+    target_accept: float = 0.651
+    max_leapfrog: int = 1000
+    trajectory_lr: float = 0.025
+    mass_windows: tuple[float, ...] = (0.25, 0.5)
+    progress: bool = True
+
+    name = "chees"
+
+    def __post_init__(self):
+        for name, least in (("num_warmup", 0), ("num_samples", 1), ("num_chains", 2), ("max_leapfrog", 1)):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and value >= least):
+                raise BnnZooError(f"ChEES {name} must be an integer >= {least}, got {value!r}")
+        if not 0 < self.target_accept < 1:
+            raise BnnZooError(f"ChEES target_accept must lie in (0, 1), got {self.target_accept}")
+        if not (self.trajectory_lr > 0 and math.isfinite(self.trajectory_lr)):
+            raise BnnZooError(f"ChEES trajectory_lr must be positive and finite, got {self.trajectory_lr}")
+        if not all(0 < w < 1 for w in self.mass_windows) or list(self.mass_windows) != sorted(self.mass_windows):
+            raise BnnZooError(f"ChEES mass_windows must be increasing fractions in (0, 1), got {self.mass_windows}")
+        if not (isinstance(self.init, (dict, Posterior)) or self.init in (None, "prior")):
+            raise BnnZooError(f"init must be None, 'prior', a fitted Posterior or a dict of site values, got {self.init!r}")
+
+    def settings(self) -> dict:
+        out = {"method": self.name, **{f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("init", "progress")}}
+        out["mass_windows"] = list(self.mass_windows)
+        out["init"] = "posterior" if isinstance(self.init, Posterior) else ("values" if isinstance(self.init, dict) else str(self.init))
+        return out
+
+    def run(self, model: BNN, x: torch.Tensor, y: torch.Tensor) -> Posterior:
+        start = time.perf_counter()
+        generator = torch.Generator(device=model.device).manual_seed(self.seed)
+        target = _Target(LogPosterior(model, x.shape[0]), x, y, model.latent_shapes())
+        q = target.flatten(target.log_posterior.initial(self._inits(model, generator)))
+        sampler = _Sampler(target, q, self, generator)
+        draws, stats = [], []
+        total = self.num_warmup + self.num_samples
+        for i in tqdm(range(total), desc="chees", disable=bar_disabled(self.progress)):
+            if i < self.num_warmup:
+                sampler.warmup_step(i)
+            else:
+                if i == self.num_warmup:
+                    sampler.finish_warmup()
+                stats.append(sampler.step(i))
+                draws.append(sampler.q.clone())
+        flat = torch.stack(draws, dim=1)  # (chain, draw, d)
+        samples = target.log_posterior.constrained(target.unflatten(flat))
+        sample_stats = {k: torch.stack([s[k] for s in stats], dim=1) for k in stats[0]}
+        info = {"trajectory_length": sampler.trajectory, "step_size": sampler.step_size}
+        return Posterior(model, x, y, samples, self.settings(), sample_stats=sample_stats, runtime_s=time.perf_counter() - start, info=info)
+
+    def _inits(self, model: BNN, generator: torch.Generator) -> dict:
+        """Site values per chain, shaped (C, *site shape)."""
+        c = self.num_chains
+        if isinstance(self.init, Posterior):
+            return self.init.draws(c)
+        if isinstance(self.init, dict):
+            return {k: torch.as_tensor(self.init[k]).expand(c, *shape).clone() for k, shape in model.latent_shapes().items()}
+        if self.init == "prior":
+            priors = {**{k: model.site_prior(k) for k in model.params}, **model.likelihood.latent_prior()}
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(int(torch.randint(2**31, (), generator=generator)))
+                return {k: d.sample((c,)) for k, d in priors.items()}
+        inits = [model.network_init(self.seed + chain) for chain in range(c)]
+        return {k: torch.stack([v[k] for v in inits]) for k in inits[0]}
+
+
+class _Target:
+    """The log posterior on flat (C, d) coordinates, with its gradient."""
+
+    def __init__(self, log_posterior: LogPosterior, x, y, shapes: dict):
+        self.log_posterior, self.x, self.y = log_posterior, x, y
+        self.shapes = shapes
+        self.sizes = [math.prod(s) for s in shapes.values()]
+
+    def flatten(self, values: dict) -> torch.Tensor:
+        c = next(iter(values.values())).shape[0]
+        return torch.cat([values[k].reshape(c, -1) for k in self.shapes], dim=1).detach()
+
+    def unflatten(self, flat: torch.Tensor) -> dict:
+        lead = flat.shape[:-1]
+        parts = torch.split(flat, self.sizes, dim=-1)
+        return {k: p.reshape(*lead, *shape) for (k, shape), p in zip(self.shapes.items(), parts, strict=True)}
+
+    def __call__(self, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(log posterior (C,), its gradient (C, d)) at q; non-finite values where a chain has left
+        the support or overflowed (they are rejected, never propagated)."""
+        q = q.detach().requires_grad_(True)
+        # validation off: a chain far out in the tails (or diverged) must give a non-finite value to
+        # reject, not an exception; the data were validated once, at the boundary
+        with torch.enable_grad(), pyro.validation_enabled(False):
+            logp = self.log_posterior.batched(self.unflatten(q), self.x, self.y)
+            (grad,) = torch.autograd.grad(logp.sum(), q)
+        return logp.detach(), grad
+
+
+class _Sampler:
+    """The chains' state and the shared adaptation."""
+
+    def __init__(self, target: _Target, q: torch.Tensor, settings: ChEES, generator: torch.Generator):
+        self.target, self.settings, self.generator = target, settings, generator
+        self.q = q
+        self.logp, self.grad = target(q)
+        if not torch.isfinite(self.logp).all():
+            bad = torch.nonzero(~torch.isfinite(self.logp)).flatten().tolist()
+            raise BnnZooError(f"the log posterior is not finite at the initial values of chains {bad}; give init='prior' or a Posterior")
+        self.inv_mass = torch.ones_like(q[0])
+        self.step_size = self._initial_step_size()
+        self.trajectory = self.step_size
+        self._restart_adaptation()
+        # mass-matrix windows (begin, end) in warm-up iterations; the first starts half-way to its end,
+        # leaving the chains' approach to the typical set out of the estimate
+        ends = sorted({int(w * settings.num_warmup) for w in settings.mass_windows} - {0})
+        self._windows = list(zip([ends[0] // 2, *ends[:-1]], ends, strict=True)) if ends else []
+        self._pooled = None
+
+    # --- one transition -------------------------------------------------------------------------
+
+    def _uniform(self, *shape) -> torch.Tensor:
+        return torch.rand(*shape, generator=self.generator, device=self.q.device)
+
+    def _leapfrog(self, q, p, grad, step_size: float, steps: int):
+        p = p + 0.5 * step_size * grad
+        for s in range(steps):
+            q = q + step_size * self.inv_mass * p
+            logp, grad = self.target(q)
+            p = p + (step_size if s < steps - 1 else 0.5 * step_size) * grad
+        return q, p, logp, grad
+
+    def _transition(self, step_size: float, steps: int) -> dict:
+        """One HMC transition of every chain; returns the proposal and per-chain statistics."""
+        c, d = self.q.shape
+        p0 = torch.randn(c, d, generator=self.generator, device=self.q.device) / self.inv_mass.sqrt()
+        energy = -self.logp + 0.5 * (p0**2 * self.inv_mass).sum(-1)
+        q1, p1, logp1, grad1 = self._leapfrog(self.q, p0, self.grad, step_size, steps)
+        energy1 = -logp1 + 0.5 * (p1**2 * self.inv_mass).sum(-1)
+        error = energy1 - energy
+        finite = torch.isfinite(error) & torch.isfinite(grad1).all(-1)
+        diverging = ~finite | (error > MAX_ENERGY_ERROR)
+        accept_prob = torch.where(finite, torch.exp(torch.clamp(-error, max=0.0)), torch.zeros_like(error))
+        accept = self._uniform(c) < accept_prob
+        start = self.q
+        self.q = torch.where(accept[:, None], q1, self.q)
+        self.logp = torch.where(accept, logp1, self.logp)
+        self.grad = torch.where(accept[:, None], grad1, self.grad)
+        return {"start": start, "proposal": q1, "momentum": p1, "accept_prob": accept_prob, "diverging": diverging, "energy": energy}
+
+    def _jittered_steps(self, iteration: int) -> tuple[float, int]:
+        length = _halton(iteration + 1) * self.trajectory
+        return length, max(1, min(self.settings.max_leapfrog, math.ceil(length / self.step_size)))
+
+    # --- warm-up --------------------------------------------------------------------------------
+
+    def warmup_step(self, iteration: int) -> None:
+        length, steps = self._jittered_steps(iteration)
+        out = self._transition(self.step_size, steps)
+        alpha = torch.where(out["diverging"], torch.zeros_like(out["accept_prob"]), out["accept_prob"])
+        self._adapt_step_size(alpha)
+        self._adapt_trajectory(out, alpha, length / self.trajectory)
+        self._collect_for_mass(iteration)
+
+    def _restart_adaptation(self) -> None:
+        """Dual averaging from the current step size; Adam's state on log T from scratch."""
+        self._mu = math.log(10 * self.step_size)
+        self._t, self._h_bar, self._log_eps_bar = 0, 0.0, math.log(self.step_size)
+        self._log_t_bar, self._adam_v, self._adam_t = math.log(self.trajectory), 0.0, 0
+
+    def _adapt_step_size(self, alpha: torch.Tensor) -> None:
+        # Dual averaging (Hoffman & Gelman 2014, eq. 6 and algorithm 5: gamma 0.05, t0 10, kappa 0.75)
+        # on the harmonic mean of the acceptance probabilities: one stuck chain pulls it to 0.
+        harmonic = float(1.0 / (1.0 / alpha.clamp_min(1e-10)).mean())
+        self._t += 1
+        t = self._t
+        self._h_bar = (1 - 1 / (t + 10)) * self._h_bar + (self.settings.target_accept - harmonic) / (t + 10)
+        log_eps = self._mu - math.sqrt(t) / 0.05 * self._h_bar
+        weight = t**-0.75
+        self._log_eps_bar = weight * log_eps + (1 - weight) * self._log_eps_bar
+        self.step_size = math.exp(log_eps)
+
+    def _adapt_trajectory(self, out: dict, alpha: torch.Tensor, jitter: float) -> None:
+        weights = alpha / alpha.sum() if float(alpha.sum()) > 0 else None
+        if weights is None:
+            self.trajectory = max(self.step_size, min(self.trajectory, self.settings.max_leapfrog * self.step_size))
+            return
+        start, proposal = out["start"], torch.nan_to_num(out["proposal"])
+        scale = self.inv_mass.sqrt()  # the criterion lives in whitened coordinates q / sqrt(inv mass)
+        centred_start = (start - start.mean(0)) / scale
+        centred_proposal = proposal - (weights[:, None] * proposal).sum(0)
+        change = (centred_proposal / scale).pow(2).sum(-1) - centred_start.pow(2).sum(-1)
+        per_chain = jitter * self.trajectory * change * (centred_proposal * torch.nan_to_num(out["momentum"])).sum(-1)
+        gradient = float((weights * per_chain).sum())
+        # Adam with beta1 = 0, beta2 = 0.95 (the paper's choice), as ascent on log T, each update clipped.
+        self._adam_t += 1
+        self._adam_v = 0.95 * self._adam_v + 0.05 * gradient**2
+        v_hat = self._adam_v / (1 - 0.95**self._adam_t)
+        update = self.settings.trajectory_lr * gradient / (math.sqrt(v_hat) + 1e-8)
+        log_t = math.log(self.trajectory) + max(-LOG_T_CLIP, min(LOG_T_CLIP, update))
+        log_t = min(log_t, math.log(self.settings.max_leapfrog * self.step_size))
+        self.trajectory = math.exp(max(log_t, math.log(self.step_size)))
+        weight = self._adam_t**-0.75
+        self._log_t_bar = weight * math.log(self.trajectory) + (1 - weight) * self._log_t_bar
+
+    def _collect_for_mass(self, iteration: int) -> None:
+        """Pool the window's draws; at a window's end, set the inverse mass to their variance."""
+        if not self._windows or iteration < self._windows[0][0]:
+            return
+        q = self.q.double()
+        if self._pooled is None:
+            self._pooled = [0, torch.zeros_like(q[0]), torch.zeros_like(q[0])]
+        self._pooled[0] += q.shape[0]
+        self._pooled[1] += q.sum(0)
+        self._pooled[2] += (q**2).sum(0)
+        if iteration + 1 == self._windows[0][1]:
+            n, total, squares = self._pooled
+            variance = (squares - total**2 / n) / max(n - 1, 1)
+            # Stan's regularisation: shrink towards 1e-3 while few draws are pooled
+            self.inv_mass = ((n / (n + 5.0)) * variance + 1e-3 * (5.0 / (n + 5.0))).to(self.q.dtype).clamp_min(1e-10)
+            self._pooled = None
+            self._windows.pop(0)
+            self.step_size = self._initial_step_size()
+            self._restart_adaptation()
+
+    def _initial_step_size(self) -> float:
+        """Hoffman & Gelman's heuristic (algorithm 4) on all chains: double or halve the step size until
+        one leapfrog step's mean acceptance probability crosses 1/2."""
+        step_size, direction = 0.1, None
+        for _ in range(60):
+            c, d = self.q.shape
+            p0 = torch.randn(c, d, generator=self.generator, device=self.q.device) / self.inv_mass.sqrt()
+            energy = -self.logp + 0.5 * (p0**2 * self.inv_mass).sum(-1)
+            _, p1, logp1, _ = self._leapfrog(self.q, p0, self.grad, step_size, 1)
+            error = torch.nan_to_num(-logp1 + 0.5 * (p1**2 * self.inv_mass).sum(-1) - energy, nan=math.inf)
+            accept = float(torch.exp(torch.clamp(-error, max=0.0)).mean())
+            up = accept > 0.5
+            if direction is not None and up != direction:
+                break
+            direction = up
+            step_size = step_size * 2 if up else step_size / 2
+        return step_size
+
+    def finish_warmup(self) -> None:
+        """Fix the averaged step size and trajectory length for sampling."""
+        if self.settings.num_warmup:
+            self.step_size = math.exp(self._log_eps_bar)
+            self.trajectory = max(self.step_size, math.exp(self._log_t_bar))
+
+    # --- sampling ---------------------------------------------------------------------------------
+
+    def step(self, iteration: int) -> dict:
+        length, steps = self._jittered_steps(iteration)
+        out = self._transition(self.step_size, steps)
+        c = self.q.shape[0]
+        full = torch.full((c,), 1.0, device=self.q.device)
+        return {
+            "acceptance_rate": out["accept_prob"],
+            "diverging": out["diverging"],
+            "energy": out["energy"],
+            "lp": self.logp.clone(),
+            "step_size": full * self.step_size,
+            "n_steps": full * steps,
+            "trajectory_length": full * length,
+        }
+
+
+def _halton(index: int, base: int = 2) -> float:
+    """The index-th element of the van der Corput (base-2 Halton) sequence, in (0, 1)."""
+    result, fraction = 0.0, 1.0 / base
+    while index > 0:
+        result += fraction * (index % base)
+        index //= base
+        fraction /= base
+    return result

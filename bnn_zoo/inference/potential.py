@@ -1,0 +1,63 @@
+"""The BNN's log posterior in unconstrained coordinates, the target of bnn-zoo's own samplers (SG-MCMC,
+ChEES-HMC): log p(w) + log p(noise) + log |d noise / d u| + (N / M) sum_batch log p(y | x, w).
+
+A learned likelihood latent (the Gaussian noise scale) is sampled as u = biject_to(support)^-1(noise),
+so the samplers move on R^d; draws are mapped back with :meth:`LogPosterior.constrained`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.distributions import biject_to
+from torch.func import functional_call
+
+from bnn_zoo.bnn import BNN
+
+
+class LogPosterior:
+    """log p(w, u | data) up to a constant, for one parameter set (``__call__``, the ``posteriors``
+    package's ``f(params, batch) -> (value, aux)``) or for C of them at once (:meth:`batched`)."""
+
+    def __init__(self, model: BNN, n: int):
+        self.model, self.n = model, n
+        self.latent_prior = model.likelihood.latent_prior()
+        self.weight_prior = {k: model.site_prior(k) for k in model.params}  # fixed: built once, not per step
+        self.transforms = {k: biject_to(d.support) for k, d in self.latent_prior.items()}
+
+    def initial(self, values: dict) -> dict:
+        """Unconstrained coordinates of site values (any leading batch shape)."""
+        return {k: (self.transforms[k].inv(v) if k in self.transforms else v).detach().clone() for k, v in values.items()}
+
+    def constrained(self, params: dict) -> dict:
+        """Site values of unconstrained coordinates (any leading batch shape)."""
+        return {k: (self.transforms[k](v) if k in self.transforms else v).detach().clone() for k, v in params.items()}
+
+    def __call__(self, params: dict, batch) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = batch
+        model = self.model
+        weights = {k: params[k] for k in model.params}
+        f = functional_call(model.net, {**model.fixed, **weights}, (x,))
+        latent, log_latent = self._latent(params, ())
+        log_lik = model.likelihood.distribution(f, latent).log_prob(y).sum() * (self.n / x.shape[0])
+        log_prior = sum(self.weight_prior[k].log_prob(w) for k, w in weights.items()) + log_latent
+        return log_lik + log_prior, log_lik.detach()
+
+    def batched(self, params: dict, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The full-data log posterior of C parameter sets (every value shaped (C, *site shape)),
+        evaluated as one batched computation: shape (C,). Chains never mix, so the gradient of the
+        sum is each chain's own gradient."""
+        model = self.model
+        chains = next(iter(params.values())).shape[:1]
+        weights = {k: params[k] for k in model.params}
+        latent, log_latent = self._latent(params, chains)
+        log_lik = model.likelihood.distribution(model.forward(weights, x), latent).log_prob(y).sum(-1)
+        return log_lik + sum(self.weight_prior[k].log_prob(w) for k, w in weights.items()) + log_latent
+
+    def _latent(self, params: dict, batch: torch.Size | tuple) -> tuple[dict, torch.Tensor | float]:
+        """The likelihood's latents and their log prior plus log-Jacobian, summed per batch element."""
+        latent, total = {}, 0.0
+        for k, t in self.transforms.items():
+            latent[k] = t(params[k])
+            log_density = self.latent_prior[k].log_prob(latent[k]) + t.log_abs_det_jacobian(params[k], latent[k])
+            total = total + log_density.reshape(*batch, -1).sum(-1)
+        return latent, total

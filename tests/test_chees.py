@@ -1,0 +1,89 @@
+"""ChEES-HMC (many chains in lockstep): its potential against Pyro's, its draws against the exact
+posterior of Bayesian linear regression, its adaptation on a badly scaled posterior, its stats."""
+
+import arviz as az
+import pytest
+import torch
+from conftest import NOISE, flat
+from pyro.infer.mcmc.util import initialize_model
+
+import bnn_zoo as bz
+from bnn_zoo.evaluation.exact import linear_regression
+from bnn_zoo.inference.potential import LogPosterior
+
+
+def _within_4_mcse(post, exact):
+    """Means and sds of every coefficient within 4 Monte Carlo standard errors (ArviZ, across chains)."""
+    idata = post.to_inference_data()
+    draws = flat({k: v.double() for k, v in post.samples.items()}).reshape(-1, exact.mean.numel())
+    mcse_mean = flat({k: torch.as_tensor(az.mcse(idata, method="mean")[k].values) for k in post.samples}).reshape(-1).double()
+    mcse_sd = flat({k: torch.as_tensor(az.mcse(idata, method="sd")[k].values) for k in post.samples}).reshape(-1).double()
+    exact_sd = exact.cov.diagonal().sqrt()
+    assert torch.all((draws.mean(0) - exact.mean).abs() < 4 * mcse_mean), (draws.mean(0), exact.mean, mcse_mean)
+    assert torch.all((draws.std(0) - exact_sd).abs() < 4 * mcse_sd), (draws.std(0), exact_sd, mcse_sd)
+
+
+@pytest.fixture(scope="module")
+def chees_fit(blr_model, blr_data):
+    return bz.fit(blr_model, *blr_data, bz.ChEES(num_chains=16, num_warmup=150, num_samples=200, seed=0, progress=False))
+
+
+def test_chees_matches_the_exact_blr_posterior_within_4_mcse(chees_fit, blr_exact):
+    _within_4_mcse(chees_fit, blr_exact)
+
+
+def test_chees_adapts_to_a_posterior_whose_scales_differ_4000_fold(blr_data):
+    """Inputs scaled by 1e3 and 1e-3 give posterior sds about 4,000 apart. Without the pooled mass
+    matrix (``mass_windows=()``) the step size is set by the narrowest direction, 1,000 leapfrog steps
+    cannot cross the widest, and the sds come out 0.3x and 3x the exact ones."""
+    x, y = blr_data
+    x = x * torch.tensor([1e3, 1.0, 1e-3])
+    model = bz.BNN(bz.models.MLP(3, [], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(NOISE))
+    exact = linear_regression(x, y, weight_scale=1.0, bias_scale=1.0, noise_scale=NOISE)
+    assert exact.cov.diagonal().max() / exact.cov.diagonal().min() > 1e7
+    post = bz.fit(model, x, y, bz.ChEES(num_chains=16, num_warmup=150, num_samples=150, seed=1, progress=False))
+    _within_4_mcse(post, exact)
+
+
+def test_batched_potential_equals_pyros_per_chain_with_a_learned_noise():
+    """LogPosterior.batched on 3 parameter sets at once against Pyro's own potential (log joint in
+    unconstrained coordinates, the noise scale's log-Jacobian included), one set at a time."""
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(12, 2, generator=g), torch.randn(12, generator=g)
+    model = bz.BNN(bz.models.MLP(2, [4], 1), bz.priors.FanInNormal(), bz.likelihoods.Gaussian.learned())
+    _, potential_fn, _, _ = initialize_model(model, model_args=(x, y))
+    target = LogPosterior(model, len(x))
+    params = {k: torch.randn(3, *shape, generator=g) for k, shape in model.latent_shapes().items()}
+    batched = target.batched(params, x, y)
+    for c in range(3):
+        expected = -potential_fn({k: v[c] for k, v in params.items()})
+        assert batched[c].item() == pytest.approx(expected.item(), rel=1e-5)
+
+
+def test_chees_sample_stats_describe_each_draw(chees_fit):
+    stats = chees_fit.sample_stats
+    assert set(stats) == {"acceptance_rate", "diverging", "energy", "lp", "step_size", "n_steps", "trajectory_length"}
+    assert all(v.shape == (16, 200) for v in stats.values())
+    assert stats["diverging"].dtype == torch.bool and not stats["diverging"].any()
+    assert torch.all((stats["acceptance_rate"] >= 0) & (stats["acceptance_rate"] <= 1))
+    # every chain takes the same jittered number of steps: n_steps = ceil(jittered length / step size)
+    assert torch.all(stats["n_steps"] == stats["n_steps"][:1])
+    expected = torch.ceil(stats["trajectory_length"] / stats["step_size"]).clamp(1, 1000)
+    assert torch.allclose(stats["n_steps"], expected)
+    # dual averaging aims the harmonic mean of acceptance at 0.651: the arithmetic mean sits above it
+    assert 0.6 < float(stats["acceptance_rate"].mean()) < 0.98
+    # lp is the log density of the kept draw: the chains' energies are at least -lp (K >= 0)
+    assert torch.all(stats["energy"][:, 1:] >= -stats["lp"][:, :-1] - 1e-3)
+
+
+def test_chees_is_reproducible_checks_its_settings_and_runs_a_recurrent_model(blr_model, blr_data):
+    short = bz.ChEES(num_chains=4, num_warmup=10, num_samples=5, seed=3, progress=False)
+    a, b = bz.fit(blr_model, *blr_data, short), bz.fit(blr_model, *blr_data, short)
+    assert all(torch.equal(a.samples[k], b.samples[k]) for k in a.samples)
+    with pytest.raises(bz.BnnZooError, match="num_chains must be an integer >= 2"):
+        bz.ChEES(num_chains=1)
+    with pytest.raises(bz.BnnZooError, match="target_accept"):
+        bz.ChEES(target_accept=1.5)
+    text = bz.BNN(bz.models.TextRNN(vocab_size=10, embed_dim=4, hidden=4), bz.priors.Normal(1.0), bz.likelihoods.Categorical())
+    post = bz.fit(text, torch.randint(10, (6, 3)), torch.randint(2, (6,)), short)
+    assert all(v.shape[:2] == (4, 5) and torch.isfinite(v).all() for v in post.samples.values())
