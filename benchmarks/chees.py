@@ -119,27 +119,27 @@ def run_numpyro(x, y, x_test, noise, warmup, samples, seed):
 
 
 def check_against_nuts(chains, warmup, samples, nuts_draws):
-    """ChEES's predictive mean and 95% band on the toy problem against a long run of Pyro's NUTS,
-    in units of the NUTS run's Monte Carlo standard error."""
+    """ChEES's predictive mean and 95% band on the toy problem against a long run of Pyro's NUTS
+    (4 chains), on 25 inputs across the training range, in units of the two runs' combined Monte
+    Carlo standard error (ArviZ's MCSE of the mean and of the 2.5% and 97.5% quantiles)."""
     x, y, _, noise = problem("toy", None)
     grid = torch.linspace(float(x.min()), float(x.max()), 25)[:, None]
     model = bz.BNN(bz.models.MLP(1, [50], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(noise))
     chees = bz.fit(model, x, y, bz.ChEES(num_chains=chains, num_warmup=warmup, num_samples=samples, progress=False))
     nuts = bz.fit(model, x, y, bz.NUTS(num_warmup=nuts_draws, num_samples=nuts_draws, num_chains=4, progress=False))
-    rows = []
-    for name, post in (("ChEES", chees), ("NUTS", nuts)):
+    runs = []
+    for post in (chees, nuts):
         with torch.no_grad():
             f = model.forward({k: post.samples[k] for k in model.params}, grid)[..., 0].numpy()
         ds = az.convert_to_dataset({"f": f})
-        mean, mcse = az.summary(ds, kind="stats")["mean"].to_numpy(), az.mcse(ds)["f"].to_numpy()
-        lo, hi = np.quantile(f.reshape(-1, f.shape[-1]), [0.025, 0.975], axis=0)
-        rows.append((name, mean, mcse, lo, hi, f))
-    (_, m1, se1, lo1, hi1, _), (_, m2, se2, lo2, hi2, f2) = rows
-    z = np.abs(m1 - m2) / np.sqrt(se1**2 + se2**2)
-    sd = f2.reshape(-1, f2.shape[-1]).std(0)
-    print(f"predictive mean: max |ChEES - NUTS| / combined MCSE over 25 inputs = {z.max():.2f} (median {np.median(z):.2f})")
-    print(f"95% band ends: max |difference| / posterior sd = {max(np.abs(lo1 - lo2).max(), np.abs(hi1 - hi2).max()) / sd.min():.3f}")
-    print(f"wall: ChEES {chees.runtime_s:.0f} s, NUTS {nuts.runtime_s:.0f} s")
+        quantiles = [(np.quantile(f.reshape(-1, 25), p, axis=0), az.mcse(ds, method="quantile", prob=p)["f"].values) for p in (0.025, 0.975)]
+        runs.append((f.reshape(-1, 25).mean(0), az.mcse(ds)["f"].values, quantiles, float(az.rhat(ds)["f"].max())))
+    (m1, se1, q1, r1), (m2, se2, q2, r2) = runs
+    z_mean = np.abs(m1 - m2) / np.sqrt(se1**2 + se2**2)
+    z_band = max(float((np.abs(a - b) / np.sqrt(sa**2 + sb**2)).max()) for (a, sa), (b, sb) in zip(q1, q2, strict=True))
+    print(f"ChEES {chains} chains x ({warmup} + {samples}), {chees.runtime_s:.0f} s; Pyro NUTS 4 x ({nuts_draws} + {nuts_draws}), {nuts.runtime_s:.0f} s")
+    print(f"predictive mean: max |ChEES - NUTS| / combined MCSE over 25 inputs = {z_mean.max():.2f} (median {np.median(z_mean):.2f})")
+    print(f"95% band ends: max |ChEES - NUTS| / combined MCSE = {z_band:.2f}; max R-hat of f: ChEES {r1:.3f}, NUTS {r2:.3f}")
 
 
 def main():
@@ -147,14 +147,15 @@ def main():
     parser.add_argument("--problem", choices=("toy", "boston"), default="toy")
     parser.add_argument("--data", help="the bostonHousing folder (UCI format), for --problem boston")
     parser.add_argument("--chains", type=int, nargs="+", default=[16, 64])
-    parser.add_argument("--warmup", type=int, default=200, help="ChEES warm-up iterations")
-    parser.add_argument("--samples", type=int, default=100, help="ChEES draws per chain")
+    parser.add_argument("--warmup", type=int, default=100, help="ChEES warm-up iterations")
+    parser.add_argument("--samples", type=int, default=200, help="ChEES draws per chain")
     parser.add_argument("--numpyro-draws", type=int, default=1000, help="NumPyro warm-up and kept draws per chain")
+    parser.add_argument("--nuts-draws", type=int, default=400, help="--check: Pyro NUTS warm-up and kept draws per chain (4 chains)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--check", action="store_true", help="compare ChEES's predictive with a long Pyro NUTS run instead")
     args = parser.parse_args()
     if args.check:
-        check_against_nuts(max(args.chains), args.warmup, args.samples, args.numpyro_draws)
+        check_against_nuts(max(args.chains), args.warmup, args.samples, args.nuts_draws)
         return
     x, y, x_test, noise = problem(args.problem, args.data)
     print(f"# {time.strftime('%Y-%m-%d')}, {platform.machine()}, torch {torch.__version__}, 1 thread; {args.problem}: N = {len(x)}, noise {noise}")
