@@ -87,3 +87,17 @@ def test_chees_is_reproducible_checks_its_settings_and_runs_a_recurrent_model(bl
     text = bz.BNN(bz.models.TextRNN(vocab_size=10, embed_dim=4, hidden=4), bz.priors.Normal(1.0), bz.likelihoods.Categorical())
     post = bz.fit(text, torch.randint(10, (6, 3)), torch.randint(2, (6,)), short)
     assert all(v.shape[:2] == (4, 5) and torch.isfinite(v).all() for v in post.samples.values())
+
+
+def test_the_compiled_potential_and_gradient_equal_the_eager_ones(blr_data):
+    """ChEES(compile=True) runs the same log posterior through torch.compile: same values and gradients."""
+    from bnn_zoo.inference.chees import _Target
+
+    model = bz.BNN(bz.models.MLP(3, [5], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian.learned())
+    x, y = blr_data
+    y = y[:, None]
+    eager = _Target(LogPosterior(model, len(x)), x, y, model.latent_shapes())
+    compiled = _Target(LogPosterior(model, len(x)), x, y, model.latent_shapes(), compile=True)
+    q = torch.randn(4, sum(eager.sizes), generator=torch.Generator().manual_seed(0))
+    (v1, g1), (v2, g2) = eager(q), compiled(q)
+    assert torch.allclose(v1, v2, rtol=1e-5) and torch.allclose(g1, g2, rtol=1e-4, atol=1e-4)

@@ -553,6 +553,7 @@ class ChEES(InferenceConfig):
     init: Literal["network", "prior"] = "network"
     target_accept: float = 0.651
     max_leapfrog: int = 1000
+    compile: bool = False  # torch.compile the potential: seconds to compile, each step 2.5-4x cheaper
 
     def build(self, run, model, dataset, checkpoint, progress):
         from bnn_zoo.inference import ChEES as Method

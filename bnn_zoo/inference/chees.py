@@ -57,6 +57,9 @@ class ChEES:
         trajectory_lr: Adam's learning rate on log T.
         mass_windows: fractions of warm-up at whose end the diagonal mass matrix is re-estimated
             from the window's pooled draws (the first window's first half is discarded as burn-in).
+        compile: compile the potential and its gradient with ``torch.compile`` (needs a C++ compiler on
+            the CPU). The first step pays the compile (6-20 s); each leapfrog step is then 2.5-4x cheaper
+            on the small BNNs of benchmarks/chees.py.
         progress: show a progress bar.
     """
 
@@ -69,6 +72,7 @@ class ChEES:
     max_leapfrog: int = 1000
     trajectory_lr: float = 0.025
     mass_windows: tuple[float, ...] = (0.25, 0.5)
+    compile: bool = False
     progress: bool = True
 
     name = "chees"
@@ -96,7 +100,7 @@ class ChEES:
     def run(self, model: BNN, x: torch.Tensor, y: torch.Tensor) -> Posterior:
         start = time.perf_counter()
         generator = torch.Generator(device=model.device).manual_seed(self.seed)
-        target = _Target(LogPosterior(model, x.shape[0]), x, y, model.latent_shapes())
+        target = _Target(LogPosterior(model, x.shape[0]), x, y, model.latent_shapes(), compile=self.compile)
         q = target.flatten(target.log_posterior.initial(self._inits(model, generator)))
         sampler = _Sampler(target, q, self, generator)
         draws, stats = [], []
@@ -134,10 +138,11 @@ class ChEES:
 class _Target:
     """The log posterior on flat (C, d) coordinates, with its gradient."""
 
-    def __init__(self, log_posterior: LogPosterior, x, y, shapes: dict):
+    def __init__(self, log_posterior: LogPosterior, x, y, shapes: dict, compile: bool = False):
         self.log_posterior, self.x, self.y = log_posterior, x, y
         self.shapes = shapes
         self.sizes = [math.prod(s) for s in shapes.values()]
+        self._log_density = torch.compile(self._eager, dynamic=False) if compile else self._eager
 
     def flatten(self, values: dict) -> torch.Tensor:
         c = next(iter(values.values())).shape[0]
@@ -148,6 +153,9 @@ class _Target:
         parts = torch.split(flat, self.sizes, dim=-1)
         return {k: p.reshape(*lead, *shape) for (k, shape), p in zip(self.shapes.items(), parts, strict=True)}
 
+    def _eager(self, q: torch.Tensor) -> torch.Tensor:
+        return self.log_posterior.batched(self.unflatten(q), self.x, self.y)
+
     def __call__(self, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(log posterior (C,), its gradient (C, d)) at q; non-finite values where a chain has left
         the support or overflowed (they are rejected, never propagated)."""
@@ -155,7 +163,12 @@ class _Target:
         # validation off: a chain far out in the tails (or diverged) must give a non-finite value to
         # reject, not an exception; the data were validated once, at the boundary
         with torch.enable_grad(), pyro.validation_enabled(False):
-            logp = self.log_posterior.batched(self.unflatten(q), self.x, self.y)
+            try:
+                logp = self._log_density(q)
+            except torch._dynamo.exc.BackendCompilerFailed as exc:
+                raise BnnZooError(
+                    f"torch.compile could not compile this network's potential ({type(exc.inner_exception).__name__}); run ChEES with compile=False"
+                ) from None
             (grad,) = torch.autograd.grad(logp.sum(), q)
         return logp.detach(), grad
 
