@@ -37,6 +37,9 @@ HEADER, STATE, IDATA = "posterior.json", "state.pt", "posterior.nc"
 
 Loader = Callable[..., Any]
 _LOADERS: dict[str, Loader] = {}
+# the module whose import registers each kind's loader: `import bnn_zoo` is lazy, so a fresh process
+# that only calls bnn_zoo.load has imported none of them yet
+_LOADER_HOMES = {"bnn": "bnn_zoo.posterior", "laplace": "bnn_zoo.inference.laplace", "gp": "bnn_zoo.baselines.gp"}
 
 
 class NotDescribable(Exception):
@@ -150,10 +153,12 @@ def load(path: str | Path, model: Any = None, guide: Any = None):
         raise BnnZooError(f"{header_file} is unreadable ({type(exc).__name__}); the folder is corrupt, save the posterior again") from None
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise BnnZooError(f"{header_file} is not a bnn-zoo posterior header")
+    if header.get("kind") in _LOADER_HOMES:
+        importlib.import_module(_LOADER_HOMES[header["kind"]])
     if header.get("version") != VERSION or header.get("kind") not in _LOADERS:
         raise BnnZooError(
             f"{path} holds a {header.get('kind')!r} posterior of format version {header.get('version')}, "
-            f"which this bnn-zoo ({', '.join(sorted(_LOADERS))}, version {VERSION}) cannot read"
+            f"which this bnn-zoo ({', '.join(sorted(_LOADER_HOMES))}, version {VERSION}) cannot read"
         )
     state = safe_torch_load(path / STATE, what="posterior state")
     try:
