@@ -49,31 +49,8 @@ _HOMES = {
     "evidence": "bnn_zoo.evaluation",
     "load": "bnn_zoo.saving",
 }
-__all__ = [
-    "BNN",
-    "BnnZooError",
-    "ChEES",
-    "GP",
-    "HMC",
-    "Laplace",
-    "NUTS",
-    "Network",
-    "Posterior",
-    "PosteriorLike",
-    "Prediction",
-    "SGMCMC",
-    "SVI",
-    "TypeII",
-    "baselines",
-    "compare",
-    "evidence",
-    "fit",
-    "guides",
-    "likelihoods",
-    "load",
-    "models",
-    "priors",
-]
+_SUBPACKAGES = ("baselines", "guides", "likelihoods", "models", "priors")  # public, loaded on first use
+__all__ = sorted([*_HOMES, *_SUBPACKAGES])
 
 
 def __getattr__(name: str):

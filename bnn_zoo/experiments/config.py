@@ -526,8 +526,8 @@ class _Chain(InferenceConfig):
         if init == "svi":  # a quick mean-field fit to start every chain from one of its draws
             quick = inference.SVI(steps=2000, lr=0.02, lr_decay=0.1, num_particles=4, seed=run.seed, progress=progress)
             init = inference.fit(model, *dataset.train, quick)
-        kind = inference.NUTS if self.registered_name == "nuts" else inference.HMC
-        return kind(num_warmup=self.num_warmup, num_samples=self.num_samples, num_chains=self.num_chains, init=init, seed=run.seed, progress=progress)
+        method = inference.METHODS[self.registered_name]
+        return method(**(dataclasses.asdict(self) | {"init": init}), seed=run.seed, progress=progress)
 
 
 @register("nuts")
@@ -544,22 +544,14 @@ class HMC(_Chain):
 
 @register("chees")
 @dataclass
-class ChEES(InferenceConfig):
+class ChEES(_Chain):
     """Many HMC chains in lockstep, trajectory length by the ChEES criterion, jittered (Hoffman et al. 2021)."""
 
-    num_warmup: int = 500
     num_samples: int = 250
     num_chains: int = 16
-    init: Literal["network", "prior"] = "network"
     target_accept: float = 0.651
     max_leapfrog: int = 1000
     compile: bool = False  # torch.compile the potential: seconds to compile, each step 2.5-4x cheaper
-
-    def build(self, run, model, dataset, checkpoint, progress):
-        from bnn_zoo.inference import ChEES as Method
-
-        options = dataclasses.asdict(self) | {"init": None if self.init == "network" else self.init}
-        return Method(seed=run.seed, progress=progress, **options)
 
 
 @dataclass

@@ -206,14 +206,17 @@ class _Sampler:
             p = p + (step_size if s < steps - 1 else 0.5 * step_size) * grad
         return q, p, logp, grad
 
+    def _hamiltonian(self, logp: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+        """H = U(q) + K(p) per chain, K = p^T M^-1 p / 2 with the diagonal inverse mass."""
+        return -logp + 0.5 * (p**2 * self.inv_mass).sum(-1)
+
     def _transition(self, step_size: float, steps: int) -> dict:
         """One HMC transition of every chain; returns the proposal and per-chain statistics."""
         c, d = self.q.shape
         p0 = torch.randn(c, d, generator=self.generator, device=self.q.device) / self.inv_mass.sqrt()
-        energy = -self.logp + 0.5 * (p0**2 * self.inv_mass).sum(-1)
+        energy = self._hamiltonian(self.logp, p0)
         q1, p1, logp1, grad1 = self._leapfrog(self.q, p0, self.grad, step_size, steps)
-        energy1 = -logp1 + 0.5 * (p1**2 * self.inv_mass).sum(-1)
-        error = energy1 - energy
+        error = self._hamiltonian(logp1, p1) - energy
         finite = torch.isfinite(error) & torch.isfinite(grad1).all(-1)
         diverging = ~finite | (error > MAX_ENERGY_ERROR)
         accept_prob = torch.where(finite, torch.exp(torch.clamp(-error, max=0.0)), torch.zeros_like(error))
@@ -233,9 +236,9 @@ class _Sampler:
     def warmup_step(self, iteration: int) -> None:
         length, steps = self._jittered_steps(iteration)
         out = self._transition(self.step_size, steps)
-        alpha = torch.where(out["diverging"], torch.zeros_like(out["accept_prob"]), out["accept_prob"])
-        self._adapt_step_size(alpha)
-        self._adapt_trajectory(out, alpha, length / self.trajectory)
+        # a diverged chain already has acceptance probability 0 (non-finite) or below exp(-1000)
+        self._adapt_step_size(out["accept_prob"])
+        self._adapt_trajectory(out, out["accept_prob"], length / self.trajectory)
         self._collect_for_mass(iteration)
 
     def _restart_adaptation(self) -> None:
@@ -306,9 +309,8 @@ class _Sampler:
         for _ in range(60):
             c, d = self.q.shape
             p0 = torch.randn(c, d, generator=self.generator, device=self.q.device) / self.inv_mass.sqrt()
-            energy = -self.logp + 0.5 * (p0**2 * self.inv_mass).sum(-1)
             _, p1, logp1, _ = self._leapfrog(self.q, p0, self.grad, step_size, 1)
-            error = torch.nan_to_num(-logp1 + 0.5 * (p1**2 * self.inv_mass).sum(-1) - energy, nan=math.inf)
+            error = torch.nan_to_num(self._hamiltonian(logp1, p1) - self._hamiltonian(self.logp, p0), nan=math.inf)
             accept = float(torch.exp(torch.clamp(-error, max=0.0)).mean())
             up = accept > 0.5
             if direction is not None and up != direction:
