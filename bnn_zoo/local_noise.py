@@ -25,7 +25,6 @@ from pyro.poutine.messenger import Messenger
 from torch import nn
 
 from bnn_zoo.errors import BnnZooError
-from bnn_zoo.protocols import HandlesLocalNoise, MovesMasks
 
 
 class LocalNoise:
@@ -142,14 +141,15 @@ def hooks(net: nn.Module, noise: dict[str, LocalNoise]):
         for name, n in noise.items():
             owner, _, attr = name.rpartition(".")
             module = net.get_submodule(owner)
-            if isinstance(module, HandlesLocalNoise) and module.handles_local_noise:
+            # attribute reads, not isinstance on the runtime Protocols: this runs at every SVI step
+            if getattr(module, "handles_local_noise", False):  # HandlesLocalNoise
                 aware.setdefault(module, {})[attr] = n
                 continue
             if owner in owners:
                 raise BnnZooError(f"module {owner!r} has more than one weight with local noise; turn local noise off for it")
             owners.add(owner)
             # a network may move a weight's input mask upstream (LeNet: before pooling, as in Gal's lenet-all)
-            site = net.get_submodule((net.mask_sites if isinstance(net, MovesMasks) else {}).get(name, owner)) if isinstance(n, InputDropout) else module
+            site = net.get_submodule(getattr(net, "mask_sites", {}).get(name, owner)) if isinstance(n, InputDropout) else module  # MovesMasks
             handles.append(site.register_forward_pre_hook(lambda m, args, n=n: (n.inputs(m, args[0]), *args[1:])))
             handles.append(module.register_forward_hook(lambda m, args, out, n=n: n.outputs(m, args[0], out)))
         for module, found in aware.items():

@@ -1,8 +1,10 @@
-"""The network contract, stated as ``typing.Protocol``s.
+"""The network and guide contracts, stated as ``typing.Protocol``s.
 
 A network is any ``torch.nn.Module``; the optional attributes below are how it tells bnn-zoo more
-(its widths, where a dropout guide puts masks). The posterior contract, which the BNN ``Posterior``
-and the GP baseline's ``GPPosterior`` both implement, is :class:`bnn_zoo.posterior.PosteriorLike`.
+(its widths, where a dropout guide puts masks). A guide is any Pyro guide; one that also states its
+per-site distributions (:class:`SiteDistributions`) gets SVI's direct ELBO. The posterior contract,
+which the BNN ``Posterior`` and the GP baseline's ``GPPosterior`` both implement, is
+:class:`bnn_zoo.posterior.PosteriorLike`.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Protocol, runtime_checkable
 
 import torch
+from torch.distributions import Distribution
 
 
 @runtime_checkable
@@ -55,3 +58,17 @@ class HandlesLocalNoise(Protocol):
     reading it from ``module._local_noise`` instead of through forward hooks."""
 
     handles_local_noise: bool
+
+
+@runtime_checkable
+class SiteDistributions(Protocol):
+    """Optional, on a guide: q(w) = prod_s q_s(w_s), one reparameterised distribution per latent site.
+
+    ``site_distributions()`` maps each latent site, in the model's order, to ``(q_s, infer)``: the
+    distribution the guide samples the site from and the ``infer`` dict it passes to ``pyro.sample``
+    (``{"local_noise": ...}`` for per-example noise). The guide's ``forward`` samples exactly these, so
+    SVI can write the ELBO out from them (:class:`bnn_zoo.inference.elbo.DirectELBO`) instead of
+    tracing guide and model at every step.
+    """
+
+    def site_distributions(self) -> dict[str, tuple[Distribution, dict]]: ...

@@ -17,6 +17,7 @@ import torch
 from pyro.infer import Predictive
 from pyro.infer.importance import vectorized_importance_weights
 from pyro.nn import PyroModule
+from torch.distributions import Distribution
 
 LOCAL_PARAMS = {"module_local_params": True}
 
@@ -40,9 +41,19 @@ class LocalParamModule(PyroModule):
         with pyro.settings.context(**LOCAL_PARAMS):
             return super().__call__(*args, **kwargs)
 
-    def __getattr__(self, name):  # a parameter read outside a call (say by ``mean()``) stays local too
+    def __getattr__(self, name):
+        # Outside a model or guide call (``mean()``, SVI's direct ELBO) no branch of PyroModule's read
+        # depends on the setting, and inside ours it is already set: the context (a few registry
+        # lookups) is needed only inside another caller's, and every guide parameter is read each step.
+        if not self._pyro_context.active or pyro.settings.get("module_local_params"):
+            return super().__getattr__(name)
         with pyro.settings.context(**LOCAL_PARAMS):
             return super().__getattr__(name)
+
+
+def sample_sites(sites: dict[str, tuple[Distribution, dict]]) -> dict[str, torch.Tensor]:
+    """A :class:`~bnn_zoo.protocols.SiteDistributions` guide's forward: sample every site from its q."""
+    return {name: pyro.sample(name, q, infer=infer) for name, (q, infer) in sites.items()}
 
 
 def scope(guide: Callable) -> contextlib.AbstractContextManager:

@@ -491,6 +491,7 @@ class SVI(InferenceConfig):
     checkpoint_every: int = 1000
     num_draws: int = 1000
     lockstep: bool = False  # fit by the batched engine (bnn_zoo.inference.lockstep), alone or beside other fits
+    direct: bool = True  # the ELBO written out for bnn-zoo's guides (bnn_zoo.inference.elbo); false: Pyro's TraceMeanField_ELBO
 
     takes_guide = True
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 
-import pyro
 import pyro.distributions as dist
 import torch
 from pyro.distributions import constraints
@@ -34,7 +33,7 @@ from bnn_zoo.guides.mean_field import MeanField
 from bnn_zoo.guides.registry import register
 from bnn_zoo.local_noise import InputDropout
 from bnn_zoo.protocols import PlacesDropout
-from bnn_zoo.variational import LocalParamModule
+from bnn_zoo.variational import LocalParamModule, sample_sites
 
 
 class DropoutMixture(TorchDistribution):
@@ -124,18 +123,19 @@ class DropoutGuide(LocalParamModule):
     def loc(self, name: str) -> torch.Tensor:
         return getattr(self.locs, name.replace(".", "__"))
 
-    def forward(self, *args, **kwargs):
-        values = {}
+    def site_distributions(self) -> dict[str, tuple[dist.Distribution, dict]]:
+        sites = {}
         for name in self.order:  # the model's order, which Pyro's mean-field check expects
             m = self.loc(name)
             if name in self.p:
                 per_example = self.masks == "example" and self.training and self.p[name] > 0
-                infer = {"local_noise": InputDropout(m, 1 - self.p[name])} if per_example else {}
-                values[name] = pyro.sample(name, DropoutMixture(m, self.p[name]), infer=infer)
+                sites[name] = (DropoutMixture(m, self.p[name]), {"local_noise": InputDropout(m, 1 - self.p[name])} if per_example else {})
             else:
-                values[name] = pyro.sample(name, dist.Delta(m, event_dim=m.dim()))
-        values.update(self.rest(*args, **kwargs))
-        return values
+                sites[name] = (dist.Delta(m, event_dim=m.dim()), {})
+        return sites | self.rest.site_distributions()
+
+    def forward(self, *args, **kwargs):
+        return sample_sites(self.site_distributions())
 
     def mean(self) -> dict[str, torch.Tensor]:
         """E_q[w]: (1-p) M for weights (standard dropout's weight scaling), biases as they are."""

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 
-import pyro
 import pyro.distributions as dist
 import torch
 from pyro.distributions import constraints
@@ -31,7 +30,7 @@ from bnn_zoo.errors import positive
 from bnn_zoo.guides.mean_field import MeanField
 from bnn_zoo.guides.registry import flag, register
 from bnn_zoo.local_noise import MatrixNormalWeights
-from bnn_zoo.variational import LocalParamModule
+from bnn_zoo.variational import LocalParamModule, sample_sites
 
 
 class MatrixNormal(TorchDistribution):
@@ -145,16 +144,16 @@ class MatrixNormalGuide(LocalParamModule):
         key = name.replace(".", "__")
         return MatrixNormal(getattr(self.locs, key), getattr(self.rows, key)(), getattr(self.cols, key)(), self.shapes[name])
 
-    def forward(self, *args, **kwargs):
-        values = {}
+    def site_distributions(self) -> dict[str, tuple[dist.Distribution, dict]]:
+        sites = {}
         for name in self.shapes:
             q = self.distribution(name)
-            infer = (
-                {"local_noise": MatrixNormalWeights(q.loc.reshape(q.event_shape), q.row_factor, q.col_factor)} if self.local_reparam and self.training else {}
-            )
-            values[name] = pyro.sample(name, q, infer=infer)
-        values.update(self.rest(*args, **kwargs))
-        return values
+            local = self.local_reparam and self.training
+            sites[name] = (q, {"local_noise": MatrixNormalWeights(q.loc.reshape(q.event_shape), q.row_factor, q.col_factor)} if local else {})
+        return sites | self.rest.site_distributions()
+
+    def forward(self, *args, **kwargs):
+        return sample_sites(self.site_distributions())
 
     def mean(self) -> dict[str, torch.Tensor]:
         return {**{name: self.distribution(name).mean for name in self.shapes}, **self.rest.mean()}

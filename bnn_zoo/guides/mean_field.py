@@ -15,7 +15,6 @@ drawn once per particle.
 
 from __future__ import annotations
 
-import pyro
 import pyro.distributions as dist
 import torch
 from pyro.distributions import constraints
@@ -25,7 +24,7 @@ from torch.distributions import biject_to
 from bnn_zoo.errors import BnnZooError, positive
 from bnn_zoo.guides.registry import flag, register
 from bnn_zoo.local_noise import GaussianWeights
-from bnn_zoo.variational import LocalParamModule
+from bnn_zoo.variational import LocalParamModule, sample_sites
 
 
 class MeanField(LocalParamModule):
@@ -55,16 +54,18 @@ class MeanField(LocalParamModule):
         key = name.replace(".", "__")
         return getattr(self.locs, key), getattr(self.scales, key)
 
-    def forward(self, *args, **kwargs):
-        values = {}
+    def site_distributions(self) -> dict[str, tuple[dist.Distribution, dict]]:
+        sites = {}
         for name in self.sites:
             loc, scale = self.loc_and_scale(name)
             q = dist.Normal(loc, scale).to_event(loc.dim())
             if name in self.transforms:
                 q = dist.TransformedDistribution(q, self.transforms[name])
-            infer = {"local_noise": GaussianWeights(loc, scale)} if name in self.local and self.training else {}
-            values[name] = pyro.sample(name, q, infer=infer)
-        return values
+            sites[name] = (q, {"local_noise": GaussianWeights(loc, scale)} if name in self.local and self.training else {})
+        return sites
+
+    def forward(self, *args, **kwargs):
+        return sample_sites(self.site_distributions())
 
     def mean(self) -> dict[str, torch.Tensor]:
         """E_q[w] for weights; for a constrained site (noise scale) the transformed mean, i.e. its median."""

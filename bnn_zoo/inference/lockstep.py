@@ -66,6 +66,7 @@ def why_not(job: Job) -> str | None:
         (isinstance(m, SVI) and bool(m.guide_options.get("local_reparam")), "local reparameterisation is not in the lockstep ELBO"),
         (isinstance(m, SVI) and (m.num_particles != 1 or m.objective != "elbo"), "lockstep fits take one particle and the ELBO"),
         (isinstance(m, SVI) and m.validation > 0, "lockstep fits have no early stopping"),
+        (isinstance(m, SVI) and not m.direct, "direct=False asks for Pyro's own TraceMeanField_ELBO"),
         (not isinstance(model.likelihood, Gaussian) or model.likelihood.scale is None, "lockstep fits need a Gaussian likelihood with a fixed scale"),
         (bool(model.fixed), "lockstep fits need every parameter Bayesian (no point estimates)"),
         (any(not isinstance(_owner(model.net, k), nn.Linear) for k in model.params), "lockstep fits take networks of dense layers"),

@@ -1,0 +1,155 @@
+"""An SVI step in bnn-zoo against a hand-written PyTorch loop of the same model, in the same run.
+
+Three fits, each on both sides with the same data, network, prior, noise, initial scale, Adam and
+number of steps, one torch thread:
+
+- mean-field (Bayes by backprop) on a 13-50-1 tanh net, full batch (Boston's 455 training rows);
+- the dropout guide (MC dropout, Gal's per-example masks on the input and hidden layer) on a
+  13-50-1 ReLU net, batch 128, prior N(0, l^-2) with l = 1e-2;
+- mean-field on a 13-400-400-1 tanh net, full batch, where the arithmetic dominates.
+
+The hand-written loops are what a PyTorch user writes for these objectives: explicit parameters,
+``w = mu + softplus(rho) eps``, the closed-form Normal KL, or ``x * bernoulli`` masks with Gal's
+weight decay, and ``torch.optim.Adam``. bnn-zoo's time per step is the difference between a fit of
+2S and of S steps divided by S, so guide building and the Posterior's draws cancel out. Each pair
+runs ``--repeats`` times interleaved; the table gives medians.
+
+    python benchmarks/svi_step.py [--data ../shared/data/uci/bostonHousing] [--steps 300] [--repeats 3]
+    python benchmarks/svi_step.py --profile mean-field   # where bnn-zoo's step goes (cProfile)
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import math
+import pstats
+import statistics
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+import bnn_zoo as bz
+
+NOISE = 0.35  # the fixed noise sd on standardised targets, as in benchmarks/chees.py
+CASES = {
+    # name: (hidden widths, activation, guide, guide options, batch size, prior scale, lr)
+    "mean-field 13-50-1": ([50], "tanh", "mean-field", {}, None, 1.0, 1e-2),
+    "dropout 13-50-1, batch 128": ([50], "relu", "dropout", {"p": 0.05, "masks": "example"}, 128, 1e2, 1e-3),
+    "mean-field 13-400-400-1": ([400, 400], "tanh", "mean-field", {}, None, 1.0, 1e-3),
+}
+
+
+def boston(folder: str | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Boston's split-0 training rows, standardised (or 455 synthetic rows of 13 columns without --data)."""
+    if folder is None:
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(455, 13, generator=g)
+        return x, torch.tanh(x[:, :3]).sum(1) + 0.3 * torch.randn(455, generator=g)
+    d = Path(folder)
+    data = torch.tensor([[float(v) for v in line.split()] for line in (d / "data.txt").read_text().splitlines() if line.strip()])
+    features = [int(float(v)) for v in (d / "index_features.txt").read_text().split()]
+    target = int(float((d / "index_target.txt").read_text().split()[0]))
+    train = [int(float(v)) for v in (d / "index_train_0.txt").read_text().split()]
+    x, y = data[train][:, features], data[train][:, target]
+    return (x - x.mean(0)) / x.std(0), (y - y.mean()) / y.std()
+
+
+def zoo_fit(case, x, y, steps: int, profile: bool = False) -> float:
+    hidden, act, guide, options, batch, prior, lr = CASES[case]
+    model = bz.BNN(bz.models.MLP(13, hidden, 1, act), bz.priors.Normal(prior), bz.likelihoods.Gaussian(NOISE))
+    svi = bz.SVI(guide=guide, guide_options=options, steps=steps, lr=lr, batch_size=batch, lr_decay=1.0, progress=False, num_draws=10)
+    start = time.perf_counter()
+    if profile:
+        with cProfile.Profile() as prof:
+            bz.fit(model, x, y, svi)
+        pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+    else:
+        bz.fit(model, x, y, svi)
+    return time.perf_counter() - start
+
+
+def zoo_per_step(case, x, y, steps: int) -> float:
+    return (zoo_fit(case, x, y, 2 * steps) - zoo_fit(case, x, y, steps)) / steps
+
+
+def _init(widths):
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:])]
+    return [(lay.weight.detach().clone(), lay.bias.detach().clone()) for lay in layers]
+
+
+def hand_mean_field(case, x, y, steps: int) -> float:
+    """Bayes by backprop written out: mu, rho per tensor, w = mu + softplus(rho) eps, closed-form KL."""
+    hidden, act, _, _, _, prior, lr = CASES[case]
+    act = torch.tanh if act == "tanh" else torch.relu
+    mus = [t.requires_grad_() for pair in _init([13, *hidden, 1]) for t in pair]
+    rhos = [torch.full_like(m, math.log(math.expm1(1e-2))).requires_grad_() for m in mus]
+    optim = torch.optim.Adam(mus + rhos, lr=lr)
+    y = y[:, None]
+    start = time.perf_counter()
+    for _ in range(steps):
+        optim.zero_grad()
+        sigmas = [F.softplus(r) for r in rhos]
+        ws = [m + s * torch.randn_like(s) for m, s in zip(mus, sigmas)]
+        h = x
+        for i in range(0, len(ws) - 2, 2):
+            h = act(F.linear(h, ws[i], ws[i + 1]))
+        f = F.linear(h, ws[-2], ws[-1])
+        nll = 0.5 * ((y - f) / NOISE).pow(2).sum() + y.numel() * (math.log(NOISE) + 0.5 * math.log(2 * math.pi))
+        kl = sum((prior / s).log().sum() + ((s.pow(2) + m.pow(2)) / (2 * prior**2) - 0.5).sum() for m, s in zip(mus, sigmas))
+        (nll + kl).backward()
+        optim.step()
+    return (time.perf_counter() - start) / steps
+
+
+def hand_dropout(case, x, y, steps: int) -> float:
+    """MC dropout written out: per-example Bernoulli masks on each layer's input, Gal's weight decay."""
+    hidden, _, _, options, batch, prior, lr = CASES[case]
+    keep, n = 1 - options["p"], x.shape[0]
+    params = [t.requires_grad_() for pair in _init([13, *hidden, 1]) for t in pair]
+    optim = torch.optim.Adam(params, lr=lr)
+    y = y[:, None]
+    start = time.perf_counter()
+    for _ in range(steps):
+        optim.zero_grad()
+        idx = torch.randperm(n)[:batch]
+        h, yb = x[idx], y[idx]
+        for i in range(0, len(params), 2):
+            h = F.linear(h * (torch.rand_like(h) < keep), params[i], params[i + 1])
+            h = torch.relu(h) if i < len(params) - 2 else h
+        nll = (n / batch) * 0.5 * ((yb - h) / NOISE).pow(2).sum()
+        decay = sum((keep if w.dim() == 2 else 1.0) * w.pow(2).sum() for w in params) / (2 * prior**2)
+        (nll + decay).backward()
+        optim.step()
+    return (time.perf_counter() - start) / steps
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", help="a UCI folder (bostonHousing); default: 455 synthetic rows of 13 columns")
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--profile", choices=[c.split()[0] for c in CASES], help="profile bnn-zoo's fit of this case instead")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    x, y = boston(args.data)
+    if args.profile:
+        zoo_fit(next(c for c in CASES if c.startswith(args.profile)), x, y, args.steps, profile=True)
+        return
+    print("| fit | hand-written ms/step | bnn-zoo ms/step | hand-written steps/s | bnn-zoo steps/s | bnn-zoo / hand-written |")
+    print("|---|---|---|---|---|---|")
+    for case in CASES:
+        hand = hand_dropout if CASES[case][2] == "dropout" else hand_mean_field
+        hands, zoos = [], []
+        for _ in range(args.repeats):
+            hands.append(hand(case, x, y, args.steps))
+            zoos.append(zoo_per_step(case, x, y, args.steps))
+        h, z = statistics.median(hands), statistics.median(zoos)
+        print(f"| {case} | {h * 1e3:.3f} | {z * 1e3:.3f} | {1 / h:.0f} | {1 / z:.0f} | {h / z:.2f}x |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
