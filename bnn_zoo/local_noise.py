@@ -150,8 +150,11 @@ def hooks(net: nn.Module, noise: dict[str, LocalNoise]):
             owners.add(owner)
             # a network may move a weight's input mask upstream (LeNet: before pooling, as in Gal's lenet-all)
             site = net.get_submodule(getattr(net, "mask_sites", {}).get(name, owner)) if isinstance(n, InputDropout) else module  # MovesMasks
-            handles.append(site.register_forward_pre_hook(lambda m, args, n=n: (n.inputs(m, args[0]), *args[1:])))
-            handles.append(module.register_forward_hook(lambda m, args, out, n=n: n.outputs(m, args[0], out)))
+            # only the hooks the noise overrides: each one puts the module on torch's slower call path
+            if type(n).inputs is not LocalNoise.inputs:
+                handles.append(site.register_forward_pre_hook(lambda m, args, n=n: (n.inputs(m, args[0]), *args[1:])))
+            if type(n).outputs is not LocalNoise.outputs:
+                handles.append(module.register_forward_hook(lambda m, args, out, n=n: n.outputs(m, args[0], out)))
         for module, found in aware.items():
             module._local_noise = found
         yield
