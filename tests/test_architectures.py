@@ -46,8 +46,18 @@ def test_untied_lstm_draws_independent_masks_per_gate():
     torch.manual_seed(1)
     lstm = bz.models.LSTM(D, K, gates="untied")
     names = [f"{kind}_{g}" for kind in ("weight", "recurrent") for g in GATES]
-    _, drawn = _recorded_masks(lstm, names, torch.randn(200, 3, D))
+    x = torch.randn(200, 3, D)
+    out, drawn = _recorded_masks(lstm, names, x)
     assert len(drawn) == 8  # W_g and U_g for each gate, drawn once for the whole sequence
+    mx, mh = dict(zip(GATES, drawn[:4])), dict(zip(GATES, drawn[4:]))
+    h = c = torch.zeros(200, K)
+    for t in range(3):  # by hand (Gal's eqs. 3.22-3.23): gate g sees x_t and h_{t-1} through its own masks
+        pre = {
+            g: (x[:, t] * mx[g]) @ getattr(lstm, f"weight_{g}").T + (h * mh[g]) @ getattr(lstm, f"recurrent_{g}").T + getattr(lstm, f"bias_{g}") for g in GATES
+        }
+        c = pre["f"].sigmoid() * c + pre["i"].sigmoid() * pre["g"].tanh()
+        h = pre["o"].sigmoid() * c.tanh()
+        assert torch.allclose(out[:, t], h, atol=1e-6)
     assert [m.shape for m in drawn] == [(200, D)] * 4 + [(200, K)] * 4
     for a in range(4):
         for b in range(a + 1, 4):

@@ -48,27 +48,39 @@ class LSTM(nn.Module):
                 setattr(self, f"bias_{g}", uniform(k))
 
     def forward(self, x):
-        n, steps, d = x.shape
+        n, _, d = x.shape
         k = self.hidden_size
-        h = c = x.new_zeros(n, k)
+        # A sequence's masks are the same at every step (variational RNN), so the inputs' share of all
+        # four gates is one matmul over every step at once; only the recurrent share stays in the loop.
         if self.gates == "tied":
             mask = input_mask(self, "weight", (n, d + k), x)
+            mask_x, mask_h = (None, None) if mask is None else (mask[:, None, :d], mask[:, d:])
+            from_x = _masked(x, mask_x) @ self.weight[:, :d].T + self.bias  # (n, T, 4k), rows i, f, o, g
+            w_h = self.weight[:, d:].T  # sliced once: a slice per step would add a scatter per step to backward
+
+            def recurrent(h):
+                return _masked(h, mask_h) @ w_h
         else:
-            masks_x = {g: input_mask(self, f"weight_{g}", (n, d), x) for g in GATES}
-            masks_h = {g: input_mask(self, f"recurrent_{g}", (n, k), x) for g in GATES}
+            weight = lambda kind, g: getattr(self, f"{kind}_{g}")  # noqa: E731
+            from_x = torch.cat([_masked(x, _steps(input_mask(self, f"weight_{g}", (n, d), x))) @ weight("weight", g).T for g in GATES], -1)
+            from_x = from_x + torch.cat([weight("bias", g) for g in GATES])
+            masks_h = [input_mask(self, f"recurrent_{g}", (n, k), x) for g in GATES]
+            if all(m is None for m in masks_h):
+                stacked = torch.cat([weight("recurrent", g) for g in GATES])  # (4k, k)
+
+                def recurrent(h):
+                    return h @ stacked.T
+            else:  # one batched matmul over the gates, each with its own mask
+                kept = torch.stack([x.new_ones(n, k) if m is None else m for m in masks_h])  # (4, n, k)
+                stacked = torch.stack([weight("recurrent", g).T for g in GATES])  # (4, k, k)
+
+                def recurrent(h):
+                    return torch.bmm(h * kept, stacked).transpose(0, 1).reshape(n, 4 * k)
+
+        h = c = x.new_zeros(n, k)
         outputs = []
-        for t in range(steps):
-            if self.gates == "tied":
-                z = torch.cat([x[:, t], h], -1)
-                pre = (z if mask is None else z * mask) @ self.weight.T + self.bias
-                i, f, o, g = pre.split(k, -1)
-            else:
-                i, f, o, g = (
-                    _masked(x[:, t], masks_x[gate]) @ getattr(self, f"weight_{gate}").T
-                    + _masked(h, masks_h[gate]) @ getattr(self, f"recurrent_{gate}").T
-                    + getattr(self, f"bias_{gate}")
-                    for gate in GATES
-                )
+        for from_x_t in from_x.unbind(1):  # unbind, not from_x[:, t]: one stack in backward, not T full-size scatters
+            i, f, o, g = (from_x_t + recurrent(h)).split(k, -1)
             c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
             h = torch.sigmoid(o) * torch.tanh(c)
             outputs.append(h)
@@ -80,6 +92,11 @@ class LSTM(nn.Module):
 
 def _masked(x, mask):
     return x if mask is None else x * mask
+
+
+def _steps(mask):
+    """A per-sequence mask (n, d) broadcast over the time steps of (n, T, d)."""
+    return None if mask is None else mask[:, None]
 
 
 class Embedding(nn.Module):
