@@ -196,7 +196,7 @@ def fit_parser():
     )
     parser.add_argument("--config", action=ActionConfigFile, help="a run config in YAML (a result folder's config.yaml); later options override it")
     parser.add_argument("--out", type=str, required=True, help="output folder; bnn_zoo.load(DIR) reads the fitted posterior back")
-    parser.add_argument("--resume", action="store_true", help="continue an interrupted run from DIR/checkpoint.pt (SVI, SG-MCMC) and ais_checkpoint.pt")
+    parser.add_argument("--resume", action="store_true", help="continue an interrupted run from DIR/checkpoint.pt (SVI, SG-MCMC, ChEES) and ais_checkpoint.pt")
     parser.add_argument("--overwrite", action="store_true", help="replace the run already in DIR (its files are deleted first)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     return parser

@@ -101,3 +101,38 @@ def test_the_compiled_potential_and_gradient_equal_the_eager_ones(blr_data):
     q = torch.randn(4, sum(eager.sizes), generator=torch.Generator().manual_seed(0))
     (v1, g1), (v2, g2) = eager(q), compiled(q)
     assert torch.allclose(v1, v2, rtol=1e-5) and torch.allclose(g1, g2, rtol=1e-4, atol=1e-4)
+
+
+def test_an_interrupted_chees_run_resumes_to_the_same_draws(blr_data, tmp_path):
+    class Interrupting(bz.models.MLP):
+        calls, at = 0, 0
+
+        def forward(self, x):
+            type(self).calls += 1
+            if type(self).calls == type(self).at:
+                raise KeyboardInterrupt
+            return super().forward(x)
+
+    model = bz.BNN(Interrupting(3, [], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.5))
+    settings = dict(num_chains=4, num_warmup=40, num_samples=30, seed=1, checkpoint_every=7, progress=False)
+    full = bz.fit(model, *blr_data, bz.ChEES(**settings))
+    total_calls = Interrupting.calls
+    ck = tmp_path / "ck.pt"
+    for fraction in (0.15, 0.8):  # in the first mass-matrix window of warm-up, then among the kept draws
+        Interrupting.calls, Interrupting.at = 0, int(fraction * total_calls)
+        with pytest.raises(KeyboardInterrupt):
+            bz.fit(model, *blr_data, bz.ChEES(checkpoint=ck, **settings))
+        assert ck.exists()
+        Interrupting.at = 0
+        resumed = bz.fit(model, *blr_data, bz.ChEES(checkpoint=ck, **settings))
+        assert Interrupting.calls < 1.1 * total_calls  # it resumed rather than starting again
+        for k in full.samples:
+            assert torch.equal(resumed.samples[k], full.samples[k]), (fraction, k)
+        for k in full.sample_stats:
+            assert torch.equal(resumed.sample_stats[k], full.sample_stats[k]), (fraction, k)
+        assert not ck.exists()  # the posterior supersedes it
+    Interrupting.calls, Interrupting.at = 0, total_calls // 2
+    with pytest.raises(KeyboardInterrupt):
+        bz.fit(model, *blr_data, bz.ChEES(checkpoint=ck, **settings))
+    with pytest.raises(bz.BnnZooError, match="belongs to a different fit"):  # other settings: refused, not resumed
+        bz.fit(model, *blr_data, bz.ChEES(checkpoint=ck, **(settings | {"seed": 2})))

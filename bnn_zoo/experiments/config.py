@@ -528,7 +528,8 @@ class _Chain(InferenceConfig):
             quick = inference.SVI(steps=2000, lr=0.02, lr_decay=0.1, num_particles=4, seed=run.seed, progress=progress)
             init = inference.fit(model, *dataset.train, quick)
         method = inference.METHODS[self.registered_name]
-        return method(**(dataclasses.asdict(self) | {"init": init}), seed=run.seed, progress=progress)
+        resumable = {"checkpoint": checkpoint} if self.registered_name == "chees" else {}  # Pyro's NUTS/HMC have no resumable state
+        return method(**(dataclasses.asdict(self) | {"init": init} | resumable), seed=run.seed, progress=progress)
 
 
 @register("nuts")

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, fields
+from pathlib import Path
 
 import pyro
 import torch
@@ -32,7 +33,7 @@ from tqdm.auto import tqdm
 from bnn_zoo.bnn import BNN
 from bnn_zoo.errors import BnnZooError
 from bnn_zoo.inference.potential import LogPosterior
-from bnn_zoo.io import bar_disabled
+from bnn_zoo.io import atomic_torch_save, bar_disabled, check_identity, fingerprint, safe_torch_load, say_resumed
 from bnn_zoo.posterior import Posterior
 
 MAX_ENERGY_ERROR = 1000.0  # a trajectory whose energy error passes this diverged (Stan's and Pyro's value)
@@ -60,6 +61,10 @@ class ChEES:
         compile: compile the potential and its gradient with ``torch.compile`` (needs a C++ compiler on
             the CPU). The first step pays the compile (6-20 s); each leapfrog step is then 2.5-4x cheaper
             on the small BNNs of benchmarks/chees.py.
+        checkpoint: a path written every ``checkpoint_every`` iterations and on Ctrl-C (the chains, the
+            adaptation's state, the random generator and the draws so far); an existing one is resumed,
+            and the run ends exactly where an uninterrupted one ends.
+        checkpoint_every: iterations between checkpoints.
         progress: show a progress bar.
     """
 
@@ -73,12 +78,14 @@ class ChEES:
     trajectory_lr: float = 0.025
     mass_windows: tuple[float, ...] = (0.25, 0.5)
     compile: bool = False
+    checkpoint: str | Path | None = None
+    checkpoint_every: int = 100
     progress: bool = True
 
     name = "chees"
 
     def __post_init__(self):
-        for name, least in (("num_warmup", 0), ("num_samples", 1), ("num_chains", 2), ("max_leapfrog", 1)):
+        for name, least in (("num_warmup", 0), ("num_samples", 1), ("num_chains", 2), ("max_leapfrog", 1), ("checkpoint_every", 1)):
             value = getattr(self, name)
             if not (isinstance(value, int) and value >= least):
                 raise BnnZooError(f"ChEES {name} must be an integer >= {least}, got {value!r}")
@@ -92,7 +99,8 @@ class ChEES:
             raise BnnZooError(f"init must be None, 'prior', a fitted Posterior or a dict of site values, got {self.init!r}")
 
     def settings(self) -> dict:
-        out = {"method": self.name, **{f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("init", "progress")}}
+        skip = ("init", "progress", "checkpoint", "checkpoint_every")
+        out = {"method": self.name, **{f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}}
         out["mass_windows"] = list(self.mass_windows)
         out["init"] = "posterior" if isinstance(self.init, Posterior) else ("values" if isinstance(self.init, dict) else str(self.init))
         return out
@@ -103,16 +111,33 @@ class ChEES:
         target = _Target(LogPosterior(model, x.shape[0]), x, y, model.latent_shapes(), compile=self.compile)
         q = target.flatten(target.log_posterior.initial(self._inits(model, generator)))
         sampler = _Sampler(target, q, self, generator)
-        draws, stats = [], []
+        draws, stats, first = [], [], 0
         total = self.num_warmup + self.num_samples
-        for i in tqdm(range(total), desc="chees", disable=bar_disabled(self.progress)):
-            if i < self.num_warmup:
-                sampler.warmup_step(i)
-            else:
-                if i == self.num_warmup:
-                    sampler.finish_warmup()
-                stats.append(sampler.step(i))
-                draws.append(sampler.q.clone())
+        identity = fingerprint(self.settings(), model.describe(), x, y)
+        if self.checkpoint is not None and Path(self.checkpoint).exists():
+            first, draws, stats = _resume(self.checkpoint, identity, sampler)
+            say_resumed(self.checkpoint, first, total, self.progress)
+        bar = tqdm(range(first, total), desc="chees", disable=bar_disabled(self.progress), initial=first, total=total)
+        for i in bar:
+            snapshot = sampler.state()  # what Ctrl-C saves: this iteration restarts from its beginning
+            try:
+                if i < self.num_warmup:
+                    sampler.warmup_step(i)
+                else:
+                    if i == self.num_warmup:
+                        sampler.finish_warmup()
+                    stats.append(sampler.step(i))
+                    draws.append(sampler.q.clone())
+            except KeyboardInterrupt:
+                if self.checkpoint is not None:
+                    kept = i - self.num_warmup  # the draws of finished iterations only
+                    _save(self.checkpoint, identity, i, snapshot, draws[: max(kept, 0)], stats[: max(kept, 0)])
+                    print(f"interrupted: checkpoint at iteration {i} of {total} saved to {self.checkpoint}; run again to resume")
+                raise
+            if self.checkpoint is not None and (i + 1) % self.checkpoint_every == 0 and i + 1 < total:
+                _save(self.checkpoint, identity, i + 1, sampler.state(), draws, stats)
+        if self.checkpoint is not None:
+            Path(self.checkpoint).unlink(missing_ok=True)  # the posterior supersedes it
         flat = torch.stack(draws, dim=1)  # (chain, draw, d)
         samples = target.log_posterior.constrained(target.unflatten(flat))
         sample_stats = {k: torch.stack([s[k] for s in stats], dim=1) for k in stats[0]}
@@ -192,6 +217,33 @@ class _Sampler:
         ends = sorted({int(w * settings.num_warmup) for w in settings.mass_windows} - {0})
         self._windows = list(zip([ends[0] // 2, *ends[:-1]], ends, strict=True)) if ends else []
         self._pooled = None
+
+    # --- checkpoints ------------------------------------------------------------------------------
+
+    _SCALARS = ("step_size", "trajectory", "_mu", "_t", "_h_bar", "_log_eps_bar", "_log_t_bar", "_adam_v", "_adam_t")
+
+    def state(self) -> dict:
+        """Everything the next iteration depends on, as tensors and plain containers (weights_only loads it)."""
+        return {
+            "q": self.q,
+            "logp": self.logp,
+            "grad": self.grad,
+            "inv_mass": self.inv_mass,
+            "scalars": {k: getattr(self, k) for k in self._SCALARS},
+            "windows": [list(w) for w in self._windows],
+            "pooled": None if self._pooled is None else [self._pooled[0], self._pooled[1].clone(), self._pooled[2].clone()],
+            "generator": self.generator.get_state(),
+        }
+
+    def load_state(self, state: dict) -> None:
+        device = self.q.device
+        self.q, self.logp, self.grad, self.inv_mass = (state[k].to(device) for k in ("q", "logp", "grad", "inv_mass"))
+        for k, v in state["scalars"].items():
+            setattr(self, k, v)
+        self._windows = [tuple(w) for w in state["windows"]]
+        pooled = state["pooled"]
+        self._pooled = None if pooled is None else [pooled[0], pooled[1].to(device), pooled[2].to(device)]
+        self.generator.set_state(state["generator"])
 
     # --- one transition -------------------------------------------------------------------------
 
@@ -341,6 +393,33 @@ class _Sampler:
             "n_steps": full * steps,
             "trajectory_length": full * length,
         }
+
+
+def _save(path, identity: str, iteration: int, state: dict, draws: list, stats: list) -> None:
+    atomic_torch_save(
+        {
+            "identity": identity,
+            "iteration": iteration,
+            "sampler": state,
+            "draws": torch.stack(draws, 1) if draws else None,  # (chain, draw, d)
+            "stats": {k: torch.stack([s[k] for s in stats], 1) for k in stats[0]} if stats else None,
+        },
+        path,
+    )
+
+
+def _resume(path, identity: str, sampler: _Sampler) -> tuple[int, list, list]:
+    saved = safe_torch_load(path)
+    check_identity(saved, identity, path, "ChEES")
+    try:
+        sampler.load_state(saved["sampler"])
+        device = sampler.q.device
+        draws = [] if saved["draws"] is None else [d.to(device) for d in saved["draws"].unbind(1)]
+        columns = {} if saved["stats"] is None else {k: v.to(device).unbind(1) for k, v in saved["stats"].items()}
+        stats = [dict(zip(columns, row)) for row in zip(*columns.values())]
+        return int(saved["iteration"]), draws, stats
+    except (KeyError, TypeError, RuntimeError) as exc:
+        raise BnnZooError(f"checkpoint {path} is not a ChEES checkpoint ({exc}); delete it or point ChEES(checkpoint=...) elsewhere") from None
 
 
 def _halton(index: int, base: int = 2) -> float:
