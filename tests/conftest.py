@@ -35,3 +35,22 @@ def blr_exact(blr_data):
 def flat(sites: dict) -> torch.Tensor:
     """Weights then bias, matching the exact posterior's ordering."""
     return torch.cat([sites["layers.0.weight"].reshape(*sites["layers.0.weight"].shape[:-2], -1), sites["layers.0.bias"]], -1)
+
+
+class InterruptingMLP(bz.models.MLP):
+    """An MLP that raises KeyboardInterrupt (Ctrl-C) at its ``at``-th forward call, counted in ``calls``:
+    for tests that interrupt a checkpointed run and resume it."""
+
+    calls, at = 0, 0
+
+    def forward(self, x):
+        type(self).calls += 1
+        if type(self).calls == type(self).at:
+            raise KeyboardInterrupt
+        return super().forward(x)
+
+
+@pytest.fixture
+def interrupting_mlp():
+    """A fresh subclass of :class:`InterruptingMLP` per test, so the counters never leak between tests."""
+    return type("Interrupting", (InterruptingMLP,), {"calls": 0, "at": 0})

@@ -103,16 +103,8 @@ def test_the_compiled_potential_and_gradient_equal_the_eager_ones(blr_data):
     assert torch.allclose(v1, v2, rtol=1e-5) and torch.allclose(g1, g2, rtol=1e-4, atol=1e-4)
 
 
-def test_an_interrupted_chees_run_resumes_to_the_same_draws(blr_data, tmp_path):
-    class Interrupting(bz.models.MLP):
-        calls, at = 0, 0
-
-        def forward(self, x):
-            type(self).calls += 1
-            if type(self).calls == type(self).at:
-                raise KeyboardInterrupt
-            return super().forward(x)
-
+def test_an_interrupted_chees_run_resumes_to_the_same_draws(blr_data, tmp_path, interrupting_mlp):
+    Interrupting = interrupting_mlp
     model = bz.BNN(Interrupting(3, [], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.5))
     settings = dict(num_chains=4, num_warmup=40, num_samples=30, seed=1, checkpoint_every=7, progress=False)
     full = bz.fit(model, *blr_data, bz.ChEES(**settings))

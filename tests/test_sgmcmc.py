@@ -62,16 +62,8 @@ def test_sghmc_and_cyclical_sgld_find_the_exact_posterior_within_monte_carlo_err
     assert steps.max() <= 4e-3 and steps.min() < 0.5 * steps.max()  # draws come from the whole cosine schedule's sampling part
 
 
-def test_an_interrupted_sgmcmc_run_resumes_to_the_same_draws(blr_data, tmp_path):
-    class Interrupting(bz.models.MLP):
-        calls, at = 0, 0
-
-        def forward(self, x):
-            type(self).calls += 1
-            if type(self).calls == type(self).at:
-                raise KeyboardInterrupt
-            return super().forward(x)
-
+def test_an_interrupted_sgmcmc_run_resumes_to_the_same_draws(blr_data, tmp_path, interrupting_mlp):
+    Interrupting = interrupting_mlp
     model = bz.BNN(Interrupting(3, [4], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.5))
     settings = dict(
         kind="sghmc", step_size=5e-3, friction=5.0, batch_size=10, num_samples=30, thinning=2, burn_in=20, num_chains=2, checkpoint_every=15, progress=False
