@@ -159,7 +159,7 @@ class SVI:
                 "checkpoints and early stopping keep the guide's state_dict: use a torch-module guide (a bnn-zoo guide or a "
                 "Pyro AutoGuide), not a plain function"
             )
-        elbo = self.objective_for(fitted, guide)
+        objective = self.objective_for(fitted, guide)
         optim = torch.optim.Adam(params, lr=self.lr, fused=True)  # one kernel per step, not a few per tensor: 3x cheaper on small nets
         sched = torch.optim.lr_scheduler.ExponentialLR(optim, gamma=self.lr_decay ** (1.0 / self.steps))
         losses, first, stop_reason, best = [], 0, None, None
@@ -175,7 +175,7 @@ class SVI:
                 rng = torch.get_rng_state()  # a checkpoint taken mid-step restarts this step exactly
                 weight = self.kl_weight * min(1.0, (step + 1) / self.kl_warmup) if self.kl_warmup else self.kl_weight
                 optim.zero_grad()
-                loss = _loss_and_grads(elbo, weight, fitted, guide, x, y, batch_size)
+                loss = _loss_and_grads(objective, weight, fitted, guide, x, y, batch_size)
                 if not math.isfinite(loss):
                     stop_reason = f"loss became {loss} at step {step}"
                     break
