@@ -53,6 +53,9 @@ def test_grid_zip_and_dotted_overrides_make_the_cells():
         ({"base": {}, "grid": {"seed": "range(a)"}}, "write range(N)"),
         ({"base": {}, "grid": {"seed": []}}, "non-empty list"),
         ({"base": {}, "select": {"grid": {"seed": [1]}, "mode": "best"}}, "max or min"),
+        # a whole-field axis after one inside it would reset it: 20 "splits" that are all split 0
+        ({"base": {}, "grid": {"data.split": [0, 1], "data": ["toy-cubic", "toy-sine"]}}, "the earlier axis 'data.split' would be lost"),
+        ({"base": {}, "grid": {"guide.p": [0.1]}, "zip": {"guide": ["dropout"]}}, "list 'guide' first"),
     ],
 )
 def test_bad_sweep_files_are_refused_with_one_line(spec, message):

@@ -101,6 +101,8 @@ class Sweep:
         lengths = {len(v) for v in sweep.zip.values()}
         if len(lengths) > 1:
             raise BnnZooError(f"the zip axes must have equal lengths, got {sorted(lengths)}")
+        inner = [*select.set, *select.grid] if select is not None else []
+        _check_order([*sweep.grid, *sweep.zip, *inner])
         return sweep
 
     def outer(self) -> list[dict]:
@@ -123,6 +125,15 @@ class Sweep:
             run = dataclasses.replace(run, inference=dataclasses.replace(run.inference, lockstep=True))
         axes = {k: _plain(v) for k, v in overrides.items() if k not in ("data", "model", "inference", "seed")}
         return Cell(config, overrides, cfg.config_hash(run), axes | labels(run), stage, parent, _batch_key(cfg.to_dict(run)))
+
+
+def _check_order(paths: list[str]) -> None:
+    """Overrides apply in order, and one that sets a whole field (``data``) replaces what an earlier
+    one set inside it (``data.split``): every cell would silently get the field's default there."""
+    for i, later in enumerate(paths):
+        for earlier in paths[:i]:
+            if earlier.startswith(later + "."):
+                raise BnnZooError(f"the sweep axis {later!r} replaces all of {later}, so the earlier axis {earlier!r} would be lost; list {later!r} first")
 
 
 def _axes(axes, where: str) -> dict[str, list]:
