@@ -124,7 +124,8 @@ def test_a_killed_sweep_resumes_without_re_running_finished_cells(tmp_path):
     spec.write_text(yaml.safe_dump({"base": BASE, "grid": {"seed": list(range(6))}}))
     out = tmp_path / "out"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    command = [sys.executable, "-m", "bnn_zoo.cli", "sweep", str(spec), "--out", str(out), "--quiet", "--no-lockstep"]  # one cell at a time
+    # one cell at a time in each of two worker processes
+    command = [sys.executable, "-m", "bnn_zoo.cli", "sweep", str(spec), "--out", str(out), "--quiet", "--no-lockstep", "--workers", "2"]
     driver = subprocess.Popen(command, env=env)
     deadline = time.time() + 120
     while len(sweep_status(out)["done"]) < 2 if (out / "sweep.yaml").exists() else True:
@@ -132,9 +133,12 @@ def test_a_killed_sweep_resumes_without_re_running_finished_cells(tmp_path):
         time.sleep(0.2)
     driver.send_signal(signal.SIGKILL)
     driver.wait()
+    deadline = time.time() + 10  # the workers notice their driver is gone and end, their cells unfinished
+    while sweep_status(out)["running"] and time.time() < deadline:
+        time.sleep(0.2)
     states = sweep_status(out)
     finished = {c["key"] for c in states["done"]}
-    assert 2 <= len(finished) < 6 and not states["running"]  # the killed cell is pending again
+    assert 2 <= len(finished) < 6 and not states["running"]  # the killed cells are pending again, no worker lives on
     assert len(table.collect(out)) == len(finished)  # the killed cell's half-written folder does not reach the table
     stamps = {k: (out / "cells" / k / "status.json").stat().st_mtime_ns for k in finished}
     summary = run_sweep(Sweep.from_dict(yaml.safe_load(spec.read_text())), out, show_progress=False, lockstep=False)

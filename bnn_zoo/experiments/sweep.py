@@ -32,6 +32,8 @@ import json
 import math
 import os
 import socket
+import threading
+import time
 import traceback
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -302,7 +304,7 @@ class _Executor:
             import multiprocessing
 
             context = multiprocessing.get_context("spawn")  # fork and torch's thread pools do not mix
-            with cf.ProcessPoolExecutor(self.workers, mp_context=context) as pool:
+            with cf.ProcessPoolExecutor(self.workers, mp_context=context, initializer=_exit_with, initargs=(os.getpid(),)) as pool:
                 futures = {pool.submit(run_cells, task, self.threads): len(task) for task in tasks}
                 try:
                     for future in cf.as_completed(futures):
@@ -327,6 +329,19 @@ class _Executor:
             done, _ = ray.wait(list(pending), num_returns=1)
             yield ray.get(done[0])
             progress(pending.pop(done[0]))
+
+
+def _exit_with(driver: int) -> None:
+    """A local worker's initializer: end this worker as soon as the sweep's driver is gone (killed, or
+    stopped with a signal it cannot clean up after), instead of finishing a cell nobody waits for.
+    Its running cell is then pending again, as the driver's own would be."""
+
+    def watch():
+        while os.getppid() == driver:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="exit-with-driver").start()
 
 
 PER_FIT = {"seed", "data.split", "guide.p", "likelihood.precision", "likelihood.scale", "inference.lr", "inference.lr_decay", "inference.kl_weight"}
