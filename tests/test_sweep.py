@@ -120,8 +120,9 @@ def test_a_sweep_folder_refuses_another_sweep(local_sweep):
 
 
 def test_a_killed_sweep_resumes_without_re_running_finished_cells(tmp_path):
+    CELLS = 16  # enough that two workers are still busy when the driver is killed (4-6 done by then here)
     spec = tmp_path / "sweep.yaml"
-    spec.write_text(yaml.safe_dump({"base": BASE, "grid": {"seed": list(range(6))}}))
+    spec.write_text(yaml.safe_dump({"base": BASE, "grid": {"seed": list(range(CELLS))}}))
     out = tmp_path / "out"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     # one cell at a time in each of two worker processes
@@ -138,13 +139,13 @@ def test_a_killed_sweep_resumes_without_re_running_finished_cells(tmp_path):
         time.sleep(0.2)
     states = sweep_status(out)
     finished = {c["key"] for c in states["done"]}
-    assert 2 <= len(finished) < 6 and not states["running"]  # the killed cells are pending again, no worker lives on
+    assert 2 <= len(finished) < CELLS and not states["running"]  # the killed cells are pending again, no worker lives on
     assert len(table.collect(out)) == len(finished)  # the killed cell's half-written folder does not reach the table
     stamps = {k: (out / "cells" / k / "status.json").stat().st_mtime_ns for k in finished}
     summary = run_sweep(Sweep.from_dict(yaml.safe_load(spec.read_text())), out, show_progress=False, lockstep=False)
-    assert summary["skipped"] == len(finished) and summary["done"] == 6 - len(finished)
+    assert summary["skipped"] == len(finished) and summary["done"] == CELLS - len(finished)
     assert {k: (out / "cells" / k / "status.json").stat().st_mtime_ns for k in finished} == stamps
-    assert len(sweep_status(out)["done"]) == 6
+    assert len(sweep_status(out)["done"]) == CELLS
 
 
 def test_a_failing_cell_is_recorded_and_the_sweep_goes_on(tmp_path, capsys):
