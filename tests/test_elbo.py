@@ -110,17 +110,15 @@ def test_vectorised_particles_average_the_per_particle_loss():
     draws = {name: q.rsample((4,)) for name, (q, _) in guide.site_distributions().items()}
     one = DirectELBO(model, 1)
     singles = []
-    for k in range(4):
-        sites = {name: (q, {}) for name, (q, _) in guide.site_distributions().items()}
-        fixed = {name: draws[name][k] for name in sites}
-        values = {name: fixed[name] for name in sites}
-        kl = sum(
-            (c if (c := one._closed_form_kl(n, q)) is not None else q.log_prob(values[n]) - one.priors[n].log_prob(values[n])) for n, (q, _) in sites.items()
-        )
+    for k in range(4):  # particle k's loss: its draw's KL terms and full-data log-likelihood
+        values = {name: v[k] for name, v in draws.items()}
+        kl = 0.0
+        for name, (q, _) in guide.site_distributions().items():
+            closed = one._closed_form_kl(name, q)
+            kl = kl + (closed if closed is not None else q.log_prob(values[name]) - one.priors[name].log_prob(values[name]))
         weights = {n: v for n, v in values.items() if n in model.params}
         latent = {n: v for n, v in values.items() if n not in model.params}
-        f = model.forward(weights, x)
-        singles.append(-model.likelihood.distribution(f, latent).log_prob(y).sum() + kl)
+        singles.append(-model.likelihood.distribution(model.forward(weights, x), latent).log_prob(y).sum() + kl)
     torch.testing.assert_close(many, torch.stack(singles).mean(), rtol=1e-5, atol=1e-4)
 
 
@@ -151,4 +149,4 @@ def test_direct_and_pyro_fits_agree_in_distribution():
 
     for direct in (True, False):
         m = means(direct)
-        assert ((m.mean(0) - exact).abs() < 4 * m.std(0) / 2 + 0.02).all(), (direct, m, exact)
+        assert ((m.mean(0) - exact).abs() < 4 * m.std(0) / len(m) ** 0.5 + 0.02).all(), (direct, m, exact)  # 4 standard errors over seeds

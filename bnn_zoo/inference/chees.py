@@ -119,7 +119,7 @@ class ChEES:
             say_resumed(self.checkpoint, first, total, self.progress)
         bar = tqdm(range(first, total), desc="chees", disable=bar_disabled(self.progress), initial=first, total=total)
         for i in bar:
-            snapshot = sampler.state()  # what Ctrl-C saves: this iteration restarts from its beginning
+            snapshot = sampler.state() if self.checkpoint is not None else None  # what Ctrl-C saves: the iteration restarts
             try:
                 if i < self.num_warmup:
                     sampler.warmup_step(i)

@@ -61,18 +61,18 @@ class LSTM(nn.Module):
             def recurrent(h):
                 return _masked(h, mask_h) @ w_h
         else:
-            weight = lambda kind, g: getattr(self, f"{kind}_{g}")  # noqa: E731
-            from_x = torch.cat([_masked(x, _steps(input_mask(self, f"weight_{g}", (n, d), x))) @ weight("weight", g).T for g in GATES], -1)
-            from_x = from_x + torch.cat([weight("bias", g) for g in GATES])
+            w = {kind: [getattr(self, f"{kind}_{g}") for g in GATES] for kind in ("weight", "recurrent", "bias")}
+            masks_x = [_steps(input_mask(self, f"weight_{g}", (n, d), x)) for g in GATES]
+            from_x = torch.cat([_masked(x, m) @ w_g.T for m, w_g in zip(masks_x, w["weight"])], -1) + torch.cat(w["bias"])
             masks_h = [input_mask(self, f"recurrent_{g}", (n, k), x) for g in GATES]
             if all(m is None for m in masks_h):
-                stacked = torch.cat([weight("recurrent", g) for g in GATES])  # (4k, k)
+                stacked = torch.cat(w["recurrent"])  # (4k, k)
 
                 def recurrent(h):
                     return h @ stacked.T
             else:  # one batched matmul over the gates, each with its own mask
                 kept = torch.stack([x.new_ones(n, k) if m is None else m for m in masks_h])  # (4, n, k)
-                stacked = torch.stack([weight("recurrent", g).T for g in GATES])  # (4, k, k)
+                stacked = torch.stack([r.T for r in w["recurrent"]])  # (4, k, k)
 
                 def recurrent(h):
                     return torch.bmm(h * kept, stacked).transpose(0, 1).reshape(n, 4 * k)
