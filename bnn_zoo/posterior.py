@@ -130,21 +130,31 @@ class PosteriorLike(Protocol):
 
 
 class Posterior:
-    """Draws of every latent site, stored as (chain, draw, *shape), plus the guide when there is one.
+    """Posterior draws of every latent site, indexed (chain, draw), plus the guide when there is one.
 
-    NUTS/HMC give one chain per sampler chain; SVI gives one chain of ``num_draws`` guide draws and
-    can draw afresh for larger predictions.
+    MCMC, SG-MCMC and Laplace fits store their draws, one chain per sampler chain. A variational fit
+    with a torch-module guide stores none (``samples=None``): its draws are made from the guide on
+    demand, in blocks of at most ``BLOCK_DRAWS`` draws and ``BLOCK_FLOATS`` numbers, each block under a seed of its own (the
+    fit's seed and the block's number). So draw j is the same whichever call asks for it, and
+    prediction, log-likelihoods and the InferenceData hold one block of weights at a time, whatever
+    the number of draws T. ``settings["num_draws"]`` is the default T; ``predict(x, num_samples=...)``
+    may ask for any number.
     """
+
+    BLOCK_FLOATS, BLOCK_DRAWS = 5e6, 1000  # at most 5e6 weight numbers (20 MB in float32) and 1,000 draws a block
 
     def __init__(self, model, x, y, samples, settings, sample_stats=None, guide=None, runtime_s=0.0, info=None):
         self.model, self.x, self.y = model, x, y
-        self.samples = {k: v.detach() for k, v in samples.items()}
         self.settings = settings
         self.sample_stats = sample_stats or {}
         self.guide = guide
         self.runtime_s = runtime_s
         self.info = info or {}
-        bad = [k for k, v in self.samples.items() if not torch.isfinite(v).all()]
+        if samples is None and not isinstance(guide, torch.nn.Module):
+            raise BnnZooError("a posterior without stored draws needs a torch-module guide to draw from")
+        self.stored = None if samples is None else {k: v.detach() for k, v in samples.items()}
+        values = self.stored if self.stored is not None else self.guide.state_dict()
+        bad = [k for k, v in values.items() if torch.is_floating_point(v) and not torch.isfinite(v).all()]
         if bad:
             raise BnnZooError(f"the fit produced non-finite draws for {bad}; lower the learning rate or step size, or use a tighter prior")
 
@@ -164,41 +174,86 @@ class Posterior:
             raise BnnZooError("a posterior whose guide is a plain function cannot change device; use a torch-module guide")
         other = copy.copy(self)
         other.model, other.x, other.y = self.model.to(device), self.x.to(device), self.y.to(device)
-        other.samples = {k: v.to(device) for k, v in self.samples.items()}
+        other.stored = None if self.stored is None else {k: v.to(device) for k, v in self.stored.items()}
         other.sample_stats = {k: v.to(device) for k, v in self.sample_stats.items()}
         other.guide = None if self.guide is None else self.guide.to(device)
         return other
 
     @property
     def num_chains(self) -> int:
-        return next(iter(self.samples.values())).shape[0]
+        return 1 if self.stored is None else next(iter(self.stored.values())).shape[0]
 
     @property
     def num_draws(self) -> int:
-        return next(iter(self.samples.values())).shape[1]
+        """Draws per chain: the stored ones, or a guide's default number T."""
+        return int(self.settings["num_draws"]) if self.stored is None else next(iter(self.stored.values())).shape[1]
+
+    @property
+    def samples(self) -> dict[str, torch.Tensor]:
+        """Every draw as (chain, draw, *shape). A guide's draws are all made here, at once: for many draws
+        of a large network use ``predict`` or ``log_likelihood``, which work block by block."""
+        if self.stored is not None:
+            return self.stored
+        return {k: v[None] for k, v in self._draws_at(torch.arange(self.num_draws)).items()}
 
     def draws(self, num_samples: int | None = None) -> dict[str, torch.Tensor]:
-        """Flat draws (S, *shape): all stored draws, an evenly thinned subset, or fresh guide draws."""
-        flat = {k: v.reshape(-1, *v.shape[2:]) for k, v in self.samples.items()}
+        """Flat draws (S, *shape): all of them, an evenly thinned subset of stored ones, or a guide's first S."""
+        return self._draws_at(self._index(num_samples))
+
+    def _index(self, num_samples: int | None) -> torch.Tensor:
+        """Flat (chain-major) indices of the draws ``num_samples`` asks for."""
         total = self.num_chains * self.num_draws
-        if num_samples is not None:
-            positive("num_samples (posterior draws)", num_samples, integer=True)
-        if num_samples is None or num_samples == total:
-            return flat
+        if num_samples is None:
+            return torch.arange(total)
+        positive("num_samples (posterior draws)", num_samples, integer=True)
+        if self.stored is None:
+            return torch.arange(num_samples)
         if num_samples > total:
-            if self.guide is None:
-                raise BnnZooError(f"only {total} posterior draws are stored; ask for num_samples <= {total}")
-            with torch.no_grad():
-                return sample_guide(self.guide, self.model, num_samples, self.x, self.y)
-        idx = torch.linspace(0, total - 1, num_samples).round().long()
-        return {k: v[idx] for k, v in flat.items()}
+            raise BnnZooError(f"only {total} posterior draws are stored; ask for num_samples <= {total}")
+        return torch.linspace(0, total - 1, num_samples).round().long()
+
+    def _draws_at(self, index: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The draws at flat ``index``, as (len(index), *shape)."""
+        blocks = list(self._blocks(index))
+        return {k: torch.cat([b[k] for b in blocks]) for k in blocks[0]}
+
+    def _blocks(self, index: torch.Tensor):
+        """The draws at flat ``index`` in pieces: all at once when stored, else one guide block at a time."""
+        if self.stored is not None:
+            yield {k: v.reshape(-1, *v.shape[2:])[index] for k, v in self.stored.items()}
+            return
+        size = self._block_size()
+        blocks, counts = torch.unique_consecutive(index // size, return_counts=True)
+        for block, part in zip(blocks.tolist(), index.split(counts.tolist())):
+            draws = self._guide_block(block, size)
+            start = int(part[0]) - block * size
+            contiguous = torch.equal(part, torch.arange(part[0], part[0] + len(part)))
+            yield {k: v[start : start + len(part)] if contiguous else v[part - block * size] for k, v in draws.items()}
+            del draws  # before the next block is made
+
+    def _block_size(self) -> int:
+        """Draws per guide block: the largest divisor of BLOCK_DRAWS (the default T, so it is drawn without
+        waste) whose weights fit in BLOCK_FLOATS numbers."""
+        per_draw = sum(math.prod(s) for s in self.model.latent_shapes().values())
+        return max(d for d in range(1, self.BLOCK_DRAWS + 1) if self.BLOCK_DRAWS % d == 0 and (d == 1 or d * per_draw <= self.BLOCK_FLOATS))
+
+    def _guide_block(self, block: int, size: int) -> dict[str, torch.Tensor]:
+        """Guide draws block * size, ..., (block + 1) * size - 1, under their own seed (the global RNG untouched)."""
+        seed = int(np.random.SeedSequence([int(self.settings.get("seed", 0)), block]).generate_state(1)[0])
+        with torch.no_grad(), torch.random.fork_rng(devices=[self.model.device] if self.model.device.type == "cuda" else []):
+            torch.manual_seed(seed)
+            return {k: v.detach() for k, v in sample_guide(self.guide, self.model, size, self.x, self.y).items()}
 
     def mean_weights(self) -> dict[str, torch.Tensor]:
         """Posterior mean of every latent site as a single draw (1, *shape)."""
         if self.guide is not None and hasattr(self.guide, "mean"):
             with torch.no_grad():
                 return {k: v.detach()[None] for k, v in self.guide.mean().items()}
-        return {k: v.mean(0, keepdim=True) for k, v in self.draws().items()}
+        sums, count = {}, 0
+        for block in self._blocks(self._index(None)):
+            sums = {k: sums.get(k, 0) + v.sum(0, keepdim=True) for k, v in block.items()}
+            count += next(iter(block.values())).shape[0]
+        return {k: v / count for k, v in sums.items()}
 
     def _split(self, draws):
         weights = {k: draws[k] for k in self.model.params}
@@ -221,37 +276,44 @@ class Posterior:
         # Not pyro.infer.Predictive: it re-runs the whole Pyro model and returns y draws, while the moments
         # and log-likelihoods need f for every draw, which BNN.forward computes in one vmap.
         x = check_inputs(self.model, x).to(self.model.device)
-        weights, latent = self._split(self.mean_weights() if at_mean else self.draws(num_samples))
-        with torch.no_grad():
-            return Prediction(self._forward(weights, x), latent, self.model.likelihood)
+        if at_mean:
+            weights, latent = self._split(self.mean_weights())
+            with torch.no_grad():
+                return Prediction(self._forward(weights, x), latent, self.model.likelihood)
+        parts = list(self._per_draw(x, self._index(num_samples), lambda f, latent: (f, latent)))
+        latent = {k: torch.cat([lat[k] for _, lat in parts]) for k in parts[0][1]}
+        return Prediction(torch.cat([f for f, _ in parts]), latent, self.model.likelihood)
 
     def predictive_mean(self, x, num_samples: int | None = None) -> torch.Tensor:
         """E[y | x, D] averaged over draws (class or token probabilities for discrete likelihoods), computed
         in chunks of draws: for outputs too large to hold every draw at once, e.g. language models."""
         x = check_inputs(self.model, x)
-        draws = self.draws(num_samples)
-        total = sum(self._per_draw(x, draws, lambda f, lat: self.model.likelihood.mean(f, lat).sum(0)))
-        return total / next(iter(draws.values())).shape[0]
+        index = self._index(num_samples)
+        total = sum(self._per_draw(x, index, lambda f, lat: self.model.likelihood.mean(f, lat).sum(0)))
+        return total / len(index)
 
     def log_likelihood(self, x: torch.Tensor | None = None, y: torch.Tensor | None = None, draw_index: torch.Tensor | None = None) -> torch.Tensor:
-        """Pointwise log p(y_n | x_n, w_s): (chain, draw, N), for every stored draw or the draws at
-        ``draw_index`` in each chain. Training data by default; computed in chunks of draws."""
+        """Pointwise log p(y_n | x_n, w_s): (chain, draw, N), for every draw or the draws at ``draw_index``
+        in each chain. Training data by default; computed in chunks of draws."""
         x, y = (self.x, self.y) if x is None else check_data(self.model, x, y)
-        lp = torch.cat(list(self._per_draw(x, self._chain_draws(draw_index), lambda f, lat: self.model.likelihood.distribution(f, lat).log_prob(y))))
+        lp = torch.cat(list(self._per_draw(x, self._chain_index(draw_index), lambda f, lat: self.model.likelihood.distribution(f, lat).log_prob(y))))
         return lp.reshape(self.num_chains, -1, lp.shape[-1])
 
-    def _chain_draws(self, draw_index=None) -> dict[str, torch.Tensor]:
-        index = slice(None) if draw_index is None else draw_index
-        return {k: v[:, index].reshape(-1, *v.shape[2:]) for k, v in self.samples.items()}
+    def _chain_index(self, draw_index: torch.Tensor | None = None) -> torch.Tensor:
+        """Flat indices of the draws at ``draw_index`` (default: all) of every chain, chain by chain."""
+        draws = torch.arange(self.num_draws) if draw_index is None else torch.as_tensor(draw_index)
+        return (torch.arange(self.num_chains)[:, None] * self.num_draws + draws).reshape(-1)
 
-    def _per_draw(self, x, draws, fn, max_floats: float = 2e7):
-        """fn(f, latent) for chunks of the flat ``draws``, each chunk's outputs f holding ~max_floats numbers."""
-        weights, latent = self._split(draws)
-        total = next(iter(weights.values())).shape[0]
+    def _per_draw(self, x, index: torch.Tensor, fn, max_floats: float = 2e7):
+        """fn(f, latent) for the draws at flat ``index``, in chunks whose outputs f hold ~max_floats numbers."""
+        chunk = max(1, int(max_floats // self._outputs_per_draw(x)))
         with torch.no_grad():
-            chunk = max(1, int(max_floats // self._outputs_per_draw(x)))
-            for i in range(0, total, chunk):
-                yield fn(self._forward({k: v[i : i + chunk] for k, v in weights.items()}, x), {k: v[i : i + chunk] for k, v in latent.items()})
+            for draws in self._blocks(index):
+                weights, latent = self._split(draws)
+                total = next(iter(weights.values())).shape[0]
+                for i in range(0, total, chunk):
+                    yield fn(self._forward({k: v[i : i + chunk] for k, v in weights.items()}, x), {k: v[i : i + chunk] for k, v in latent.items()})
+                del draws, weights, latent  # before the next block is made
 
     def elbo(self, x: torch.Tensor | None = None, y: torch.Tensor | None = None, num_samples: int = 1000) -> tuple[float, float]:
         """ELBO = E_q[log p(y, w | x) - log q(w)] on the full data (Gal's thesis eq. 3.7), with its Monte
@@ -288,19 +350,20 @@ class Posterior:
         ``draws_<group>`` say how many draws per chain each group kept.
         """
         budget = max_mb * 2**20
-        weight_bytes = 4 * sum(v[0, 0].numel() for v in self.samples.values())
+        weight_bytes = 4 * sum(math.prod(shape) for shape in self.model.latent_shapes().values())
         kept = {
             "posterior": self._keep(budget / weight_bytes),
             "function": self._keep(min(budget / (8 * self.y.numel()), 4e8 / self._outputs_per_draw(self.x))),
         }
+        draws = self._draws_at(self._chain_index(kept["posterior"]))
         posterior = xr.Dataset(
-            {k: (("chain", "draw", *_dims(k, v.shape[2:])), v[:, kept["posterior"]].numpy()) for k, v in self.samples.items()},
+            {k: (("chain", "draw", *_dims(k, v.shape[1:])), v.reshape(self.num_chains, -1, *v.shape[1:]).numpy()) for k, v in draws.items()},
             coords={"chain": np.arange(self.num_chains), "draw": kept["posterior"].numpy()},
         )
         with torch.random.fork_rng():  # the same fit always writes the same file
             torch.manual_seed(int(self.settings.get("seed", 0)))
             y_rep = torch.cat(
-                list(self._per_draw(self.x, self._chain_draws(kept["function"]), lambda f, lat: self.model.likelihood.distribution(f, lat).sample()))
+                list(self._per_draw(self.x, self._chain_index(kept["function"]), lambda f, lat: self.model.likelihood.distribution(f, lat).sample()))
             )
         y_rep = y_rep.reshape(self.num_chains, len(kept["function"]), *self.y.shape)
         attrs = {**self.attrs(), "draws_posterior": len(kept["posterior"]), "draws_function_space": len(kept["function"])}
@@ -311,7 +374,7 @@ class Posterior:
     def _outputs_per_draw(self, x) -> int:
         """Numbers in the network's output on all of ``x`` for one draw (read off one example)."""
         with torch.no_grad():
-            return self.model.forward({k: v[0, :1] for k, v in self.samples.items() if k in self.model.params}, x[:1]).numel() * len(x)
+            return self.model.forward({k: v[None] for k, v in self.model.params.items()}, x[:1]).numel() * len(x)
 
     def _keep(self, draws_per_chain: float) -> torch.Tensor:
         """Evenly spaced draw indices, at most ``draws_per_chain`` (at least 1) per chain."""
@@ -325,7 +388,7 @@ class Posterior:
         state = {
             "x": self.x,
             "y": self.y,
-            "samples": self.samples,
+            "samples": self.stored,  # None: a guide's draws, made again from the guide's state
             "sample_stats": self.sample_stats,
             "fixed": self.model.fixed,
             "guide": None if self.guide is None else guide_state(self.guide),

@@ -19,6 +19,8 @@ from pyro.infer.importance import vectorized_importance_weights
 from pyro.nn import PyroModule
 from torch.distributions import Distribution
 
+from bnn_zoo.protocols import SiteDistributions
+
 LOCAL_PARAMS = {"module_local_params": True}
 
 
@@ -82,10 +84,16 @@ def _unconstrained(value: torch.Tensor) -> torch.Tensor:
 
 
 def sample_guide(guide: Callable, model, num_samples: int, *args) -> dict[str, torch.Tensor]:
-    """``num_samples`` joint draws of the model's latent sites from ``guide``, vectorised: (S, *event)."""
+    """``num_samples`` joint draws of the model's latent sites from ``guide``, vectorised: (S, *event).
+
+    A :class:`~bnn_zoo.protocols.SiteDistributions` guide samples each site's q directly; any other
+    guide runs under ``pyro.infer.Predictive``."""
     shapes = model.latent_shapes()
     with scope(guide):
-        draws = Predictive(guide, num_samples=num_samples, parallel=True, return_sites=list(shapes))(*args)
+        if isinstance(guide, SiteDistributions):  # its sites are independent: draw each from its q, untraced
+            draws = {k: q.sample((num_samples,)) for k, (q, _) in guide.site_distributions().items()}
+        else:
+            draws = Predictive(guide, num_samples=num_samples, parallel=True, return_sites=list(shapes))(*args)
     return {k: draws[k].reshape(num_samples, *shapes[k]) for k in shapes}
 
 

@@ -122,3 +122,29 @@ def test_bad_validation_settings_are_refused():
     x, y = _data()
     with pytest.raises(bz.BnnZooError, match="leaves no training or no validation"):
         bz.fit(bz.BNN(bz.models.MLP(2, [4], 1)), x[:3], y[:3], bz.SVI(validation=0.1, steps=2, progress=False))
+
+
+def test_guide_draws_are_made_on_demand_one_block_at_a_time(monkeypatch):
+    """A registered guide's posterior stores no draws. predict(T) makes them from the guide a block at a
+    time (weight memory independent of T); draw j is the same whichever call makes it; each block has
+    its own seed; the global RNG is left as it was; and the draws follow q."""
+    x, y = _data()
+    post = bz.fit(bz.BNN(bz.models.MLP(2, [4], 1)), x, y, bz.SVI(steps=20, seed=0, progress=False, num_draws=30))
+    assert post.stored is None and post.num_draws == 30 and post.samples["layers.0.weight"].shape == (1, 30, 4, 2)
+    post.BLOCK_FLOATS = 8 * sum(v.numel() for v in post.model.params.values())  # blocks of 8 draws
+    made, make = [], post._guide_block
+    monkeypatch.setattr(post, "_guide_block", lambda block, size: made.append((block, size)) or make(block, size))
+    rng = torch.get_rng_state()
+    f = post.predict(x, num_samples=100).f
+    assert made == [(b, 8) for b in range(13)]  # ceil(100 / 8) blocks, one at a time
+    assert torch.equal(torch.get_rng_state(), rng)
+    draws = post.draws(100)
+    assert torch.allclose(f, post.model.forward({k: draws[k] for k in post.model.params}, x), atol=1e-6)
+    assert torch.equal(post.draws(5)["layers.0.weight"], draws["layers.0.weight"][:5])
+    assert torch.equal(post.log_likelihood(draw_index=torch.tensor([3, 17]))[0], post.log_likelihood()[0, [3, 17]])
+    assert not torch.equal(draws["layers.0.weight"][:8], draws["layers.0.weight"][8:16])
+    # 4,000 draws against the guide's own mean and sd: every weight within 4.5 standard errors
+    w = post.draws(4000)["layers.0.weight"]
+    loc, scale = (t.detach() for t in post.guide.loc_and_scale("layers.0.weight"))
+    assert ((w.mean(0) - loc) / (scale / 4000**0.5)).abs().max() < 4.5
+    assert ((w.std(0) / scale - 1) / (1 / (2 * 3999) ** 0.5)).abs().max() < 4.5

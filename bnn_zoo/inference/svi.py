@@ -245,10 +245,14 @@ class SVI:
 
 
 def posterior_from(method: SVI, model, guide, x, y, losses: list[float], runtime_s: float, info: dict) -> Posterior:
-    """The Posterior of a fitted guide: ``method.num_draws`` joint draws kept for prediction and ArviZ."""
-    with torch.no_grad():
-        samples = {k: v[None] for k, v in sample_guide(guide, model, method.num_draws, x, y).items()}
-    return Posterior(model, x, y, samples, method.settings(), sample_stats={"loss": torch.tensor(losses)}, guide=guide, runtime_s=runtime_s, info=info)
+    """The Posterior of a fitted guide. A guide that a saved folder rebuilds (a registered name or an
+    AutoGuide class) makes its draws on demand; a user's guide instance or function keeps
+    ``method.num_draws`` draws, so a loaded folder still predicts without it."""
+    settings, samples = method.settings(), None
+    if settings["guide_source"] == "user":
+        with torch.no_grad():
+            samples = {k: v[None] for k, v in sample_guide(guide, model, method.num_draws, x, y).items()}
+    return Posterior(model, x, y, samples, settings, sample_stats={"loss": torch.tensor(losses)}, guide=guide, runtime_s=runtime_s, info=info)
 
 
 def _set_training(guide, mode: bool) -> None:
