@@ -10,6 +10,8 @@ Prints a markdown table and writes bands.png (every predictive band) and the res
 import argparse
 from pathlib import Path
 
+import torch
+
 import bnn_zoo as bz
 from bnn_zoo.evaluation import plots
 from bnn_zoo.experiments.run import run
@@ -20,6 +22,7 @@ out = Path(parser.parse_args().out)
 
 data = bz.data.toy_cubic(seed=0)
 noise = data.info["noise_scale"] / float(data.y_std)  # the generating noise, in standardised units
+torch.manual_seed(0)  # the last-layer BNN starts its point-estimated features at the network's own values
 net = bz.models.MLP(1, [50], 1, activation="tanh")
 model = bz.BNN(net, bz.priors.FanInNormal(), bz.likelihoods.Gaussian(noise))
 last_layer = bz.BNN(net, bz.priors.FanInNormal(), bz.likelihoods.Gaussian(noise), expose=[bz.bnn.last_layer(net)])
