@@ -119,7 +119,8 @@ def test_a_sweep_folder_refuses_another_sweep(local_sweep):
         run_sweep(Sweep.from_dict({**SMALL, "grid": {"seed": [5]}}), out, show_progress=False)
 
 
-def test_a_killed_sweep_resumes_without_re_running_finished_cells(tmp_path):
+@pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGTERM], ids=["kill -9", "kill"])
+def test_a_killed_sweep_resumes_without_re_running_finished_cells(tmp_path, stop):
     CELLS = 16  # enough that two workers are still busy when the driver is killed (4-6 done by then here)
     spec = tmp_path / "sweep.yaml"
     spec.write_text(yaml.safe_dump({"base": BASE, "grid": {"seed": list(range(CELLS))}}))
@@ -132,8 +133,8 @@ def test_a_killed_sweep_resumes_without_re_running_finished_cells(tmp_path):
     while len(sweep_status(out)["done"]) < 2 if (out / "sweep.yaml").exists() else True:
         assert time.time() < deadline and driver.poll() is None, "the sweep did not get going"
         time.sleep(0.2)
-    driver.send_signal(signal.SIGKILL)
-    driver.wait()
+    driver.send_signal(stop)
+    driver.wait(timeout=10)  # SIGTERM too stops the driver at once, not after its running (or queued) cells
     deadline = time.time() + 10  # the workers notice their driver is gone and end, their cells unfinished
     while sweep_status(out)["running"] and time.time() < deadline:
         time.sleep(0.2)
