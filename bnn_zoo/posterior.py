@@ -215,20 +215,18 @@ class Posterior:
     def _draws_at(self, index: torch.Tensor) -> dict[str, torch.Tensor]:
         """The draws at flat ``index``, as (len(index), *shape)."""
         blocks = list(self._blocks(index))
-        return {k: torch.cat([b[k] for b in blocks]) for k in blocks[0]}
+        return blocks[0] if len(blocks) == 1 else {k: torch.cat([b[k] for b in blocks]) for k in blocks[0]}
 
     def _blocks(self, index: torch.Tensor):
         """The draws at flat ``index`` in pieces: all at once when stored, else one guide block at a time."""
         if self.stored is not None:
-            yield {k: v.reshape(-1, *v.shape[2:])[index] for k, v in self.stored.items()}
+            yield {k: _take(v.reshape(-1, *v.shape[2:]), index) for k, v in self.stored.items()}
             return
         size = self._block_size()
         blocks, counts = torch.unique_consecutive(index // size, return_counts=True)
         for block, part in zip(blocks.tolist(), index.split(counts.tolist())):
             draws = self._guide_block(block, size)
-            start = int(part[0]) - block * size
-            contiguous = torch.equal(part, torch.arange(part[0], part[0] + len(part)))
-            yield {k: v[start : start + len(part)] if contiguous else v[part - block * size] for k, v in draws.items()}
+            yield {k: _take(v, part - block * size) for k, v in draws.items()}
             del draws  # before the next block is made
 
     def _block_size(self) -> int:
@@ -455,6 +453,13 @@ def function_space_inference_data(posterior: xr.Dataset, y_rep, log_lik, draws, 
     for ds in groups.values():
         ds.attrs.update(attrs)
     return az.InferenceData(**groups)
+
+
+def _take(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """values[index]: a view when the indices are consecutive (no copy of stored draws), else a copy."""
+    if len(index) and torch.equal(index, torch.arange(int(index[0]), int(index[0]) + len(index))):
+        return values[int(index[0]) : int(index[0]) + len(index)]
+    return values[index]
 
 
 def _dims(name: str, shape) -> tuple[str, ...]:
