@@ -104,7 +104,7 @@ class BNN:
         name, ref = next(iter(self.params.items()))
         batch = weights[name].shape[: weights[name].dim() - ref.dim()]
         noise = noise or {}
-        weights = {**weights, **{k: n.centre.expand(weights[k].shape) for k, n in noise.items()}}
+        weights = {**weights, **{k: n.centre if n.centre.shape == weights[k].shape else n.centre.expand(weights[k].shape) for k, n in noise.items()}}
         with local_noise.hooks(self.net, noise):
             if not batch:
                 with _bound(self.net, {**self.fixed, **weights}):

@@ -60,6 +60,20 @@ def test_priors():
     assert d.event_shape == w.shape and d.log_prob(w).item() == pytest.approx(256 * (math.log(2) - 0.5 * math.log(2 * math.pi)))
 
 
+def test_scale_mixture_prior_is_blundells_density_and_refuses_bad_scales():
+    w = torch.tensor([[0.0, 0.003], [-0.5, 2.0]])
+    d = bz.priors.ScaleMixture(pi=0.25, scale1=1.0, scale2=0.01)("layers.0.weight", w)
+
+    def normal(v, s):
+        return math.exp(-0.5 * (v / s) ** 2) / (s * math.sqrt(2 * math.pi))
+
+    by_hand = sum(math.log(0.25 * normal(v, 1.0) + 0.75 * normal(v, 0.01)) for v in w.flatten().tolist())
+    assert d.event_shape == w.shape and d.log_prob(w).item() == pytest.approx(by_hand, abs=1e-5)
+    for bad in ({"pi": 1.0}, {"scale2": 2.0}, {"scale2": 0.0}, {"scale1": math.inf}):
+        with pytest.raises(bz.BnnZooError, match="scale mixture needs"):
+            bz.priors.ScaleMixture(**bad)
+
+
 def test_prediction_moments_and_log_likelihood_on_a_hand_case():
     # two draws of f at one point, learned noise scales 1 and 2
     f = torch.tensor([[[1.0]], [[3.0]]])

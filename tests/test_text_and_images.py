@@ -113,14 +113,18 @@ def test_recurrent_models_refuse_feature_data(capsys):
     assert "recurrent models take text data" in capsys.readouterr().err
 
 
-def test_recurrent_models_default_to_gals_dropout_guide_and_the_others_to_mean_field():
-    """Mean-field on toy-text's LSTMs keeps the prior (the majority class, docs/guide/defaults.md)."""
+def test_recurrent_models_default_to_gals_dropout_guide_and_other_methods_to_the_scale_mixture():
+    """Under a single Normal prior, mean-field and SGLD on toy-text's LSTMs keep the prior (the majority
+    class); under the scale mixture they learn (docs/guide/defaults.md)."""
 
-    def resolved(data, model):
-        run = config.RunConfig(data=config.REGISTRY["data"][data](), model=config.REGISTRY["model"][model]())
+    def resolved(data, model, **options):
+        run = config.RunConfig(data=config.REGISTRY["data"][data](), model=config.REGISTRY["model"][model](), **options)
         return run.resolved(run.data.load(0))
 
     lstm = resolved("toy-text", "lstm-tied")
     assert isinstance(lstm.guide, config.Dropout) and isinstance(lstm.prior, config.Normal)
+    for guide in (config.MeanField(), config.MatrixNormal(), config.Flow()):
+        assert isinstance(resolved("toy-text", "embedding-rnn", guide=guide).prior, config.ScaleMixture)
+    assert isinstance(resolved("toy-text", "lstm-untied", inference=config.SGLD()).prior, config.ScaleMixture)
     cnn = resolved("digits", "cnn")
     assert isinstance(cnn.guide, config.MeanField) and isinstance(cnn.prior, config.FanIn)

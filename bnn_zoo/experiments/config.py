@@ -286,6 +286,22 @@ class Normal(PriorConfig):
         return priors.Normal(self.scale)
 
 
+@register("scale-mixture")
+@dataclass
+class ScaleMixture(PriorConfig):
+    """pi N(0, scale1^2) + (1 - pi) N(0, scale2^2) on every weight and bias (Blundell et al. 2015, eq. 7):
+    the default for the recurrent models under every method but the dropout guide (docs/guide/defaults.md)."""
+
+    pi: float = 0.5
+    scale1: float = 1.0
+    scale2: float = 0.0025  # e^-6, the largest of Blundell et al.'s narrow scales
+
+    def build(self, dataset, likelihood, guide):
+        from bnn_zoo import priors
+
+        return priors.ScaleMixture(self.pi, self.scale1, self.scale2)
+
+
 @register("gal-keras")
 @dataclass
 class GalKeras(PriorConfig):
@@ -671,7 +687,7 @@ class RunConfig:
 
     data: DataConfig = field(default_factory=ToyCubic)
     model: Union[ModelConfig, UserNetwork] = field(default_factory=MLP)
-    prior: PriorConfig | None = None  # None: normal for the dropout guide, fanin otherwise (docs/guide/defaults.md)
+    prior: PriorConfig | None = None  # None: see RunConfig.default_prior
     likelihood: LikelihoodConfig | None = None  # None: the data's task decides
     inference: InferenceConfig = field(default_factory=SVI)
     guide: GuideConfig | None = None  # svi only; None: dropout for the recurrent models, mean-field otherwise
@@ -683,10 +699,17 @@ class RunConfig:
         """This config with its data-dependent defaults written out (the likelihood, SVI's guide, the prior)."""
         likelihood = self.likelihood or default_likelihood(dataset, known_noise=self.inference.bnn)  # a GP learns its noise
         guide = self.guide or (self.default_guide() if self.inference.takes_guide else None)
-        # Gal's dropout KL is a weight decay (1 - p) / (2 N s^2) per weight: under the fan-in prior
-        # (s^2 = 1 / fan_in) it is hundreds of times the usual decay and a CNN collapses to chance
-        prior = self.prior or (Normal() if isinstance(guide, Dropout) else FanIn())
-        return dataclasses.replace(self, likelihood=likelihood, guide=guide, prior=prior)
+        return dataclasses.replace(self, likelihood=likelihood, guide=guide, prior=self.prior or self.default_prior(guide))
+
+    def default_prior(self, guide: GuideConfig | None) -> PriorConfig:
+        """Normal for the dropout guide: Gal's KL is a weight decay (1 - p) / (2 N s^2) per weight, which
+        under the fan-in prior (s^2 = 1 / fan_in) is hundreds of times the usual and collapses a CNN to
+        chance. Blundell et al.'s scale mixture for the recurrent models' other methods: under a single
+        Normal, mean-field SVI and SGLD on toy-text's LSTMs keep the prior and predict the majority class.
+        The fan-in Normal elsewhere (docs/guide/defaults.md)."""
+        if isinstance(guide, Dropout):
+            return Normal()
+        return ScaleMixture() if getattr(self.model, "text", False) else FanIn()
 
     def default_guide(self) -> GuideConfig:
         """Gal's dropout for the recurrent models (his variational RNN); mean-field for the rest. Mean-field

@@ -35,6 +35,7 @@ from bnn_zoo.variational import LocalParamModule, sample_sites
 
 class MatrixNormal(TorchDistribution):
     """MN(loc, U, V) given scale factors L_U (..., n, r_u) and L_V (..., m, r_v); event shape ``shape``.
+    A square factor must be lower triangular with a positive diagonal (a Cholesky factor).
 
     ``shape`` is the weight's own shape, whose trailing dims flatten to m = prod(shape[1:]).
     """
@@ -82,13 +83,25 @@ class MatrixNormal(TorchDistribution):
 
     def log_prob(self, value):
         d = value.reshape(value.shape[: value.dim() - len(self.event_shape)] + (self.n, self.m)) - self.loc
-        chol_u, chol_v = torch.linalg.cholesky(self.row_cov), torch.linalg.cholesky(self.col_cov)
+        chol_u, chol_v = _cholesky(self.row_factor), _cholesky(self.col_factor)
         x = torch.linalg.solve_triangular(chol_u, d, upper=False)  # L_U^-1 D
         y = torch.linalg.solve_triangular(chol_v, x.transpose(-1, -2), upper=False)  # L_V^-1 (L_U^-1 D)^T
-        logdet_u = 2 * chol_u.diagonal(dim1=-2, dim2=-1).log().sum(-1)
-        logdet_v = 2 * chol_v.diagonal(dim1=-2, dim2=-1).log().sum(-1)
+        logdet_u, logdet_v = _logdet(chol_u), _logdet(chol_v)
         n, m = self.n, self.m
         return -0.5 * (n * m * math.log(2 * math.pi) + m * logdet_u + n * logdet_v + y.pow(2).sum((-1, -2)))
+
+
+def _cholesky(factor: torch.Tensor) -> torch.Tensor:
+    """The lower Cholesky factor of L L^T. A square factor is one already (the full-rank guide's, kept
+    lower triangular with a positive diagonal): refactoring L L^T in float32 fails once its
+    eigenvalues spread over ~1e7, which SVI reaches on recurrent weights."""
+    if factor.shape[-1] == factor.shape[-2]:
+        return factor
+    return torch.linalg.cholesky(factor @ factor.transpose(-1, -2))
+
+
+def _logdet(chol: torch.Tensor) -> torch.Tensor:
+    return 2 * chol.diagonal(dim1=-2, dim2=-1).log().sum(-1)
 
 
 @register_kl(MatrixNormal, dist.Independent)
@@ -99,7 +112,7 @@ def _kl_matrix_normal_diagonal_normal(q, p):
     mu, s2 = p.base_dist.loc.reshape(shape), p.base_dist.scale.pow(2).reshape(shape)
     u, v = q.row_cov, q.col_cov
     var = u.diagonal(dim1=-2, dim2=-1)[..., :, None] * v.diagonal(dim1=-2, dim2=-1)[..., None, :]  # diag(V (x) U) as (n, m)
-    logdet_u, logdet_v = torch.logdet(u), torch.logdet(v)
+    logdet_u, logdet_v = _logdet(_cholesky(q.row_factor)), _logdet(_cholesky(q.col_factor))
     return 0.5 * (((var + (q.loc - mu) ** 2) / s2).sum((-1, -2)) - q.n * q.m + s2.log().sum((-1, -2)) - q.m * logdet_u - q.n * logdet_v)
 
 

@@ -54,13 +54,13 @@ class DirectELBO:
             for name, (q, infer) in guide.site_distributions().items():
                 local, closed = infer.get("local_noise"), self._closed_form_kl(name, q)
                 if local is not None and closed is not None:  # the layer runs at the centre with per-example noise: no draw needed
-                    noise[name], values[name] = local, local.centre.expand(shape + local.centre.shape)
+                    noise[name], values[name] = local, local.centre.expand(shape + local.centre.shape) if shape else local.centre
                     kl = kl + closed
                     continue
                 values[name] = q.rsample(shape)
                 if local is not None:
                     noise[name] = local
-                kl = kl + (closed if closed is not None else (q.log_prob(values[name]) - self.priors[name].log_prob(values[name])).sum() / self.num_particles)
+                kl = kl + (closed if closed is not None else self._mean((q.log_prob(values[name]) - self.priors[name].log_prob(values[name])).sum()))
             n = x.shape[0]
             if batch_size is not None and batch_size < n:
                 idx = torch.randperm(n, device=x.device)[:batch_size]  # without replacement, as Pyro's subsampling plate
@@ -68,8 +68,12 @@ class DirectELBO:
             weights = {k: v for k, v in values.items() if k in model.params}
             latent = {k: v for k, v in values.items() if k not in model.params}
             f = model.forward(weights, x, noise)
-            log_lik = model.likelihood.distribution(f, latent).log_prob(y).sum() / self.num_particles
-            return -(n / x.shape[0]) * log_lik + kl_weight * kl
+            log_lik = self._mean(model.likelihood.distribution(f, latent).log_prob(y).sum())
+            return log_lik * -(n / x.shape[0]) + (kl if kl_weight == 1 else kl * kl_weight)
+
+    def _mean(self, total: torch.Tensor) -> torch.Tensor:
+        """A sum over particles as their mean (with one particle, no division: a node less to differentiate)."""
+        return total if self.num_particles == 1 else total / self.num_particles
 
     def _closed_form_kl(self, name: str, q: Distribution) -> torch.Tensor | None:
         """KL(q_s || p_s) where torch has it registered, else None (then the one-draw estimate is used)."""
