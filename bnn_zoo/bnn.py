@@ -233,7 +233,7 @@ def _bound(net: nn.Module, weights: dict[str, torch.Tensor]):
     try:
         for name, w in weights.items():
             module_name, _, attr = name.rpartition(".")
-            module = net.get_submodule(module_name)
+            module = local_noise.submodule(net, module_name)
             saved[name] = (module, attr, module._parameters[attr])
             module._parameters[attr] = w
         yield

@@ -32,6 +32,11 @@ class Likelihood:
         """Distribution of y given outputs f of shape (..., N, out); batch shape (..., N)."""
         raise NotImplementedError
 
+    def log_prob(self, f: torch.Tensor, latent: dict, y: torch.Tensor) -> torch.Tensor:
+        """log p(y | f) per datum, shape (..., N): the distribution's log density, which a likelihood may
+        write out where building the distribution costs more than the arithmetic (SVI's every step)."""
+        return self.distribution(f, latent).log_prob(y)
+
     def mean(self, f: torch.Tensor, latent: dict) -> torch.Tensor:
         """E[y | f] per draw, shape (..., N, out)."""
         raise NotImplementedError
@@ -114,6 +119,12 @@ class Gaussian(Likelihood):
 
     def distribution(self, f, latent):
         return dist.Normal(f, self._sigma(latent)).to_event(1)
+
+    def log_prob(self, f, latent, y):
+        """sum over outputs of -(y - f)^2 / (2 sigma^2) - log(sigma sqrt(2 pi)), without building the Normal."""
+        sigma = self._sigma(latent)
+        log_sigma = math.log(sigma) if isinstance(sigma, float) else sigma.log()[..., 0]
+        return ((y - f) / sigma).pow(2).sum(-1) * -0.5 - f.shape[-1] * (log_sigma + 0.5 * math.log(2 * math.pi))
 
     def mean(self, f, latent):
         return f

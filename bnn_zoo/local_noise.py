@@ -17,6 +17,7 @@ on its input or output by forward hooks, so the network module itself never chan
 
 from __future__ import annotations
 
+import weakref
 from contextlib import contextmanager
 
 import torch
@@ -132,6 +133,18 @@ def input_mask(module: nn.Module, weight: str, shape, like: torch.Tensor) -> tor
     return None if keep is None else bernoulli_mask(shape, keep, like)
 
 
+_SUBMODULES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def submodule(net: nn.Module, name: str) -> nn.Module:
+    """``net.get_submodule(name)``, found once per network: get_submodule walks the path with hasattr
+    and getattr, a cost SVI would pay for every layer at every step."""
+    found = _SUBMODULES.setdefault(net, {})
+    if name not in found:
+        found[name] = net.get_submodule(name)
+    return found[name]
+
+
 @contextmanager
 def hooks(net: nn.Module, noise: dict[str, LocalNoise]):
     """While active, every layer owning a noisy weight gets its input and output hooks; a module that
@@ -140,7 +153,7 @@ def hooks(net: nn.Module, noise: dict[str, LocalNoise]):
     try:
         for name, n in noise.items():
             owner, _, attr = name.rpartition(".")
-            module = net.get_submodule(owner)
+            module = submodule(net, owner)
             # attribute reads, not isinstance on the runtime Protocols: this runs at every SVI step
             if getattr(module, "handles_local_noise", False):  # HandlesLocalNoise
                 aware.setdefault(module, {})[attr] = n
@@ -149,7 +162,7 @@ def hooks(net: nn.Module, noise: dict[str, LocalNoise]):
                 raise BnnZooError(f"module {owner!r} has more than one weight with local noise; turn local noise off for it")
             owners.add(owner)
             # a network may move a weight's input mask upstream (LeNet: before pooling, as in Gal's lenet-all)
-            site = net.get_submodule(getattr(net, "mask_sites", {}).get(name, owner)) if isinstance(n, InputDropout) else module  # MovesMasks
+            site = submodule(net, getattr(net, "mask_sites", {}).get(name, owner)) if isinstance(n, InputDropout) else module  # MovesMasks
             # only the hooks the noise overrides: each one puts the module on torch's slower call path
             if type(n).inputs is not LocalNoise.inputs:
                 handles.append(site.register_forward_pre_hook(lambda m, args, n=n: (n.inputs(m, args[0]), *args[1:])))

@@ -74,6 +74,16 @@ def test_scale_mixture_prior_is_blundells_density_and_refuses_bad_scales():
             bz.priors.ScaleMixture(**bad)
 
 
+def test_the_gaussian_log_likelihood_written_out_equals_its_distribution():
+    g = torch.Generator().manual_seed(0)
+    f, y = torch.randn(3, 5, 2, generator=g), torch.randn(5, 2, generator=g)
+    fixed, learned = bz.likelihoods.Gaussian(0.3), bz.likelihoods.Gaussian.learned()
+    latent = {learned.site: torch.rand(3, generator=g) + 0.1}  # one noise scale per draw
+    for lik, lat in ((fixed, {}), (learned, latent)):
+        torch.testing.assert_close(lik.log_prob(f, lat, y), lik.distribution(f, lat).log_prob(y))
+        assert lik.log_prob(f, lat, y).shape == (3, 5)
+
+
 def test_prediction_moments_and_log_likelihood_on_a_hand_case():
     # two draws of f at one point, learned noise scales 1 and 2
     f = torch.tensor([[[1.0]], [[3.0]]])

@@ -14,17 +14,18 @@ def _data():
 
 
 class Poisoned(bz.BNN):
-    """Its log joint turns NaN from the ``at``-th call on."""
+    """Its log joint turns NaN from the ``at``-th call on (with ``gradient``: stays finite, its gradient NaN)."""
 
-    def __init__(self, at):
+    def __init__(self, at, gradient=False):
         super().__init__(bz.models.MLP(2, [4], 1))
-        self.calls, self.at = 0, at
+        self.calls, self.at, self.gradient = 0, at, gradient
 
     def __call__(self, *args, **kwargs):
         self.calls += 1
         out = super().__call__(*args, **kwargs)
         if self.calls >= self.at:
-            pyro.factor("poison", torch.tensor(float("nan")))
+            # sqrt'(0) * sign(0) = inf * 0: a zero whose gradient is NaN
+            pyro.factor("poison", (out * 0).abs().sqrt().sum() if self.gradient else torch.tensor(float("nan")))
         return out
 
 
@@ -38,6 +39,17 @@ def test_non_finite_loss_stops_and_keeps_the_last_finite_state():
     # with a decay, a 9-step fit's schedule is not the first 9 steps of a 50-step one
     assert stopped.info["stop_reason"] == "loss became nan at step 10"
     assert len(stopped.sample_stats["loss"]) == 10
+    for (name, a), b in zip(stopped.guide.named_parameters(), clean.guide.parameters()):
+        assert torch.isfinite(a).all() and torch.equal(a, b), name
+
+
+@pytest.mark.parametrize("steps", [50, 11])  # the NaN gradient mid-run, and at the last step
+def test_a_non_finite_gradient_stops_and_keeps_the_parameters_of_the_last_finite_loss(steps):
+    x, y = _data()
+    with pytest.warns(UserWarning, match="SVI stopped early: gradient became non-finite at step 10; kept the last parameters"):
+        stopped = bz.fit(Poisoned(at=11, gradient=True), x, y, bz.SVI(steps=steps, lr=0.01, lr_decay=1.0, seed=0, progress=False, num_draws=10))
+    clean = bz.fit(Poisoned(at=10**9), x, y, bz.SVI(steps=10, lr=0.01, lr_decay=1.0, seed=0, progress=False, num_draws=10))
+    assert stopped.info["stop_reason"] == "gradient became non-finite at step 10"
     for (name, a), b in zip(stopped.guide.named_parameters(), clean.guide.parameters()):
         assert torch.isfinite(a).all() and torch.equal(a, b), name
 

@@ -79,35 +79,50 @@ class DropoutMixture(TorchDistribution):
 @register_kl(DropoutMixture, dist.Independent)
 def _kl_dropout_normal(q, p):
     """Gal's KL approximation to a zero-mean Normal prior: sum (1-p) M^2 / (2 sigma^2), constants dropped."""
-    base = p.base_dist
-    if not isinstance(base, dist.Normal) or p.event_shape != q.event_shape or not _zero(base.loc):
+    terms = _zero_mean_normal(p, q.event_shape)
+    if terms is None:
         raise NotImplementedError
-    dims = tuple(range(-len(q.event_shape), 0))
-    return (q.loc.pow(2) * ((1 - q.p) / (2 * base.scale.pow(2)))).sum(dims)
+    half_precision, _ = terms
+    return (q.loc.pow(2) * half_precision).sum(_event_dims(q)) * (1 - q.p)
 
 
 @register_kl(dist.Delta, dist.Independent)
 def _kl_point_mass_normal(q, p):
-    """KL of a point mass at v to a zero-mean Normal: -log N(v; 0, sigma^2), Pyro's value (its KL of a Delta is
-    -log p(v)) with the parameter-free terms split off, so a bias costs SVI three graph nodes, not eight."""
-    base = p.base_dist
-    if not isinstance(base, dist.Normal) or p.event_shape != q.event_shape or not _zero(base.loc):
+    """KL of a point mass at v to a prior p: -log p(v) (Pyro's value for a Delta). For a zero-mean Normal it is
+    written out, sum v^2 / (2 sigma^2) + log(sigma sqrt(2 pi)), so a bias costs SVI three graph nodes, not eight."""
+    terms = _zero_mean_normal(p, q.event_shape)
+    if terms is None:
         return -p.log_prob(q.v)
-    dims = tuple(range(-len(q.event_shape), 0))
-    constant = (base.scale.log() + 0.5 * math.log(2 * math.pi)).sum(dims)
-    return (q.v.pow(2) / (2 * base.scale.pow(2))).sum(dims) + constant
+    half_precision, log_normaliser = terms
+    return (q.v.pow(2) * half_precision).sum(_event_dims(q)) + log_normaliser
 
 
-_ZERO_MEAN: dict[int, bool] = {}  # prior locs already checked, by id while they live: SVI meets the same ones each step
+def _event_dims(q) -> tuple[int, ...]:
+    return tuple(range(-len(q.event_shape), 0))
 
 
-def _zero(loc: torch.Tensor) -> bool:
-    if loc.requires_grad:  # a learned prior mean may move
-        return not bool((loc != 0).any())
-    if id(loc) not in _ZERO_MEAN:
-        _ZERO_MEAN[id(loc)] = not bool((loc != 0).any())
-        weakref.finalize(loc, _ZERO_MEAN.pop, id(loc), None)
-    return _ZERO_MEAN[id(loc)]
+_PRIOR_TERMS: dict[int, tuple | None] = {}  # by id of a prior's Normal while it lives: SVI meets the same ones each step
+
+
+def _zero_mean_normal(p, event_shape) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """For a zero-mean Normal prior over ``event_shape``: (1 / (2 sigma^2), sum of log(sigma sqrt(2 pi))),
+    worked out once per prior object; None for any other prior."""
+    base = getattr(p, "base_dist", None)
+    if not isinstance(base, dist.Normal) or p.event_shape != event_shape:
+        return None
+    if base.loc.requires_grad or base.scale.requires_grad:  # a learned prior moves
+        return _normal_terms(base, len(event_shape))
+    if id(base) not in _PRIOR_TERMS:
+        _PRIOR_TERMS[id(base)] = _normal_terms(base, len(event_shape))
+        weakref.finalize(base, _PRIOR_TERMS.pop, id(base), None)
+    return _PRIOR_TERMS[id(base)]
+
+
+def _normal_terms(base, event_dim: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    if (base.loc != 0).any():
+        return None
+    dims = tuple(range(-event_dim, 0))
+    return 1 / (2 * base.scale.pow(2)), (base.scale.log() + 0.5 * math.log(2 * math.pi)).sum(dims)
 
 
 class DropoutGuide(LocalParamModule):
@@ -149,9 +164,9 @@ class DropoutGuide(LocalParamModule):
         return getattr(self.locs, name.replace(".", "__"))
 
     def site_distributions(self) -> dict[str, tuple[dist.Distribution, dict]]:
-        sites = {}
+        sites, locs = {}, self.locs
         for name in self.order:  # the model's order, which Pyro's mean-field check expects
-            m = self.loc(name)
+            m = getattr(locs, name.replace(".", "__"))
             if name in self.p:
                 per_example = self.masks == "example" and self.training and self.p[name] > 0
                 sites[name] = (DropoutMixture(m, self.p[name]), {"local_noise": InputDropout(m, 1 - self.p[name])} if per_example else {})

@@ -68,7 +68,7 @@ class DirectELBO:
             weights = {k: v for k, v in values.items() if k in model.params}
             latent = {k: v for k, v in values.items() if k not in model.params}
             f = model.forward(weights, x, noise)
-            log_lik = self._mean(model.likelihood.distribution(f, latent).log_prob(y).sum())
+            log_lik = self._mean(model.likelihood.log_prob(f, latent, y).sum())
             return log_lik * -(n / x.shape[0]) + (kl if kl_weight == 1 else kl * kl_weight)
 
     def _mean(self, total: torch.Tensor) -> torch.Tensor:

@@ -56,9 +56,10 @@ class MLP(nn.Module):
         self.act = ACTIVATIONS[activation]()
 
     def forward(self, x):
-        for layer in self.layers[:-1]:
+        *hidden, out = self.layers  # iterating, not slicing: a ModuleList slice builds a new ModuleList per call
+        for layer in hidden:
             x = self.act(layer(x))
-        return self.layers[-1](x)
+        return out(x)
 
     def extra_repr(self):
         return f"in_features={self.in_features}, hidden={self.hidden}, out_features={self.out_features}, activation={self.activation!r}"
