@@ -293,9 +293,10 @@ def _loss_and_grads(objective, kl_weight: float, model, guide, *args) -> float:
                 if isinstance(objective, RenyiELBO):  # has no differentiable_loss
                     return float(objective.loss_and_grads(model, guide, *args))
                 loss = objective.differentiable_loss(model, guide, *args)
-        if torch.isfinite(loss):
+        value = loss.item()
+        if math.isfinite(value):
             loss.backward()
-        return loss.item()
+        return value
     except ValueError as exc:
         # torch.distributions refuses NaN parameters before a loss exists: the same failure as a NaN loss
         if "invalid values" in str(exc) or "Expected parameter" in str(exc):
