@@ -121,10 +121,10 @@ class Gaussian(Likelihood):
         return dist.Normal(f, self._sigma(latent)).to_event(1)
 
     def log_prob(self, f, latent, y):
-        """sum over outputs of -(y - f)^2 / (2 sigma^2) - log(sigma sqrt(2 pi)), without building the Normal."""
-        sigma = self._sigma(latent)
-        log_sigma = math.log(sigma) if isinstance(sigma, float) else sigma.log()[..., 0]
-        return ((y - f) / sigma).pow(2).sum(-1) * -0.5 - f.shape[-1] * (log_sigma + 0.5 * math.log(2 * math.pi))
+        """sum over outputs of -(y - f)^2 / (2 sigma^2) - log(sigma sqrt(2 pi)), without building the Normal:
+        torch's Normal.log_prob, operation for operation, so a fit's numbers do not depend on which is used."""
+        sigma = torch.as_tensor(self._sigma(latent), dtype=f.dtype, device=f.device)
+        return (-((y - f) ** 2) / (2 * sigma**2) - sigma.log() - math.log(math.sqrt(2 * math.pi))).sum(-1)
 
     def mean(self, f, latent):
         return f

@@ -17,7 +17,7 @@ from typing import Protocol, runtime_checkable
 import pyro.distributions as dist
 import torch
 from torch import nn
-from torch.distributions import Distribution
+from torch.distributions import Distribution, constraints
 
 from bnn_zoo.errors import BnnZooError
 
@@ -125,11 +125,18 @@ class ScaleMixture:
     def __call__(self, name: str, param: torch.Tensor) -> Distribution:
         weights = torch.tensor([self.pi, 1 - self.pi], dtype=param.dtype, device=param.device)
         scales = torch.tensor([self.scale1, self.scale2], dtype=param.dtype, device=param.device)
-        mixture = dist.MixtureSameFamily(dist.Categorical(weights), dist.Normal(torch.zeros_like(scales), scales))
+        mixture = _RealMixture(dist.Categorical(weights), dist.Normal(torch.zeros_like(scales), scales))
         return mixture.expand(param.shape).to_event(param.dim())
 
     def __repr__(self) -> str:
         return f"ScaleMixture(pi={self.pi}, scale1={self.scale1}, scale2={self.scale2})"
+
+
+class _RealMixture(dist.MixtureSameFamily):
+    """A mixture of real-valued components, whose support says so: torch's MixtureSameFamily reports a
+    constraint wrapper that ``biject_to`` cannot map, which the flow guide needs."""
+
+    support = constraints.real
 
 
 def site_distribution(prior: Prior | Distribution, name: str, param: torch.Tensor) -> Distribution:
