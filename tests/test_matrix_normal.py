@@ -42,7 +42,20 @@ def test_closed_form_kl_and_density_equal_the_dense_gaussian(rank):
     dense_p = MultivariateNormal(p.base_dist.loc.T.reshape(-1), torch.diag(p.base_dist.scale.T.reshape(-1) ** 2))
     assert kl_divergence(q, p).item() == pytest.approx(kl_divergence(_dense(q), dense_p).item(), abs=1e-5)
     w = q.rsample((5,))
-    torch.testing.assert_close(q.log_prob(w), _dense(q).log_prob(_vec(w, 3, 4)), rtol=0, atol=1e-5)
+    dense = _dense(q).log_prob(_vec(w, 3, 4))
+    torch.testing.assert_close(q.log_prob(w), dense, rtol=0, atol=1e-5)  # its own draw: from the noise that made it
+    torch.testing.assert_close(q.log_prob(w.clone()), dense, rtol=0, atol=1e-5)  # any other value: by inversion
+
+
+def test_the_density_of_a_draw_survives_float32_when_the_spread_is_tiny_beside_the_mean():
+    """W - M cancels in float32 when sd << |M| eps: inverting it gave SVI a density it drove to -1e27."""
+    n, m, draws = 3, 4, 4000
+    q = MatrixNormal(torch.full((n, m), 1e3), 1e-3 * torch.eye(n), 1e-3 * torch.eye(m))  # sd 1e-6 beside 1e3
+    log_q = torch.stack([q.log_prob(q.rsample()) for _ in range(draws)])
+    # log q(W) = -(nm log 2 pi + m log|U| + n log|V| + ||Z||^2) / 2 with ||Z||^2 ~ chi^2(nm): mean nm, sd sqrt(2 nm)
+    logdets = m * n * math.log(1e-6) + n * m * math.log(1e-6)
+    expected = -0.5 * (n * m * math.log(2 * math.pi) + logdets + n * m)
+    assert abs(log_q.double().mean().item() - expected) < 4 * 0.5 * math.sqrt(2 * n * m / draws)
 
 
 def test_design_formula_for_an_isotropic_prior_and_conv_shaped_weights():

@@ -48,6 +48,7 @@ class MatrixNormal(TorchDistribution):
         self.loc, self.row_factor, self.col_factor = loc, row_factor, col_factor
         self.n, self.m = row_factor.shape[-2], col_factor.shape[-2]
         batch = torch.broadcast_shapes(loc.shape[:-2], row_factor.shape[:-2], col_factor.shape[:-2])
+        self._draw = None  # (the last rsample, the noise Z that made it)
         super().__init__(batch, shape, validate_args=validate_args)
 
     @constraints.dependent_property
@@ -78,17 +79,25 @@ class MatrixNormal(TorchDistribution):
     def rsample(self, sample_shape=()):
         shape = torch.Size(sample_shape) + self.batch_shape
         z = torch.randn(shape + (self.row_factor.shape[-1], self.col_factor.shape[-1]), dtype=self.loc.dtype, device=self.loc.device)
-        w = self.loc + self.row_factor @ z @ self.col_factor.transpose(-1, -2)
-        return w.reshape(shape + self.event_shape)
+        w = (self.loc + self.row_factor @ z @ self.col_factor.transpose(-1, -2)).reshape(shape + self.event_shape)
+        self._draw = (w, z)
+        return w
 
     def log_prob(self, value):
-        d = value.reshape(value.shape[: value.dim() - len(self.event_shape)] + (self.n, self.m)) - self.loc
+        """log q(W). For this distribution's own last draw with square factors, ||L_U^-1 (W - M) L_V^-T||^2
+        is the ||Z||^2 that made it: inverting instead loses Z in float32 once the factors are small
+        beside M (W - M cancels), and SVI learns to exploit the garbage density (its loss ran to -1e27
+        on an LSTM)."""
         chol_u, chol_v = _cholesky(self.row_factor), _cholesky(self.col_factor)
-        x = torch.linalg.solve_triangular(chol_u, d, upper=False)  # L_U^-1 D
-        y = torch.linalg.solve_triangular(chol_v, x.transpose(-1, -2), upper=False)  # L_V^-1 (L_U^-1 D)^T
+        if self._draw is not None and value is self._draw[0] and chol_u is self.row_factor and chol_v is self.col_factor:
+            squares = self._draw[1].pow(2).sum((-1, -2))
+        else:
+            d = value.reshape(value.shape[: value.dim() - len(self.event_shape)] + (self.n, self.m)) - self.loc
+            x = torch.linalg.solve_triangular(chol_u, d, upper=False)  # L_U^-1 D
+            squares = torch.linalg.solve_triangular(chol_v, x.transpose(-1, -2), upper=False).pow(2).sum((-1, -2))  # L_V^-1 (L_U^-1 D)^T
         logdet_u, logdet_v = _logdet(chol_u), _logdet(chol_v)
         n, m = self.n, self.m
-        return -0.5 * (n * m * math.log(2 * math.pi) + m * logdet_u + n * logdet_v + y.pow(2).sum((-1, -2)))
+        return -0.5 * (n * m * math.log(2 * math.pi) + m * logdet_u + n * logdet_v + squares)
 
 
 def _cholesky(factor: torch.Tensor) -> torch.Tensor:
