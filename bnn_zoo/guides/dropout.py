@@ -159,20 +159,29 @@ class DropoutGuide(LocalParamModule):
             except NotImplementedError:
                 raise BnnZooError(f"the dropout guide needs a zero-mean Normal prior on every weight, got {model.prior!r}") from None
         self.rest = MeanField(model, init_values, sites=[k for k in model.latent_shapes() if k not in model.params])
+        self._sites_key = None  # what the cached site distributions were built from (site_distributions)
 
     def loc(self, name: str) -> torch.Tensor:
         return getattr(self.locs, name.replace(".", "__"))
 
     def site_distributions(self) -> dict[str, tuple[dist.Distribution, dict]]:
-        sites, locs = {}, self.locs
-        for name in self.order:  # the model's order, which Pyro's mean-field check expects
-            m = getattr(locs, name.replace(".", "__"))
+        locs = [getattr(self.locs, name.replace(".", "__")) for name in self.order]
+        # Every site is a function of its loc tensor alone, which Adam updates in place, so the same
+        # tensors give the same distributions: built again only when a loc or the mode changes.
+        key = (self.training, *map(id, locs))
+        if self._sites_key != key:
+            self._sites, self._sites_key = self._build_sites(locs), key
+        return self._sites | self.rest.site_distributions()
+
+    def _build_sites(self, locs: list[torch.Tensor]) -> dict[str, tuple[dist.Distribution, dict]]:
+        sites = {}
+        for name, m in zip(self.order, locs):  # the model's order, which Pyro's mean-field check expects
             if name in self.p:
                 per_example = self.masks == "example" and self.training and self.p[name] > 0
                 sites[name] = (DropoutMixture(m, self.p[name]), {"local_noise": InputDropout(m, 1 - self.p[name])} if per_example else {})
             else:
                 sites[name] = (dist.Delta(m, event_dim=m.dim()), {})
-        return sites | self.rest.site_distributions()
+        return sites
 
     def forward(self, *args, **kwargs):
         return sample_sites(self.site_distributions())
