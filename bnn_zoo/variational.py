@@ -69,7 +69,7 @@ def sample_sites(sites: dict[str, tuple[Distribution, dict]]) -> dict[str, torch
 def scope(guide: Callable) -> contextlib.AbstractContextManager:
     """The Pyro settings ``guide`` must run under: the parameter mode a PyroModule guide was built in
     (module-local or the global parameter store), and no change for a plain callable."""
-    if isinstance(guide, PyroModule):
+    if isinstance(guide, PyroModule) and not isinstance(guide, LocalParamModule):  # which scopes itself
         return pyro.settings.context(module_local_params=hasattr(guide._pyro_context, "param_state"))
     return contextlib.nullcontext()
 

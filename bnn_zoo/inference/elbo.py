@@ -16,7 +16,8 @@ and gradient against ``TraceMeanField_ELBO`` for the same draws on every guide a
 
 from __future__ import annotations
 
-import pyro
+import contextlib
+
 import torch
 from torch.distributions import Distribution, kl_divergence
 
@@ -29,6 +30,16 @@ def applies(model, guide) -> bool:
     """Whether the direct ELBO can stand in for ``TraceMeanField_ELBO``: a guide that states its site
     distributions, on a BNN whose Pyro model is BNN's own (a subclass may add sites to ``__call__``)."""
     return isinstance(guide, SiteDistributions) and isinstance(model, BNN) and type(model).__call__ is BNN.__call__
+
+
+@contextlib.contextmanager
+def _no_argument_checks():
+    before = Distribution._validate_args
+    Distribution.set_default_validate_args(False)
+    try:
+        yield
+    finally:
+        Distribution.set_default_validate_args(before)
 
 
 class DirectELBO:
@@ -48,8 +59,9 @@ class DirectELBO:
     def differentiable_loss(self, model: BNN, guide, x, y, batch_size: int | None = None, kl_weight: float = 1.0) -> torch.Tensor:
         """-ELBO for one draw of w (per particle) and one minibatch of ``batch_size`` rows (None: all)."""
         shape = torch.Size([self.num_particles]) if self.num_particles > 1 else torch.Size()
-        # the NaN guard in SVI's loop catches what argument checks would (a NaN loss or gradient)
-        with pyro.validation_enabled(False), scope(guide):
+        # the NaN guard in SVI's loop catches what argument checks would (a NaN loss or gradient); only
+        # torch's distributions are used here, so only their checks need turning off
+        with _no_argument_checks(), scope(guide):
             values, noise, kl = {}, {}, 0.0
             for name, (q, infer) in guide.site_distributions().items():
                 local, closed = infer.get("local_noise"), self._closed_form_kl(name, q)
