@@ -4,9 +4,10 @@ q(w) is the push-forward of N(0, I) through K learned bijections f_K ... f_1 fol
 w = mu + sigma * u, with mu at the network's own initialisation and sigma small, so the fit starts
 where the mean-field guide does. Transform families are Pyro's: ``affine`` (affine autoregressive,
 an IAF in Kingma et al.'s (2016) numerically stable form, s z + (1 - s) m with s in (0, 1): the plain
-form's per-layer scale of up to e^3 diverged on 11 of Boston's 20 UCI splits at lr 0.01) and ``spline`` (rational-quadratic spline coupling; Durkan et al. 2019),
-with a random permutation (drawn under the fit's seed) after each layer. ``scope="joint"`` puts one flow over every latent
-(weights, biases, noise): it captures correlations across layers, with cost that grows with the
+form's per-layer scale of up to e^3 diverged on 11 of Boston's 20 UCI splits at lr 0.01) and
+``spline`` (rational-quadratic spline coupling; Durkan et al. 2019), with a random permutation (drawn
+under the fit's seed) after each layer. ``scope="joint"`` puts one flow over every latent (weights,
+biases, noise): it captures correlations across layers, with cost that grows with the
 total number of weights. ``scope="layer"`` gives each weight matrix its own flow and the remaining
 sites a mean-field guide, the scalable form (Heek's thesis sec. 2.6; the survey's sec. 2.6).
 """
