@@ -63,7 +63,7 @@ class LocalParamModule(PyroModule):
 
 def sample_sites(sites: dict[str, tuple[Distribution, dict]]) -> dict[str, torch.Tensor]:
     """A :class:`~bnn_zoo.protocols.SiteDistributions` guide's forward: sample every site from its q."""
-    return {name: pyro.sample(name, q, infer=infer) for name, (q, infer) in sites.items()}
+    return {name: pyro.sample(name, q, infer=dict(infer)) for name, (q, infer) in sites.items()}  # a copy: messengers may edit it
 
 
 def scope(guide: Callable) -> contextlib.AbstractContextManager:
