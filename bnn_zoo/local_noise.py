@@ -54,12 +54,17 @@ class InputDropout(LocalNoise):
 
     def inputs(self, module, x):
         shape = (x.shape[0], *[1] * (x.dim() - 2), x.shape[-1]) if isinstance(module, nn.Linear) else x.shape
-        return x * (torch.rand(shape, dtype=x.dtype, device=x.device) < self.keep)  # a bool mask: one op less than bernoulli_mask
+        return x * keep_mask(shape, self.keep, x)  # multiplied as bool: a cast less per layer and step
+
+
+def keep_mask(shape, keep: float, like: torch.Tensor) -> torch.Tensor:
+    """True with probability ``keep`` (a fresh draw per particle under ``vmap(randomness="different")``)."""
+    return torch.rand(shape, dtype=like.dtype, device=like.device) < keep
 
 
 def bernoulli_mask(shape, keep: float, like: torch.Tensor) -> torch.Tensor:
-    """1 with probability ``keep``, else 0 (a fresh draw per particle under ``vmap(randomness="different")``)."""
-    return (torch.rand(shape, dtype=like.dtype, device=like.device) < keep).to(like.dtype)
+    """1 with probability ``keep``, else 0, in ``like``'s dtype."""
+    return keep_mask(shape, keep, like).to(like.dtype)
 
 
 class GaussianWeights(LocalNoise):

@@ -185,13 +185,13 @@ def test_lenet_all_per_example_masks_act_before_pooling():
     net = bz.models.LeNet(dropout="all")
     assert net.mask_sites == {"features.4.weight": "features.3", "hidden.weight": "features.6"}
     noise = {k: InputDropout(p.detach(), 0.5) for k, p in net.named_parameters() if k in net.dropout_layers}
-    drawn, original = [], local_noise.bernoulli_mask
+    drawn, original = [], local_noise.keep_mask
 
     def recording(shape, keep, like):
         drawn.append(tuple(shape))
         return original(shape, keep, like)
 
-    with mock.patch.object(local_noise, "bernoulli_mask", recording), local_noise.hooks(net, noise):
+    with mock.patch.object(local_noise, "keep_mask", recording), local_noise.hooks(net, noise):
         net(torch.randn(5, 64))
     # per pixel of each convolution block's output, before its pooling; per unit after the dense layer
     assert drawn == [(5, 16, 8, 8), (5, 32, 4, 4), (5, 64)]
