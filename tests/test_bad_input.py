@@ -201,6 +201,7 @@ QUICK_FIT = ["--inference.steps", "2", "--evaluation.plots", "false", "--quiet"]
         (["fit", "--prior", "normal", "--prior.scale", "-1"], "prior scales must be positive and finite, got [-1.0]"),
         (["fit", "--prior", "normal", "--prior.scale", "0"], "prior scales must be positive and finite, got [0.0]"),
         (["fit", "--prior", "scale-mixture", "--prior.pi", "1.5"], "a scale mixture needs 0 < pi < 1 and 0 < scale2 < scale1 < inf, got pi=1.5"),
+        (["fit", "--inference", "laplace", "--prior", "scale-mixture"], "has ScaleMixture(pi=0.5, scale1=1.0, scale2=0.0025): use --prior fanin or normal"),
         (["fit", "--likelihood", "gaussian", "--likelihood.scale", "-1"], "Gaussian noise scale must be positive and finite, got -1.0"),
         (["fit", "--inference.steps", "0"], "SVI steps must be a positive integer, got 0"),
         (["fit", "--inference.steps", "null", "--inference.epochs", "0"], "svi epochs must be a whole number >= 1, got 0"),

@@ -126,5 +126,6 @@ def test_recurrent_models_default_to_gals_dropout_guide_and_other_methods_to_the
     for guide in (config.MeanField(), config.MatrixNormal(), config.Flow()):
         assert isinstance(resolved("toy-text", "embedding-rnn", guide=guide).prior, config.ScaleMixture)
     assert isinstance(resolved("toy-text", "lstm-untied", inference=config.SGLD()).prior, config.ScaleMixture)
+    assert isinstance(resolved("toy-text", "lstm-untied", inference=config.Laplace()).prior, config.FanIn)  # a Normal's precision
     cnn = resolved("digits", "cnn")
     assert isinstance(cnn.guide, config.MeanField) and isinstance(cnn.prior, config.FanIn)

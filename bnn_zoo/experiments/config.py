@@ -706,10 +706,10 @@ class RunConfig:
         under the fan-in prior (s^2 = 1 / fan_in) is hundreds of times the usual and collapses a CNN to
         chance. Blundell et al.'s scale mixture for the recurrent models' other methods: under a single
         Normal, mean-field SVI and SGLD on toy-text's LSTMs keep the prior and predict the majority class.
-        The fan-in Normal elsewhere (docs/guide/defaults.md)."""
+        The fan-in Normal elsewhere, and for Laplace, whose precision is a Normal prior's (docs/guide/defaults.md)."""
         if isinstance(guide, Dropout):
             return Normal()
-        return ScaleMixture() if getattr(self.model, "text", False) else FanIn()
+        return ScaleMixture() if getattr(self.model, "text", False) and not isinstance(self.inference, Laplace) else FanIn()
 
     def default_guide(self) -> GuideConfig:
         """Gal's dropout for the recurrent models (his variational RNN); mean-field for the rest. Mean-field

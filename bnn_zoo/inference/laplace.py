@@ -223,7 +223,7 @@ def _prior_precision(model: BNN, names: list[str]) -> dict[str, torch.Tensor]:
         d = model.site_prior(name)
         base = d.base_dist if isinstance(d, Independent) else d
         if not (isinstance(base, Normal) and torch.all(base.loc == 0)):
-            raise BnnZooError(f"Laplace needs a zero-mean Normal prior on every weight it covers; {name} has {d!r}")
+            raise BnnZooError(f"Laplace needs a zero-mean Normal prior on every weight it covers; {name} has {model.prior!r}: use --prior fanin or normal")
         out[name] = (1.0 / base.scale**2).expand(model.params[name].shape).double()
     return out
 
