@@ -55,7 +55,9 @@ __all__ = sorted([*_HOMES, *_SUBPACKAGES])
 
 def __getattr__(name: str):
     if name in _HOMES:
-        value = getattr(importlib.import_module(_HOMES[name]), name)
+        home = importlib.import_module(_HOMES[name])
+        # a submodule (evidence) is an attribute of its package only once something has imported it
+        value = getattr(home, name) if hasattr(home, name) else importlib.import_module(f"{_HOMES[name]}.{name}")
     elif importlib.util.find_spec(f"bnn_zoo.{name}") is not None:
         value = importlib.import_module(f"bnn_zoo.{name}")
     else:

@@ -185,6 +185,7 @@ def test_help_and_import_defer_torch_pyro_and_arviz():
         f"print(sorted(m for m in {heavy!r} if m in sys.modules))\n"
         "bnn_zoo.fit\n"
         f"print(sorted(m for m in {heavy!r} if m in sys.modules))\n"
+        "assert all(getattr(bnn_zoo, name) is not None for name in bnn_zoo.__all__)\n"  # each resolves in a fresh process
     )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True).stdout
