@@ -110,7 +110,7 @@ def fit_lockstep(jobs: list[Job], progress: bool = False) -> list[Posterior]:
 
 
 def _owner(net: nn.Module, name: str) -> nn.Module:
-    return net.get_submodule(name.rpartition(".")[0])
+    return local_noise.submodule(net, name.rpartition(".")[0])
 
 
 class _Batch:
