@@ -119,8 +119,8 @@ def _kl_matrix_normal_diagonal_normal(q, p):
         raise NotImplementedError
     shape = p.base_dist.loc.shape[: p.base_dist.loc.dim() - len(p.event_shape)] + (q.n, q.m)
     mu, s2 = p.base_dist.loc.reshape(shape), p.base_dist.scale.pow(2).reshape(shape)
-    u, v = q.row_cov, q.col_cov
-    var = u.diagonal(dim1=-2, dim2=-1)[..., :, None] * v.diagonal(dim1=-2, dim2=-1)[..., None, :]  # diag(V (x) U) as (n, m)
+    # diag(V (x) U) as (n, m): U_ii is the squared norm of L_U's row i, so U itself is never formed
+    var = q.row_factor.pow(2).sum(-1)[..., :, None] * q.col_factor.pow(2).sum(-1)[..., None, :]
     logdet_u, logdet_v = _logdet(_cholesky(q.row_factor)), _logdet(_cholesky(q.col_factor))
     return 0.5 * (((var + (q.loc - mu) ** 2) / s2).sum((-1, -2)) - q.n * q.m + s2.log().sum((-1, -2)) - q.m * logdet_u - q.n * logdet_v)
 
