@@ -92,6 +92,7 @@ def main(argv=None) -> int:
     p.add_argument("--epochs", type=_positive, help="training epochs (default 100 x n_epochs.txt: the budget that reproduces the published table)")
     p.add_argument("--splits", help="splits to run, e.g. 0-19 or 0,3,5 (default all)")
     p.add_argument("--mc-passes", type=_positive, default=10_000, help="MC dropout passes T per prediction (default 10,000)")
+    p.add_argument("--device", help="where the fits are stepped: cpu (default) or cuda (scoring stays on the CPU)")
     p.add_argument("--out", required=True, help="output folder")
     _execution_options(p)
 
@@ -286,7 +287,7 @@ def _reproduce(args):
     out = writable_folder(args.out)
     splits = protocols.parse_splits(args.splits)
     folders = protocols.uci_folders(args.data)
-    sweeps = [protocols.uci_gal(f, args.epochs, splits, args.mc_passes) for f in folders]  # all checked before any runs
+    sweeps = [protocols.uci_gal(f, args.epochs, splits, args.mc_passes, args.device) for f in folders]  # all checked before any runs
     summary = {"done": 0, "skipped": 0, "failed": []}
     for folder, sweep in zip(folders, sweeps):
         part = run_sweep(sweep, out / folder.name, args.workers, args.ray, args.ray_address, not args.quiet, lockstep=not args.no_lockstep)

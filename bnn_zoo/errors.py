@@ -25,3 +25,18 @@ def check_seed(seed) -> int:
     if not (isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 2**32):
         raise BnnZooError(f"seed must be a whole number in 0..4294967295 (2**32 - 1), got {seed!r}")
     return seed
+
+
+def check_device(device) -> "torch.device":  # noqa: F821 (torch is imported when called: errors stays import-light)
+    """The torch device named, or one clear error: unknown, not cpu or cuda, or cuda without a GPU."""
+    import torch
+
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise BnnZooError(f"unknown device {device!r}; use 'cpu' or 'cuda' (or 'cuda:N')") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise BnnZooError("device='cuda' was asked for, but this torch sees no CUDA device (torch.cuda.is_available() is False); use 'cpu'")
+    if device.type not in ("cpu", "cuda"):
+        raise BnnZooError(f"bnn-zoo fits on 'cpu' or 'cuda', not {device.type!r}")
+    return device

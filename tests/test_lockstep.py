@@ -2,12 +2,15 @@
 a fit's parameters do not depend on the fits beside it; lockstep and sequential fits agree in
 distribution; what cannot run in lockstep says why."""
 
+import math
+
 import pyro.poutine as poutine
 import pytest
 import torch
 from pyro.infer import TraceMeanField_ELBO
 
 import bnn_zoo as bz
+from bnn_zoo.inference import lockstep
 from bnn_zoo.inference.lockstep import Job, _Batch, fit_lockstep, why_not
 
 torch.manual_seed(0)
@@ -106,3 +109,37 @@ def test_a_diverging_fit_stops_alone_at_its_last_finite_state():
     assert fits[0].info["stop_reason"] == "" and "non-finite" in fits[1].info["stop_reason"]
     assert all(torch.isfinite(v).all() for v in fits[1].guide.state_dict().values())
     assert len(fits[0].sample_stats["loss"]) == 40 > len(fits[1].sample_stats["loss"])
+
+
+def test_a_killed_batch_resumes_from_its_checkpoint_to_the_same_parameters(tmp_path, monkeypatch):
+    monkeypatch.setattr(lockstep, "CHECKPOINT_SECONDS", 0.0)  # a checkpoint at every block boundary
+    whole = fit_lockstep([_job(0), _job(1, lr=0.02)])
+    path, step = tmp_path / "batch.pt", _Batch.step
+
+    def killed_at_25(self, k):
+        if k == 25:
+            raise KeyboardInterrupt
+        step(self, k)
+
+    monkeypatch.setattr(_Batch, "step", killed_at_25)
+    with pytest.raises(KeyboardInterrupt):
+        fit_lockstep([_job(0), _job(1, lr=0.02)], checkpoint=path)
+    assert torch.load(path, weights_only=True)["step"] == 16  # the last block boundary before the kill
+    monkeypatch.setattr(_Batch, "step", step)
+    resumed = fit_lockstep([_job(0), _job(1, lr=0.02)], checkpoint=path)
+    for a, b in zip(whole, resumed):
+        assert a.sample_stats["loss"].tolist() == b.sample_stats["loss"].tolist()
+        for k, v in a.guide.state_dict().items():
+            assert torch.equal(v, b.guide.state_dict()[k])
+    with pytest.raises(bz.BnnZooError, match="belongs to a different fit"):
+        fit_lockstep([_job(0), _job(1)], checkpoint=path)
+
+
+def test_a_lockstep_posterior_holds_its_data_as_bz_fit_does():
+    """Targets given as (N,) are stored as (N, 1), so the training log-likelihood (LOO, WAIC) is per point."""
+    job = _job(guide="mean-field", steps=200)
+    lock, alone = fit_lockstep([job])[0], bz.fit(job.model, X, Y, job.method)
+    assert lock.y.shape == alone.y.shape == (48, 1)
+    pointwise = lock.log_likelihood()
+    assert pointwise.shape == alone.log_likelihood().shape == (1, 10, 48)
+    assert -3 < pointwise.mean() < -math.log(0.3 * math.sqrt(2 * math.pi))  # below the density's peak; a broadcast sum over 48 rows is hundreds of nats

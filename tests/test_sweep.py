@@ -109,6 +109,7 @@ def test_finished_cells_are_skipped_and_the_table_is_written(local_sweep, capsys
     frame = table.collect(out)
     lockstep = frame.set_index("inference").lockstep  # the mean-field seeds shared one batch; matrix-normal fits ran alone
     assert (lockstep["svi-mean-field"] == 2).all() and lockstep["svi-matrix-normal"].isna().all()
+    assert list((out / "lockstep").iterdir()) == []  # the batch's checkpoint went once its cells were saved
     mf = frame[frame.inference == "svi-mean-field"].rmse
     assert csv.set_index("inference").loc["svi-mean-field", "rmse_se"] == pytest.approx(mf.std() / 2**0.5)
 

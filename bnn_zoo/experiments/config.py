@@ -730,7 +730,6 @@ class RunConfig:
             and inf.num_particles == 1
             and inf.objective == "elbo"
             and inf.validation == 0
-            and self.device is None
         )
 
     def check(self) -> RunConfig:

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bnn_zoo.errors import BnnZooError
+from bnn_zoo.errors import BnnZooError, check_device
 from bnn_zoo.experiments import config as cfg
 from bnn_zoo.experiments.sweep import Select, Sweep
 
 
-def uci_gal(folder: str | Path, epochs: int | None = None, splits: list[int] | None = None, mc_passes: int = 10_000) -> Sweep:
+def uci_gal(folder: str | Path, epochs: int | None = None, splits: list[int] | None = None, mc_passes: int = 10_000, device: str | None = None) -> Sweep:
     """The protocol on one UCI folder as a sweep: splits as cells, the (p, tau) grid as their selection.
 
     Args:
@@ -34,6 +34,7 @@ def uci_gal(folder: str | Path, epochs: int | None = None, splits: list[int] | N
             4,000 give 0.63; docs/benchmarks.md).
         splits: the splits to run (default all n_splits.txt).
         mc_passes: T, the MC dropout passes per test prediction.
+        device: where the fits are stepped (None: the CPU; "cuda": a GPU, its own random streams).
     """
     folder = Path(folder)
     grids = {name: _numbers(folder / f"{name}.txt") for name in ("dropout_rates", "tau_values", "n_hidden", "n_epochs", "n_splits")}
@@ -54,6 +55,8 @@ def uci_gal(folder: str | Path, epochs: int | None = None, splits: list[int] | N
         "guide": cfg.node(cfg.Dropout, p=p[0], masks="example"),
         "evaluation": {"predict_samples": mc_passes, "plots": False},
     }
+    if device is not None:
+        base["device"] = str(check_device(device))
     select = Select(grid={"guide.p": p, "likelihood.precision": tau}, set={"data.part": "validation"}, metric="test_log_likelihood")
     return Sweep(base, grid={"data.split": splits}, select=select, name=f"uci-gal {folder.name}")
 

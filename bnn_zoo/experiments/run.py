@@ -128,7 +128,7 @@ class Prepared:
         if self.lockstep:
             from bnn_zoo.inference import lockstep
 
-            return lockstep.fit_lockstep([lockstep.Job(self.model, *self.dataset.train, self.method)])[0]
+            return lockstep.fit_lockstep([lockstep.Job(self.model, *self.dataset.train, self.method)], device=self.config.device)[0]
         posterior = fit(self.model, *self.dataset.train, self.method, device=self.config.device)
         return posterior if self.config.device is None else posterior.to("cpu")
 

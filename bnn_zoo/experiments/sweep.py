@@ -41,7 +41,7 @@ from pathlib import Path
 
 from bnn_zoo.errors import BnnZooError
 from bnn_zoo.experiments import config as cfg
-from bnn_zoo.io import read_yaml, write_json, write_yaml
+from bnn_zoo.io import fingerprint, read_yaml, write_json, write_yaml
 
 TOP_LEVEL = {"base", "grid", "zip", "select", "name"}
 
@@ -214,16 +214,19 @@ def run_cells(cells: list[tuple[str, dict]], threads: int | None = None) -> list
     for folder, job in jobs.items():
         batches.setdefault(lockstep.signature(job) if prepared[folder].lockstep else ("alone", folder), []).append(folder)
     for folders in batches.values():
-        fitted = {}
+        fitted, checkpoint = {}, None
         if prepared[folders[0]].lockstep:
-            batch = [jobs[f] for f in folders]
-            failure = _attempt(Path(folders[0]), functools.partial(_lockstep, folders, batch, fitted))
+            batch, checkpoint = [jobs[f] for f in folders], _lockstep_checkpoint(folders)
+            device = prepared[folders[0]].config.device
+            failure = _attempt(Path(folders[0]), functools.partial(_lockstep, folders, batch, fitted, device, checkpoint))
             if failure["state"] == "failed":
                 statuses.update(dict.fromkeys(folders, failure))
                 continue
         for folder in folders:  # each status is written as soon as it is known: a kill loses only what is unfinished
             statuses[folder] = _attempt(Path(folder), functools.partial(_finish, prepared[folder], fitted.get(folder)))
             write_json(statuses[folder], Path(folder) / "status.json")
+        if checkpoint is not None:  # every cell of the batch is finished or failed on its own
+            checkpoint.unlink(missing_ok=True)
     for folder, _ in cells:
         if statuses[folder]["state"] == "failed":
             write_json(statuses[folder], Path(folder) / "status.json")
@@ -236,10 +239,18 @@ def _prepare(folder: str, config: dict, prepared: dict) -> None:
     prepared[folder] = prepare(cfg.from_dict(config), Path(folder), progress=False, resume=True)
 
 
-def _lockstep(folders, jobs, fitted: dict) -> None:
+def _lockstep(folders, jobs, fitted: dict, device, checkpoint: Path) -> None:
     from bnn_zoo.inference import lockstep
 
-    fitted.update(zip(folders, lockstep.fit_lockstep(jobs)))
+    fitted.update(zip(folders, lockstep.fit_lockstep(jobs, device=device, checkpoint=checkpoint)))
+
+
+def _lockstep_checkpoint(folders: list[str]) -> Path:
+    """Where a lockstep batch of these cells keeps its state: the sweep's lockstep/ folder, named by the
+    cells' keys, so a re-run of the same batch resumes it (a kill -9 loses at most a minute of a long batch)."""
+    folder = Path(folders[0]).parent.parent / "lockstep"
+    folder.mkdir(exist_ok=True)
+    return folder / f"{fingerprint(sorted(Path(f).name for f in folders))}.pt"
 
 
 def _finish(run, posterior=None) -> dict:

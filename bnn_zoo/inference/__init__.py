@@ -9,7 +9,7 @@ import torch
 from bnn_zoo.baselines import GP, GPPosterior, TypeII
 from bnn_zoo.bnn import BNN
 from bnn_zoo.data.validation import check_data
-from bnn_zoo.errors import BnnZooError, check_seed
+from bnn_zoo.errors import BnnZooError, check_device, check_seed
 from bnn_zoo.inference.chees import ChEES
 from bnn_zoo.inference.laplace import Laplace
 from bnn_zoo.inference.mcmc import HMC, NUTS
@@ -52,21 +52,9 @@ def fit(
     if device is not None:
         if isinstance(model, GP):
             raise BnnZooError("the GP baseline fits on the CPU (exact Cholesky in float64); drop device=")
-        model = model.to(_available(device))
+        model = model.to(check_device(device))
         x, y = x.to(model.device), y.to(model.device)
     return method.run(model, x, y)
-
-
-def _available(device: str | torch.device) -> torch.device:
-    try:
-        device = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise BnnZooError(f"unknown device {device!r}; use 'cpu' or 'cuda' (or 'cuda:N')") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise BnnZooError("device='cuda' was asked for, but this torch sees no CUDA device (torch.cuda.is_available() is False); use 'cpu'")
-    if device.type not in ("cpu", "cuda"):
-        raise BnnZooError(f"bnn-zoo fits on 'cpu' or 'cuda', not {device.type!r}")
-    return device
 
 
 __all__ = ["HMC", "METHODS", "NUTS", "ChEES", "SGMCMC", "SVI", "Laplace", "fit"]
