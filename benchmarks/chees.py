@@ -54,10 +54,11 @@ def weight_rhat(samples: dict) -> float:
     return float(max(float(az.rhat(ds)[k].max()) for k in ds.data_vars))
 
 
-def run_chees(x, y, x_test, noise, chains, warmup, samples, seed, compile):
+def run_chees(x, y, x_test, noise, chains, warmup, samples, seed, compile, mass_matrix="within"):
     model = bz.BNN(bz.models.MLP(x.shape[1], [50], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(noise))
     start = time.perf_counter()
-    post = bz.fit(model, x, y, bz.ChEES(num_chains=chains, num_warmup=warmup, num_samples=samples, seed=seed, compile=compile, progress=False))
+    method = bz.ChEES(num_chains=chains, num_warmup=warmup, num_samples=samples, seed=seed, compile=compile, mass_matrix=mass_matrix, progress=False)
+    post = bz.fit(model, x, y, method)
     wall = time.perf_counter() - start
     with torch.no_grad():
         f = model.forward({k: post.samples[k] for k in model.params}, x_test)[..., 0].numpy()
@@ -65,7 +66,7 @@ def run_chees(x, y, x_test, noise, chains, warmup, samples, seed, compile):
     stats = post.sample_stats
     steps = float(stats["n_steps"].float().mean())
     return {
-        "sampler": f"bnn-zoo ChEES, {chains} chains" + (", compiled" if compile else ""),
+        "sampler": f"bnn-zoo ChEES, {chains} chains" + (", compiled" if compile else "") + (", pooled mass" if mass_matrix == "pooled" else ""),
         "draws": f"{warmup}+{samples}",
         "wall": wall,
         "steps": steps,
@@ -152,6 +153,7 @@ def main():
     parser.add_argument("--numpyro-draws", type=int, default=1000, help="NumPyro warm-up and kept draws per chain")
     parser.add_argument("--nuts-draws", type=int, default=400, help="--check: Pyro NUTS warm-up and kept draws per chain (4 chains)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--mass-matrix", choices=("within", "pooled"), nargs="+", default=["within"], help="ChEES's mass-matrix estimate(s) to run")
     parser.add_argument("--compile", action="store_true", help="also run every ChEES row with compile=True (torch.compile)")
     parser.add_argument("--check", action="store_true", help="compare ChEES's predictive with a long Pyro NUTS run instead")
     args = parser.parse_args()
@@ -162,7 +164,8 @@ def main():
     print(f"# {time.strftime('%Y-%m-%d')}, {platform.machine()}, torch {torch.__version__}, 1 thread; {args.problem}: N = {len(x)}, noise {noise}")
     rows = [run_numpyro(x, y, x_test, noise, args.numpyro_draws, args.numpyro_draws, args.seed)]
     for compiled in (False, True) if args.compile else (False,):
-        rows += [run_chees(x, y, x_test, noise, c, args.warmup, args.samples, args.seed, compiled) for c in args.chains]
+        for mass in args.mass_matrix:
+            rows += [run_chees(x, y, x_test, noise, c, args.warmup, args.samples, args.seed, compiled, mass) for c in args.chains]
     base = rows[0]["ess"] / rows[0]["wall"]
     header = "sampler | warm-up + draws per chain | wall s | leapfrog steps per draw | min bulk ESS of f | ESS/s | vs NumPyro | max R-hat f"
     print(f"| {header} | max R-hat weights | divergences |")

@@ -13,6 +13,7 @@ from torch.distributions import MultivariateNormal, kl_divergence
 import bnn_zoo as bz
 from bnn_zoo.bnn import last_layer
 from bnn_zoo.evaluation.exact import linear_regression
+from bnn_zoo.variational import parameters
 
 FAST = dict(steps=1500, lr=0.05, lr_decay=0.05, num_particles=8, seed=0, progress=False)
 
@@ -150,3 +151,30 @@ def test_device_is_chosen_at_fit_and_checked(blr_model, blr_data):
             bz.fit(blr_model, *blr_data, method, device="cuda")
     with pytest.raises(bz.BnnZooError, match="unknown device"):
         bz.fit(blr_model, *blr_data, method, device="banana")
+
+
+GUIDES_AND_OPTIONS = [("mean-field", {}), ("matrix-normal", {}), ("matrix-normal", {"rank": 2}), ("flow", {}), ("flow", {"scope": "layer"})]
+
+
+@pytest.mark.parametrize("guide, options", GUIDES_AND_OPTIONS)
+def test_a_guide_is_built_where_its_model_lives(guide, options):
+    """Shape-only 'meta' tensors stand in for a GPU, which CI lacks: a guide built for a model moved there
+    makes every parameter there. One made on the CPU is the mixed-device error a CUDA fit raised
+    (the mean-field scales did, on an H100, 2026-11-23)."""
+    x, y = torch.randn(20, 1, device="meta"), torch.randn(20, 1, device="meta")
+    model = bz.BNN(bz.models.MLP(1, [8], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian.learned()).to("meta")
+    with pyro.validation_enabled(False):  # argument checks read values, which meta tensors do not have
+        params = parameters(bz.SVI(guide=guide, guide_options=options, progress=False).build_guide(model), x, y)
+    assert params and {p.device.type for p in params} == {"meta"}
+
+
+def test_the_dropout_guides_cached_sites_follow_it_through_to():
+    """.to() moves the locs in place, but a cached point mass holds its own log-density tensor: the sites
+    must be rebuilt (a dtype here; on a GPU, posterior.to("cpu") kept it on CUDA)."""
+    model = bz.BNN(bz.models.MLP(1, [8], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.1))
+    guide = bz.SVI(guide="dropout", progress=False).build_guide(model)
+    parameters(guide, torch.randn(5, 1), torch.randn(5, 1))
+    guide.site_distributions()  # cached
+    guide.to(torch.float64)
+    q, _ = guide.site_distributions()["layers.0.bias"]
+    assert q.log_density.dtype == torch.float64

@@ -173,6 +173,10 @@ class DropoutGuide(LocalParamModule):
             self._sites, self._sites_key = self._build_sites(locs), key
         return self._sites | self.rest.site_distributions()
 
+    def _apply(self, fn, *args, **kwargs):
+        self._sites_key = None  # .to() moves the locs in place (same ids), but a cached point mass keeps its own log-density tensor
+        return super()._apply(fn, *args, **kwargs)
+
     def _build_sites(self, locs: list[torch.Tensor]) -> dict[str, tuple[dist.Distribution, dict]]:
         sites = {}
         for name, m in zip(self.order, locs):  # the model's order, which Pyro's mean-field check expects

@@ -48,7 +48,7 @@ class Flow(LocalParamModule, AutoContinuous):
     def _setup_prototype(self, *args, **kwargs):
         super()._setup_prototype(*args, **kwargs)
         transform, num_flows, init_scale, hidden = self._spec
-        d = self.latent_dim
+        d, loc = self.latent_dim, self._init_loc()  # on the model's device, as its prototype trace
         if transform == "auto":
             transform = "affine" if d <= MAX_AFFINE_DIM else "spline"
         if transform == "affine" and d > MAX_AFFINE_DIM:
@@ -74,14 +74,14 @@ class Flow(LocalParamModule, AutoContinuous):
                 layers.append(spline_coupling(d, hidden_dims=hidden_dims))
             # A random (seeded) permutation between layers: with a fixed reversal, coupling layers on 4
             # weights always keep weights 1 and 2 on the same side and never model their correlation.
-            layers.append(Permute(torch.randperm(d), cache_size=1))
-        self.flows = nn.ModuleList(t for t in layers if isinstance(t, nn.Module))
+            layers.append(Permute(torch.randperm(d).to(loc.device), cache_size=1))
+        self.flows = nn.ModuleList(t for t in layers if isinstance(t, nn.Module)).to(loc.device)  # in place: _layers holds the same modules
         self._layers = layers
-        self.loc = PyroParam(self._init_loc())
-        self.scale = PyroParam(torch.full((d,), init_scale), constraints.softplus_positive)
+        self.loc = PyroParam(loc)
+        self.scale = PyroParam(torch.full((d,), init_scale, device=loc.device), constraints.softplus_positive)
 
     def get_base_dist(self):
-        return dist.Normal(torch.zeros(self.latent_dim), 1.0).to_event(1)
+        return dist.Normal(torch.zeros(self.latent_dim, device=self.loc.device), 1.0).to_event(1)
 
     def get_transform(self, *args, **kwargs):
         # cache_size=1: the density of a draw uses the values that made it. Inverting z = loc + scale * v

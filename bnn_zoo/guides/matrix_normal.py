@@ -128,15 +128,15 @@ def _kl_matrix_normal_diagonal_normal(q, p):
 class _Factor(LocalParamModule):
     """A covariance factor L with L L^T = U: lower Cholesky (rank None) or [diag(sqrt d), P] (rank k)."""
 
-    def __init__(self, size: int, variance: float, rank: int | None):
+    def __init__(self, size: int, variance: float, rank: int | None, device: torch.device):
         super().__init__()
         self.rank = rank
         if rank is None:
-            self.tril = PyroParam(math.sqrt(variance) * torch.eye(size), constraints.lower_cholesky)
+            self.tril = PyroParam(math.sqrt(variance) * torch.eye(size, device=device), constraints.lower_cholesky)
         else:
-            self.diag = PyroParam(torch.full((size,), variance), constraints.softplus_positive)
+            self.diag = PyroParam(torch.full((size,), variance, device=device), constraints.softplus_positive)
             # P starts small and random: at P = 0 the gradient of P P^T with respect to P vanishes
-            self.low_rank = PyroParam(1e-3 * torch.randn(size, rank))
+            self.low_rank = PyroParam(1e-3 * torch.randn(size, rank).to(device))  # the CPU stream: a seed gives one guide anywhere
 
     def forward(self):
         if self.rank is None:
@@ -158,8 +158,8 @@ class MatrixNormalGuide(LocalParamModule):
             key = name.replace(".", "__")
             n, m = shape[0], math.prod(shape[1:])
             setattr(self.locs, key, PyroParam(init_values[name].detach().reshape(n, m).clone()))
-            setattr(self.rows, key, _Factor(n, init_scale, rank))
-            setattr(self.cols, key, _Factor(m, init_scale, rank))
+            setattr(self.rows, key, _Factor(n, init_scale, rank, model.device))
+            setattr(self.cols, key, _Factor(m, init_scale, rank, model.device))
         self.rest = MeanField(model, init_values, init_scale, sites=[k for k in model.latent_shapes() if k not in self.shapes], local_reparam=local_reparam)
 
     def distribution(self, name: str) -> MatrixNormal:

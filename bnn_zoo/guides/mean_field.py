@@ -43,11 +43,11 @@ class MeanField(LocalParamModule):
         self.locs, self.scales = LocalParamModule(), LocalParamModule()
         for name in self.sites:
             key = name.replace(".", "__")
-            init = torch.as_tensor(init_values[name], dtype=torch.get_default_dtype()).reshape(shapes[name])
+            init = torch.as_tensor(init_values[name], dtype=torch.get_default_dtype(), device=model.device).reshape(shapes[name])
             if name in self.transforms:
                 init = self.transforms[name].inv(init)
             setattr(self.locs, key, PyroParam(init.detach().clone()))
-            setattr(self.scales, key, PyroParam(torch.full(shapes[name], float(init_scale)), positive))
+            setattr(self.scales, key, PyroParam(torch.full(shapes[name], float(init_scale), device=model.device), positive))
 
     def loc_and_scale(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
         """Variational mean and standard deviation of site ``name`` (unconstrained space)."""

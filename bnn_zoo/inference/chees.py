@@ -12,8 +12,8 @@ of weights (``BNN.forward`` vmaps over it). What the chains share is tuned from 
 - jitter: each iteration integrates for h_n T, h_n the base-2 Halton sequence (paper section 3.2);
 - step size: dual averaging (Hoffman & Gelman 2014, algorithm 5) on the harmonic mean of the
   chains' acceptance probabilities, aiming at 0.651 (Beskos et al. 2013's optimum);
-- diagonal mass matrix: the variance of the draws pooled over chains and the iterations of a warm-up
-  window, shrunk towards 1e-3 as Stan does.
+- diagonal mass matrix: the variance of a warm-up window's draws, shrunk towards 1e-3 as Stan does:
+  pooled over the chains in the first window, within each chain (averaged) in the later ones.
 
 No library serves this in PyTorch: BlackJAX and TFP implement ChEES on JAX/TensorFlow, Pyro and
 ``posteriors`` have no ensemble HMC. Pyro's NUTS stays the reference sampler.
@@ -57,7 +57,13 @@ class ChEES:
         max_leapfrog: the most leapfrog steps in one trajectory (caps T / step size).
         trajectory_lr: Adam's learning rate on log T.
         mass_windows: fractions of warm-up at whose end the diagonal mass matrix is re-estimated
-            from the window's pooled draws (the first window's first half is discarded as burn-in).
+            from the window's draws (the first window's first half is discarded as burn-in).
+        mass_matrix: ``"within"``: after the first window, the mean of each chain's variance about its
+            own mean, so chains in different modes of a BNN's posterior (hidden units permuted, signs
+            flipped) do not add the distance between modes; the first window pools the chains, whose
+            spread is then the best guess of the posterior's widest scales. ``"pooled"``: every window
+            pools all chains' draws. On Boston 13-50-1 (16 chains), "within" takes 131 leapfrog steps
+            per draw where "pooled" takes 411 (docs/benchmarks.md).
         compile: compile the potential and its gradient with ``torch.compile`` (needs a C++ compiler on
             the CPU). The first step pays the compile (6-20 s); each leapfrog step is then 2.5-4x cheaper
             on the small BNNs of benchmarks/chees.py.
@@ -77,6 +83,7 @@ class ChEES:
     max_leapfrog: int = 1000
     trajectory_lr: float = 0.025
     mass_windows: tuple[float, ...] = (0.25, 0.5)
+    mass_matrix: str = "within"
     compile: bool = False
     checkpoint: str | Path | None = None
     checkpoint_every: int = 100
@@ -95,6 +102,8 @@ class ChEES:
             raise BnnZooError(f"ChEES trajectory_lr must be positive and finite, got {self.trajectory_lr}")
         if not all(0 < w < 1 for w in self.mass_windows) or list(self.mass_windows) != sorted(self.mass_windows):
             raise BnnZooError(f"ChEES mass_windows must be increasing fractions in (0, 1), got {self.mass_windows}")
+        if self.mass_matrix not in ("within", "pooled"):
+            raise BnnZooError(f"ChEES mass_matrix must be 'within' or 'pooled', got {self.mass_matrix!r}")
         if not (isinstance(self.init, (dict, Posterior)) or self.init in (None, "prior")):
             raise BnnZooError(f"init must be None, 'prior', a fitted Posterior or a dict of site values, got {self.init!r}")
 
@@ -216,6 +225,7 @@ class _Sampler:
         # leaving the chains' approach to the typical set out of the estimate
         ends = sorted({int(w * settings.num_warmup) for w in settings.mass_windows} - {0})
         self._windows = list(zip([ends[0] // 2, *ends[:-1]], ends, strict=True)) if ends else []
+        self._window_count = len(self._windows)
         self._pooled = None
 
     # --- checkpoints ------------------------------------------------------------------------------
@@ -339,14 +349,19 @@ class _Sampler:
         if not self._windows or iteration < self._windows[0][0]:
             return
         q = self.q.double()
-        if self._pooled is None:
-            self._pooled = [0, torch.zeros_like(q[0]), torch.zeros_like(q[0])]
-        self._pooled[0] += q.shape[0]
-        self._pooled[1] += q.sum(0)
+        if self._pooled is None:  # iterations, each chain's sum, the squares summed over chains
+            self._pooled = [0, torch.zeros_like(q), torch.zeros_like(q[0])]
+        self._pooled[0] += 1
+        self._pooled[1] += q
         self._pooled[2] += (q**2).sum(0)
         if iteration + 1 == self._windows[0][1]:
-            n, total, squares = self._pooled
-            variance = (squares - total**2 / n) / max(n - 1, 1)
+            t, sums, squares = self._pooled
+            n = sums.shape[0] * t
+            first = len(self._windows) == self._window_count  # chains still spread from their starts: pooled
+            if self.settings.mass_matrix == "within" and not first:  # each chain about its own mean, averaged
+                variance = (squares - (sums**2).sum(0) / t) / max(n - sums.shape[0], 1)
+            else:  # all draws about their common mean
+                variance = (squares - sums.sum(0) ** 2 / n) / max(n - 1, 1)
             # Stan's regularisation: shrink towards 1e-3 while few draws are pooled
             self.inv_mass = ((n / (n + 5.0)) * variance + 1e-3 * (5.0 / (n + 5.0))).to(self.q.dtype).clamp_min(1e-10)
             self._pooled = None

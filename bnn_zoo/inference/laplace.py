@@ -125,7 +125,7 @@ class Laplace:
                 posthoc = scale
                 if noise:
                     posthoc, sigma = curvature.fit_scale_and_noise(values, precision, scale, target, xd, yd, self.optimize_prior)
-                    values = {**values, noise: torch.tensor(sigma, dtype=torch.float64)}
+                    values = {**values, noise: torch.tensor(sigma, dtype=torch.float64, device=xd.device)}
                     curvature = _curvature(target, values, xd, yd, names, self.hessian)  # the GGN at the new noise
                 elif self.optimize_prior:
                     posthoc = curvature.fit_scale(values, precision, scale)
@@ -348,7 +348,7 @@ class _Curvature:
 
     def scale_gradient(self, values, precision, scale) -> float:
         """d log Z / d log scale at this MAP."""
-        log_s = torch.tensor(math.log(scale), dtype=torch.float64, requires_grad=True)
+        log_s = torch.tensor(math.log(scale), dtype=torch.float64, device=self._flat(precision).device, requires_grad=True)
         return float(torch.autograd.grad(self._scale_objective(values, precision)(log_s), log_s)[0])
 
     def fit_scale_and_noise(self, values, precision, scale, model, x, y, fit_scale: bool) -> tuple[float, float]:
@@ -360,10 +360,10 @@ class _Curvature:
         unit = (torch.cat([e.reshape(-1) for e in eig]) if isinstance(eig, list) else eig).detach() * sigma**2  # the GGN at sigma = 1
         weights = {k: values[k] for k in model.net.state_dict() if k in values}
         sse = float(((y - functional_call(model.net, weights, (x,))) ** 2).sum())
-        params = torch.tensor([math.log(scale), math.log(sigma)], dtype=torch.float64, requires_grad=True)
+        params = torch.tensor([math.log(scale), math.log(sigma)], dtype=torch.float64, device=w.device, requires_grad=True)
 
         def negative_evidence():
-            ls, lsig = params[0] if fit_scale else torch.tensor(math.log(scale), dtype=torch.float64), params[1]
+            ls, lsig = params[0] if fit_scale else torch.tensor(math.log(scale), dtype=torch.float64, device=w.device), params[1]
             log_lik = -y.numel() * lsig - sse / (2 * torch.exp(2 * lsig))
             log_prior = 0.5 * (w.numel() * ls - ls.exp() * (p * w**2).sum())
             return -(log_lik + log_prior - 0.5 * torch.log(unit * torch.exp(-2 * lsig) + ls.exp()).sum())
@@ -374,7 +374,7 @@ class _Curvature:
     def fit_scale(self, values, precision, scale) -> float:
         """The prior-precision scale maximising the Laplace evidence at this MAP (over its logarithm)."""
         objective = self._scale_objective(values, precision)
-        log_s = torch.tensor(math.log(scale), dtype=torch.float64, requires_grad=True)
+        log_s = torch.tensor(math.log(scale), dtype=torch.float64, device=self._flat(precision).device, requires_grad=True)
         _minimise([log_s], lambda: -objective(log_s))
         return log_s.exp().item()
 
@@ -384,17 +384,17 @@ class _Curvature:
         eig, extra, _ = self._eigen(precision, scale)
         if self.kind == "full":
             q, root = extra
-            z = torch.randn(num, mean.numel(), dtype=torch.float64)
+            z = torch.randn(num, mean.numel(), dtype=torch.float64, device=mean.device)
             draws = mean + root * ((z * eig.rsqrt()) @ q.T)
             return {k: v.float() for k, v in self._unflat(draws).items()}
         if self.kind == "diag":
             p = self._flat(precision)
-            draws = mean + torch.randn(num, mean.numel(), dtype=torch.float64) * (eig * p).rsqrt()
+            draws = mean + torch.randn(num, mean.numel(), dtype=torch.float64, device=mean.device) * (eig * p).rsqrt()
             return {k: v.float() for k, v in self._unflat(draws).items()}
         out = {}
         for layer, e in zip(self.kron, eig):
             m = torch.cat([theta[layer["weight"]].double(), theta[layer["bias"]].double()[:, None]], 1)  # (out, in + 1)
-            z = torch.randn(num, *m.shape, dtype=torch.float64) * (e * layer["precision"]).rsqrt()
+            z = torch.randn(num, *m.shape, dtype=torch.float64, device=m.device) * (e * layer["precision"]).rsqrt()
             draws = m + layer["q_g"] @ z @ layer["q_a"].T
             out[layer["weight"]], out[layer["bias"]] = draws[..., :-1].float(), draws[..., -1].float()
         return out
@@ -438,8 +438,8 @@ def _ggn(model: BNN, values: dict, x, y, names: list[str], kind: str) -> _Curvat
     lam = _output_hessians(model, f, y, latent).double()
     out_dim = f.shape[-1]
     chunk = max(1, int(2e7 // (out_dim * d)))
-    full = torch.zeros(d, d, dtype=torch.float64) if kind == "full" else None
-    diag = torch.zeros(d, dtype=torch.float64) if kind == "diag" else None
+    full = torch.zeros(d, d, dtype=torch.float64, device=x.device) if kind == "full" else None
+    diag = torch.zeros(d, dtype=torch.float64, device=x.device) if kind == "diag" else None
     jac = vmap(torch.func.jacrev(f_of), in_dims=(None, 0))
     for i in range(0, x.shape[0], chunk):
         j = jac(theta_flat, x[i : i + chunk]).double()  # (n, out, D)
@@ -485,8 +485,8 @@ def _kron(model: BNN, values, x, y, names, latent) -> list[dict]:
     root = evecs * evals.clamp_min(0).sqrt()[:, None, :]  # Lambda_n^1/2 columns: (N, out, out)
     blocks = []
     for name in layers:
-        a = torch.cat([inputs[name].detach(), torch.ones(x.shape[0], 1, dtype=x.dtype)], 1).double()
-        g_cov = torch.zeros(outputs[name].shape[-1], outputs[name].shape[-1], dtype=torch.float64)
+        a = torch.cat([inputs[name].detach(), torch.ones(x.shape[0], 1, dtype=x.dtype, device=x.device)], 1).double()
+        g_cov = torch.zeros(outputs[name].shape[-1], outputs[name].shape[-1], dtype=torch.float64, device=x.device)
         for o in range(f.shape[-1]):  # one backward per output column gives every datum's g_n
             (grad,) = torch.autograd.grad((f * root[:, :, o].to(f.dtype)).sum(), outputs[name], retain_graph=True)
             g_cov += grad.double().T @ grad.double()
