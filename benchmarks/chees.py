@@ -6,7 +6,7 @@ standardised data, N = 20) and Boston 13-50-1 (noise 0.35; needs ../shared/data/
 One thread each. NumPyro runs its NUTS with its default settings, 2 chains one after the other.
 
     python benchmarks/chees.py                       # the toy problem
-    python benchmarks/chees.py --problem boston --data ../shared/data/uci/bostonHousing
+    python benchmarks/chees.py --problem boston --data ../shared/data/uci/bostonHousing [--mass-matrix pooled within]
     python benchmarks/chees.py --check               # ChEES's predictive against a long Pyro NUTS run
 
 NumPyro is the optional ``bench`` extra (pip install 'bnn-zoo[bench]').
@@ -54,7 +54,7 @@ def weight_rhat(samples: dict) -> float:
     return float(max(float(az.rhat(ds)[k].max()) for k in ds.data_vars))
 
 
-def run_chees(x, y, x_test, noise, chains, warmup, samples, seed, compile, mass_matrix="within"):
+def run_chees(x, y, x_test, noise, chains, warmup, samples, seed, compile, mass_matrix="pooled"):
     model = bz.BNN(bz.models.MLP(x.shape[1], [50], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(noise))
     start = time.perf_counter()
     method = bz.ChEES(num_chains=chains, num_warmup=warmup, num_samples=samples, seed=seed, compile=compile, mass_matrix=mass_matrix, progress=False)
@@ -66,7 +66,7 @@ def run_chees(x, y, x_test, noise, chains, warmup, samples, seed, compile, mass_
     stats = post.sample_stats
     steps = float(stats["n_steps"].float().mean())
     return {
-        "sampler": f"bnn-zoo ChEES, {chains} chains" + (", compiled" if compile else "") + (", pooled mass" if mass_matrix == "pooled" else ""),
+        "sampler": f"bnn-zoo ChEES, {chains} chains" + (", compiled" if compile else "") + (", within-chain mass" if mass_matrix == "within" else ""),
         "draws": f"{warmup}+{samples}",
         "wall": wall,
         "steps": steps,
@@ -153,7 +153,7 @@ def main():
     parser.add_argument("--numpyro-draws", type=int, default=1000, help="NumPyro warm-up and kept draws per chain")
     parser.add_argument("--nuts-draws", type=int, default=400, help="--check: Pyro NUTS warm-up and kept draws per chain (4 chains)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--mass-matrix", choices=("within", "pooled"), nargs="+", default=["within"], help="ChEES's mass-matrix estimate(s) to run")
+    parser.add_argument("--mass-matrix", choices=("pooled", "within"), nargs="+", default=["pooled"], help="ChEES's mass-matrix estimate(s) to run")
     parser.add_argument("--compile", action="store_true", help="also run every ChEES row with compile=True (torch.compile)")
     parser.add_argument("--check", action="store_true", help="compare ChEES's predictive with a long Pyro NUTS run instead")
     args = parser.parse_args()

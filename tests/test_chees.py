@@ -32,6 +32,11 @@ def test_chees_matches_the_exact_blr_posterior_within_4_mcse(chees_fit, blr_exac
     _within_4_mcse(chees_fit, blr_exact)
 
 
+def test_chees_with_the_within_chain_mass_matrix_matches_the_exact_blr_posterior(blr_model, blr_data, blr_exact):
+    method = bz.ChEES(num_chains=16, num_warmup=150, num_samples=200, seed=0, mass_matrix="within", progress=False)
+    _within_4_mcse(bz.fit(blr_model, *blr_data, method), blr_exact)
+
+
 def test_chees_adapts_to_a_posterior_whose_scales_differ_4000_fold(blr_data):
     """Inputs scaled by 1e3 and 1e-3 give posterior sds about 4,000 apart. Without the pooled mass
     matrix (``mass_windows=()``) the step size is set by the narrowest direction, 1,000 leapfrog steps

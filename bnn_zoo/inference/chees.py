@@ -12,8 +12,8 @@ of weights (``BNN.forward`` vmaps over it). What the chains share is tuned from 
 - jitter: each iteration integrates for h_n T, h_n the base-2 Halton sequence (paper section 3.2);
 - step size: dual averaging (Hoffman & Gelman 2014, algorithm 5) on the harmonic mean of the
   chains' acceptance probabilities, aiming at 0.651 (Beskos et al. 2013's optimum);
-- diagonal mass matrix: the variance of a warm-up window's draws, shrunk towards 1e-3 as Stan does:
-  pooled over the chains in the first window, within each chain (averaged) in the later ones.
+- diagonal mass matrix: the variance of a warm-up window's draws, pooled over chains (or within
+  each chain, averaged: ``mass_matrix="within"``), shrunk towards 1e-3 as Stan does.
 
 No library serves this in PyTorch: BlackJAX and TFP implement ChEES on JAX/TensorFlow, Pyro and
 ``posteriors`` have no ensemble HMC. Pyro's NUTS stays the reference sampler.
@@ -58,12 +58,14 @@ class ChEES:
         trajectory_lr: Adam's learning rate on log T.
         mass_windows: fractions of warm-up at whose end the diagonal mass matrix is re-estimated
             from the window's draws (the first window's first half is discarded as burn-in).
-        mass_matrix: ``"within"``: after the first window, the mean of each chain's variance about its
-            own mean, so chains in different modes of a BNN's posterior (hidden units permuted, signs
-            flipped) do not add the distance between modes; the first window pools the chains, whose
-            spread is then the best guess of the posterior's widest scales. ``"pooled"``: every window
-            pools all chains' draws. On Boston 13-50-1 (16 chains), "within" takes 131 leapfrog steps
-            per draw where "pooled" takes 411 (docs/benchmarks.md).
+        mass_matrix: ``"pooled"``: the variance of all chains' draws together, whose spread from their
+            starts stands for scales the chains have not yet crossed. ``"within"``: the mean of each
+            chain's variance about its own mean, so chains in different modes of a BNN's posterior
+            (hidden units permuted, signs flipped) do not add the distance between modes: on Boston
+            13-50-1 with 16 chains, 119-131 leapfrog steps per draw where "pooled" takes 411, and
+            1.5-4.6x the effective samples per second (docs/benchmarks.md). But it cannot see a scale the chains
+            have not crossed: on a linear regression whose posterior sds differ 4,000-fold, 150 warm-up
+            iterations left the widest sd at a third (tests/test_chees.py).
         compile: compile the potential and its gradient with ``torch.compile`` (needs a C++ compiler on
             the CPU). The first step pays the compile (6-20 s); each leapfrog step is then 2.5-4x cheaper
             on the small BNNs of benchmarks/chees.py.
@@ -83,7 +85,7 @@ class ChEES:
     max_leapfrog: int = 1000
     trajectory_lr: float = 0.025
     mass_windows: tuple[float, ...] = (0.25, 0.5)
-    mass_matrix: str = "within"
+    mass_matrix: str = "pooled"
     compile: bool = False
     checkpoint: str | Path | None = None
     checkpoint_every: int = 100
@@ -225,7 +227,6 @@ class _Sampler:
         # leaving the chains' approach to the typical set out of the estimate
         ends = sorted({int(w * settings.num_warmup) for w in settings.mass_windows} - {0})
         self._windows = list(zip([ends[0] // 2, *ends[:-1]], ends, strict=True)) if ends else []
-        self._window_count = len(self._windows)
         self._pooled = None
 
     # --- checkpoints ------------------------------------------------------------------------------
@@ -357,8 +358,7 @@ class _Sampler:
         if iteration + 1 == self._windows[0][1]:
             t, sums, squares = self._pooled
             n = sums.shape[0] * t
-            first = len(self._windows) == self._window_count  # chains still spread from their starts: pooled
-            if self.settings.mass_matrix == "within" and not first:  # each chain about its own mean, averaged
+            if self.settings.mass_matrix == "within":  # each chain about its own mean, averaged over chains
                 variance = (squares - (sums**2).sum(0) / t) / max(n - sums.shape[0], 1)
             else:  # all draws about their common mean
                 variance = (squares - sums.sum(0) ** 2 / n) / max(n - 1, 1)
