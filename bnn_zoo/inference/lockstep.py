@@ -26,6 +26,7 @@ import math
 import time
 import warnings
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import pyro
@@ -198,6 +199,7 @@ class _Batch:
 
     # ---------------------------------------------------------------- checkpoints
 
+    @cached_property
     def identity(self) -> str:
         """What the batch's trajectory depends on: every fit's settings, model and data, and the device."""
         fits = [({k: v for k, v in j.method.settings().items() if k != "num_draws"}, j.model.describe()) for j in self.jobs]
@@ -208,7 +210,7 @@ class _Batch:
         assert step % BLOCK == 0
         tensors = {"leaves": self.leaves, "exp_avg": self.exp_avg, "exp_avg_sq": self.exp_avg_sq, "previous": self.previous}
         return {
-            "identity": self.identity(),
+            "identity": self.identity,
             "step": step,
             "elapsed": self.elapsed + elapsed,
             **{name: {k: v.detach().cpu() for k, v in d.items()} for name, d in tensors.items()},
@@ -219,7 +221,7 @@ class _Batch:
         }
 
     def load(self, saved: dict, path: Path) -> None:
-        check_identity(saved, self.identity(), path, "fit_lockstep")
+        check_identity(saved, self.identity, path, "fit_lockstep")
         with torch.no_grad():
             for name in ("leaves", "exp_avg", "exp_avg_sq", "previous"):
                 for k, v in getattr(self, name).items():
