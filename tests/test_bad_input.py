@@ -234,6 +234,7 @@ QUICK_FIT = ["--inference.steps", "2", "--evaluation.plots", "false", "--quiet"]
         (["compare", "array"], "holds a JSON list, not the mapping of metrics a fit writes"),
         (["sweep", "nowhere.yaml", "--out", "afile"], "--out afile is a file"),
         (["reproduce", "uci-gal", "--data", "uci-overlap", "--out", "afile"], "--out afile is a file"),
+        (["reproduce", "uci-gal", "--data", "uci-overlap", "--device", "banana", "--out", "new"], "unknown device 'banana'; use 'cpu' or 'cuda'"),
         (["demo", "--out", "afile"], "--out afile/svi is inside afile, which is a file"),
         (["demo", "--out", "."], "--out svi already holds a run; pass --overwrite to replace it, or choose another folder"),
         # text corpora

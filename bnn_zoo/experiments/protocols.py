@@ -36,6 +36,7 @@ def uci_gal(folder: str | Path, epochs: int | None = None, splits: list[int] | N
         mc_passes: T, the MC dropout passes per test prediction.
         device: where the fits are stepped (None: the CPU; "cuda": a GPU, its own random streams).
     """
+    device = None if device is None else str(check_device(device))  # an argument's error before any file is read
     folder = Path(folder)
     grids = {name: _numbers(folder / f"{name}.txt") for name in ("dropout_rates", "tau_values", "n_hidden", "n_epochs", "n_splits")}
     epochs = 100 * int(grids["n_epochs"][0]) if epochs is None else epochs
@@ -56,7 +57,7 @@ def uci_gal(folder: str | Path, epochs: int | None = None, splits: list[int] | N
         "evaluation": {"predict_samples": mc_passes, "plots": False},
     }
     if device is not None:
-        base["device"] = str(check_device(device))
+        base["device"] = device
     select = Select(grid={"guide.p": p, "likelihood.precision": tau}, set={"data.part": "validation"}, metric="test_log_likelihood")
     return Sweep(base, grid={"data.split": splits}, select=select, name=f"uci-gal {folder.name}")
 
