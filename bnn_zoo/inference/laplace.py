@@ -348,7 +348,7 @@ class _Curvature:
 
     def scale_gradient(self, values, precision, scale) -> float:
         """d log Z / d log scale at this MAP."""
-        log_s = torch.tensor(math.log(scale), dtype=torch.float64, device=self._flat(precision).device, requires_grad=True)
+        log_s = torch.tensor(math.log(scale), dtype=torch.float64, device=precision[self.names[0]].device, requires_grad=True)
         return float(torch.autograd.grad(self._scale_objective(values, precision)(log_s), log_s)[0])
 
     def fit_scale_and_noise(self, values, precision, scale, model, x, y, fit_scale: bool) -> tuple[float, float]:
@@ -374,7 +374,7 @@ class _Curvature:
     def fit_scale(self, values, precision, scale) -> float:
         """The prior-precision scale maximising the Laplace evidence at this MAP (over its logarithm)."""
         objective = self._scale_objective(values, precision)
-        log_s = torch.tensor(math.log(scale), dtype=torch.float64, device=self._flat(precision).device, requires_grad=True)
+        log_s = torch.tensor(math.log(scale), dtype=torch.float64, device=precision[self.names[0]].device, requires_grad=True)
         _minimise([log_s], lambda: -objective(log_s))
         return log_s.exp().item()
 

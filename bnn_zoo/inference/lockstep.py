@@ -145,8 +145,8 @@ class _Batch:
         # the data in the likelihood's canonical form, as bz.fit checks it: targets (N, out), or the
         # posterior's log-likelihood would broadcast (N,) targets against (N, 1) outputs
         jobs = [dataclasses.replace(job, **dict(zip("xy", check_data(job.model, job.x, job.y)))) for job in jobs]
-        self.jobs, self.K, self.device = jobs, len(jobs), device or torch.device("cpu")
-        device = self.device
+        device = self.device = device or torch.device("cpu")
+        self.jobs, self.K = jobs, len(jobs)
         first = jobs[0]
         self.net, self.names = first.model.net, list(first.model.params)
         self.steps, self.n = first.method.steps, first.x.shape[0]
