@@ -52,10 +52,13 @@ def test_the_direct_elbo_is_pyros_trace_mean_field_elbo_for_the_same_draws(guide
         torch.testing.assert_close(ours[k], p.grad, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("guide, options", [("mean-field", {}), ("dropout", {"p": 0.2, "masks": "step"}), ("dropout", {"p": 0.2, "masks": "example"})])
-def test_a_fits_parameters_do_not_depend_on_the_fits_beside_it(guide, options):
-    alone = fit_lockstep([_job(1, guide, options)])[0]
-    others = [_job(0, guide, options, lr=0.02, prior_scale=1.0), _job(1, guide, options), _job(2, guide, options, noise=0.5)]
+@pytest.mark.parametrize(
+    "guide, options, batch_size",  # batches of 16 of 48 rows take the O(n) subsets, of 4 the O(m) ones
+    [("mean-field", {}, 16), ("dropout", {"p": 0.2, "masks": "step"}, 16), ("dropout", {"p": 0.2, "masks": "example"}, 4)],
+)
+def test_a_fits_parameters_do_not_depend_on_the_fits_beside_it(guide, options, batch_size):
+    alone = fit_lockstep([_job(1, guide, options, batch_size=batch_size)])[0]
+    others = [_job(s, guide, options, batch_size=batch_size, **kw) for s, kw in enumerate([{"lr": 0.02, "prior_scale": 1.0}, {}, {"noise": 0.5}])]
     together = fit_lockstep(others)
     a, b = alone.guide.state_dict(), together[1].guide.state_dict()
     assert a.keys() == b.keys()
@@ -143,3 +146,21 @@ def test_a_lockstep_posterior_holds_its_data_as_bz_fit_does():
     pointwise = lock.log_likelihood()
     assert pointwise.shape == alone.log_likelihood().shape == (1, 10, 48)
     assert -3 < pointwise.mean() < -math.log(0.3 * math.sqrt(2 * math.pi))  # below the density's peak; a broadcast sum over 48 rows is hundreds of nats
+
+
+def test_minibatches_are_uniformly_random_subsets_drawn_without_replacement():
+    """The O(m) path (first distinct of draws with replacement, the O(n) redraw for short rows) against
+    the law of Pyro's plate: every 2-subset of range(10) equally likely. 90,000 rows, 2,000 expected per
+    subset: chi-square with 44 degrees of freedom, below 100 but with probability 1e-6."""
+    g = torch.Generator().manual_seed(0)
+    draws = lockstep._subset_candidates(g, 10, 2, 90_000)
+    assert draws.shape == (90_000, 3)  # 1.5 m with replacement: all three equal in 1% of rows
+    subsets, short = lockstep.first_distinct(draws, 2)
+    assert 0.007 < short.float().mean() < 0.013
+    assert torch.equal(short, (draws == draws[:, :1]).all(1))
+    subsets[short] = torch.stack([torch.rand(10, generator=g).topk(2).indices for _ in range(int(short.sum()))])
+    low, high = subsets.min(1).values, subsets.max(1).values
+    assert (low < high).all()  # no row repeats an index
+    counts = torch.bincount(low * 10 + high, minlength=100).reshape(10, 10)
+    counts = counts[torch.triu(torch.ones(10, 10, dtype=torch.bool), 1)].double()
+    assert ((counts - 2000) ** 2 / 2000).sum() < 100
