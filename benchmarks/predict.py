@@ -29,7 +29,7 @@ import torch
 import bnn_zoo as bz
 
 # (hidden widths, N test inputs); 1000 draws x 1000 inputs x 400 units would be 1.6 GB a layer
-NETS = {"13-50-1": ([50], [51, 1000]), "13-400-400-1": ([400, 400], [51])}
+NETS = {"13-50-1": ([50], [51, 1000]), "13-100-1": ([100], [8232]), "13-400-400-1": ([400, 400], [51])}
 
 
 def posterior(hidden, draws: int):

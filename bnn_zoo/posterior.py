@@ -142,6 +142,10 @@ class Posterior:
     """
 
     BLOCK_FLOATS, BLOCK_DRAWS = 5e6, 1000  # at most 5e6 weight numbers (20 MB in float32) and 1,000 draws a block
+    # One forward call evaluates at most ROWS_PER_CALL inputs for DRAW_ROWS_PER_CALL // rows draws, so its
+    # activations stay a few MB. Measured (docs/benchmarks.md): on protein's 8,232 validation rows
+    # (9-100-1), 1,000 draws x all rows in one call took 9.7 ms a draw, 32 draws x 512 rows 1.7 ms.
+    ROWS_PER_CALL, DRAW_ROWS_PER_CALL = 512, 2**14
 
     def __init__(self, model, x, y, samples, settings, sample_stats=None, guide=None, runtime_s=0.0, info=None):
         self.model, self.x, self.y = model, x, y
@@ -303,14 +307,18 @@ class Posterior:
         return (torch.arange(self.num_chains)[:, None] * self.num_draws + draws).reshape(-1)
 
     def _per_draw(self, x, index: torch.Tensor, fn, max_floats: float = 2e7):
-        """fn(f, latent) for the draws at flat ``index``, in chunks whose outputs f hold ~max_floats numbers."""
-        chunk = max(1, int(max_floats // self._outputs_per_draw(x)))
+        """fn(f, latent) for the draws at flat ``index``, in chunks whose outputs f hold ~max_floats numbers
+        and whose forward calls hold DRAW_ROWS_PER_CALL (draw, input) pairs."""
+        rows = min(len(x), self.ROWS_PER_CALL)
+        chunk = max(1, min(int(max_floats // self._outputs_per_draw(x)), self.DRAW_ROWS_PER_CALL // rows))
         with torch.no_grad():
             for draws in self._blocks(index):
                 weights, latent = self._split(draws)
                 total = next(iter(weights.values())).shape[0]
                 for i in range(0, total, chunk):
-                    yield fn(self._forward({k: v[i : i + chunk] for k, v in weights.items()}, x), {k: v[i : i + chunk] for k, v in latent.items()})
+                    part = {k: v[i : i + chunk] for k, v in weights.items()}
+                    f = torch.cat([self._forward(part, x[j : j + rows]) for j in range(0, len(x), rows)], dim=1)  # rows are independent
+                    yield fn(f, {k: v[i : i + chunk] for k, v in latent.items()})
                 del draws, weights, latent  # before the next block is made
 
     def elbo(self, x: torch.Tensor | None = None, y: torch.Tensor | None = None, num_samples: int = 1000) -> tuple[float, float]:

@@ -138,12 +138,13 @@ def test_bad_validation_settings_are_refused():
 
 def test_guide_draws_are_made_on_demand_one_block_at_a_time(monkeypatch):
     """A registered guide's posterior stores no draws. predict(T) makes them from the guide a block at a
-    time (weight memory independent of T); draw j is the same whichever call makes it; each block has
+    time (weight memory independent of T), each forward call on a few draws and rows; draw j is the same whichever call makes it; each block has
     its own seed; the global RNG is left as it was; and the draws follow q."""
     x, y = _data()
     post = bz.fit(bz.BNN(bz.models.MLP(2, [4], 1)), x, y, bz.SVI(steps=20, seed=0, progress=False, num_draws=30))
     assert post.stored is None and post.num_draws == 30 and post.samples["layers.0.weight"].shape == (1, 30, 4, 2)
     post.BLOCK_FLOATS = 8 * sum(v.numel() for v in post.model.params.values())  # blocks of 8 draws
+    post.ROWS_PER_CALL, post.DRAW_ROWS_PER_CALL = 16, 48  # forward calls of 3 draws x 16 of the 40 rows, joined
     made, make = [], post._guide_block
     monkeypatch.setattr(post, "_guide_block", lambda block, size: made.append((block, size)) or make(block, size))
     rng = torch.get_rng_state()
