@@ -389,8 +389,8 @@ class Posterior:
 
     def save(self, path, idata=None) -> Path:
         """Save to folder ``path`` (see :mod:`bnn_zoo.saving`): the model's description, the stored draws,
-        the guide's state, the training data and the InferenceData (``idata``, or made now).
-        ``bnn_zoo.load(path)`` gives back a posterior that predicts exactly what this one does."""
+        the guide's state, the training data and the InferenceData (``idata``; None: made now; False:
+        none). ``bnn_zoo.load(path)`` gives back a posterior that predicts exactly what this one does."""
         state = {
             "x": self.x,
             "y": self.y,
@@ -405,7 +405,7 @@ class Posterior:
         except saving.NotDescribable as exc:
             header = {"model": None, "model_note": str(exc)}
         header.update(settings=self.settings, info=self.info, runtime_s=self.runtime_s)
-        return saving.write(path, self.kind, header, state, self.to_inference_data() if idata is None else idata)
+        return saving.write(path, self.kind, header, state, self.to_inference_data() if idata is None else (None if idata is False else idata))
 
     def _extra_state(self) -> dict:
         """Tensors a subclass needs saved beyond the draws (a Laplace posterior's MAP)."""

@@ -150,6 +150,35 @@ def test_a_killed_sweep_resumes_without_re_running_finished_cells(tmp_path, stop
     assert len(sweep_status(out)["done"]) == CELLS
 
 
+def test_a_sweep_stopped_while_scoring_a_lockstep_batch_scores_its_saved_fits(tmp_path, monkeypatch):
+    """A lockstep batch saves every fit before scoring any: a sweep stopped after the first cell's
+    scoring fits nothing again on its next run, and every metric equals an uninterrupted sweep's."""
+    from bnn_zoo.experiments.run import Prepared
+    from bnn_zoo.inference import lockstep
+
+    spec = {"base": BASE | FIXED_NOISE, "grid": {"seed": [0, 1]}}  # two mean-field fits, one lockstep batch
+    assert run_sweep(Sweep.from_dict(spec), tmp_path / "whole", show_progress=False)["done"] == 2
+    evaluate, scored = Prepared.evaluate, []
+
+    def stop_at_the_second(run, posterior):
+        scored.append(run)
+        if len(scored) == 2:
+            raise KeyboardInterrupt  # as Ctrl-C, or a kill, while the second cell is scored
+        return evaluate(run, posterior)
+
+    monkeypatch.setattr(Prepared, "evaluate", stop_at_the_second)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(Sweep.from_dict(spec), tmp_path / "cut", show_progress=False)
+    assert len(list((tmp_path / "cut").glob("cells/*/fitted/state.pt"))) == 1  # the first cell's went once it was scored
+    monkeypatch.setattr(Prepared, "evaluate", evaluate)
+    monkeypatch.setattr(lockstep, "fit_lockstep", lambda *args, **kwargs: pytest.fail("a saved fit was fitted again"))
+    assert run_sweep(Sweep.from_dict(spec), tmp_path / "cut", show_progress=False) == {"done": 1, "skipped": 1, "failed": []}
+    assert not list((tmp_path / "cut").glob("cells/*/fitted"))
+    columns = ["seed", "rmse", "elbo", "loo_elpd", "test_log_likelihood"]
+    whole, cut = (table.collect(tmp_path / d).sort_values("seed")[columns].reset_index(drop=True) for d in ("whole", "cut"))
+    pd.testing.assert_frame_equal(whole, cut, check_exact=True)
+
+
 def test_a_failing_cell_is_recorded_and_the_sweep_goes_on(tmp_path, capsys):
     missing = {"class_path": "UCI", "init_args": {"path": str(tmp_path / "nowhere")}}
     spec = tmp_path / "s.yaml"

@@ -31,6 +31,7 @@ import itertools
 import json
 import math
 import os
+import shutil
 import socket
 import threading
 import time
@@ -216,12 +217,15 @@ def run_cells(cells: list[tuple[str, dict]], threads: int | None = None) -> list
     for folders in batches.values():
         fitted, checkpoint = {}, None
         if prepared[folders[0]].lockstep:
-            batch, checkpoint = [jobs[f] for f in folders], _lockstep_checkpoint(folders)
-            device = prepared[folders[0]].config.device
-            failure = _attempt(Path(folders[0]), functools.partial(_lockstep, folders, batch, fitted, device, checkpoint))
-            if failure["state"] == "failed":
-                statuses.update(dict.fromkeys(folders, failure))
-                continue
+            fitted = {f: post for f in folders if (post := _load_fitted(prepared[f])) is not None}
+            unfitted = [f for f in folders if f not in fitted]
+            if unfitted:
+                batch, checkpoint = [jobs[f] for f in unfitted], _lockstep_checkpoint(unfitted)
+                device = prepared[unfitted[0]].config.device
+                failure = _attempt(Path(unfitted[0]), functools.partial(_lockstep, unfitted, batch, fitted, device, checkpoint))
+                if failure["state"] == "failed":
+                    statuses.update(dict.fromkeys(unfitted, failure))
+                    folders = list(fitted)
         for folder in folders:  # each status is written as soon as it is known: a kill loses only what is unfinished
             statuses[folder] = _attempt(Path(folder), functools.partial(_finish, prepared[folder], fitted.get(folder)))
             write_json(statuses[folder], Path(folder) / "status.json")
@@ -239,10 +243,30 @@ def _prepare(folder: str, config: dict, prepared: dict) -> None:
     prepared[folder] = prepare(cfg.from_dict(config), Path(folder), progress=False, resume=True)
 
 
+FITTED = "fitted"  # a lockstep cell's posterior, saved between the batch's fit and the cell's scoring
+
+
 def _lockstep(folders, jobs, fitted: dict, device, checkpoint: Path) -> None:
+    """Fit the batch and save every fit in its cell's FITTED folder before any is scored: scoring a
+    large batch takes long, and a sweep killed meanwhile scores these on its next run, not refits them."""
     from bnn_zoo.inference import lockstep
 
-    fitted.update(zip(folders, lockstep.fit_lockstep(jobs, device=device, checkpoint=checkpoint)))
+    for folder, posterior in zip(folders, lockstep.fit_lockstep(jobs, device=device, checkpoint=checkpoint), strict=True):
+        posterior.save(Path(folder) / FITTED, idata=False)
+        fitted[folder] = posterior
+
+
+def _load_fitted(run):
+    """The cell's fit saved by an earlier, interrupted run of its lockstep batch, or None."""
+    from bnn_zoo.saving import load
+
+    path = run.out / FITTED
+    if not (path / "posterior.json").is_file():
+        return None
+    try:
+        return load(path, model=run.model)
+    except BnnZooError:  # written partly when the run was killed: fit it again
+        return None
 
 
 def _lockstep_checkpoint(folders: list[str]) -> Path:
@@ -255,7 +279,9 @@ def _lockstep_checkpoint(folders: list[str]) -> Path:
 
 def _finish(run, posterior=None) -> dict:
     """Fit (unless fitted in lockstep), score and save one prepared run: its done status."""
-    return {"state": "done", "metrics": _numbers(run.evaluate(posterior or run.fit()).metrics)}
+    metrics = run.evaluate(posterior or run.fit()).metrics
+    shutil.rmtree(run.out / FITTED, ignore_errors=True)  # the scored result supersedes it
+    return {"state": "done", "metrics": _numbers(metrics)}
 
 
 def _attempt(out: Path, action) -> dict:
