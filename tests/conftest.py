@@ -1,9 +1,12 @@
+import os
 import warnings
 
 import pytest
 import torch
 
 warnings.filterwarnings("ignore", category=FutureWarning)
+if os.environ.get("PYTEST_XDIST_WORKER"):  # one worker per core (pyproject's -n): a thread each, or they oversubscribe the cores
+    torch.set_num_threads(1)
 
 import bnn_zoo as bz  # noqa: E402
 from bnn_zoo.evaluation.exact import linear_regression  # noqa: E402

@@ -11,6 +11,8 @@ import xarray as xr
 import bnn_zoo as bz
 from bnn_zoo.io import load_inference_data, save_inference_data
 
+DRAWS = 50
+
 
 @pytest.fixture(scope="module")
 def two_fits():
@@ -19,7 +21,8 @@ def two_fits():
     y = 0.5 * x[:, 0] + 0.3 * torch.sin(2 * x[:, 0]) + 0.3 * torch.randn(25, generator=g)
     model = bz.BNN(bz.models.MLP(1, [4], 1), bz.priors.FanInNormal(), bz.likelihoods.Gaussian.learned())
     svi = bz.fit(model, x, y, bz.SVI(steps=800, lr=0.03, num_particles=2, num_draws=400, seed=1, progress=False))
-    nuts = bz.fit(model, x, y, bz.NUTS(num_warmup=100, num_samples=100, num_chains=2, init=svi, seed=1, progress=False))
+    # 50 + 50 draws: what the ArviZ checks need (two chains for R-hat), at half the time of 100 + 100
+    nuts = bz.fit(model, x, y, bz.NUTS(num_warmup=50, num_samples=DRAWS, num_chains=2, init=svi, seed=1, progress=False))
     return model, svi, nuts
 
 
@@ -44,8 +47,8 @@ def test_inference_data_groups_dims_and_attrs(two_fits):
     assert set(idata.groups()) >= {"posterior", "posterior_predictive", "log_likelihood", "observed_data", "sample_stats"}
     assert idata.posterior["layers.0.weight"].dims == ("chain", "draw", "layers.0.out", "layers.0.in")
     assert idata.posterior["layers.0.bias"].dims == ("chain", "draw", "layers.0.out")
-    assert idata.posterior.sizes["chain"] == 2 and idata.posterior.sizes["draw"] == 100
-    assert idata.log_likelihood["y"].shape == (2, 100, 25)
+    assert idata.posterior.sizes["chain"] == 2 and idata.posterior.sizes["draw"] == DRAWS
+    assert idata.log_likelihood["y"].shape == (2, DRAWS, 25)
     np.testing.assert_allclose(idata.log_likelihood["y"].values, nuts.log_likelihood().numpy())
     for stat in ("diverging", "tree_depth", "n_steps", "step_size", "energy", "lp"):
         assert idata.sample_stats[stat].dims == ("chain", "draw")
@@ -81,9 +84,9 @@ def test_elbo_only_for_variational_posteriors(two_fits):
 def test_predict_thins_stored_draws_or_draws_afresh_from_the_guide(two_fits):
     _, svi, nuts = two_fits
     x = torch.linspace(-2, 2, 5)[:, None]
-    assert nuts.predict(x, num_samples=50).f.shape == (50, 5, 1)
+    assert nuts.predict(x, num_samples=30).f.shape == (30, 5, 1)
     assert svi.predict(x, num_samples=1000).f.shape == (1000, 5, 1)  # more than the 400 stored
-    with pytest.raises(bz.BnnZooError, match="only 200 posterior draws"):
-        nuts.predict(x, num_samples=201)
+    with pytest.raises(bz.BnnZooError, match=f"only {2 * DRAWS} posterior draws"):
+        nuts.predict(x, num_samples=2 * DRAWS + 1)
     q = nuts.predict(x).quantiles([0.05, 0.5, 0.95])
     assert q.shape == (3, 5, 1) and torch.all(q[0] <= q[1]) and torch.all(q[1] <= q[2])

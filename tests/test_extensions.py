@@ -110,15 +110,15 @@ def test_last_layer_bnn_is_exact_bayesian_linear_regression_on_the_features():
     y = torch.sin(2 * x[:, 0]) + NOISE * torch.randn(25)
     net = bz.models.MLP(1, [3], 1, activation="tanh")
     model = bz.BNN(net, bz.priors.Normal(1.0), bz.likelihoods.Gaussian(NOISE), expose=[last_layer(net)])
-    post = bz.fit(model, x, y, bz.NUTS(num_warmup=300, num_samples=600, num_chains=2, seed=0, progress=False))
+    post = bz.fit(model, x, y, bz.NUTS(num_warmup=200, num_samples=400, num_chains=2, seed=0, progress=False))
     with torch.no_grad():
         features = torch.tanh(net.layers[0](x))
     exact = linear_regression(features, y, weight_scale=1.0, bias_scale=1.0, noise_scale=NOISE)
-    draws = torch.cat([post.samples["layers.1.weight"].reshape(2, 600, -1), post.samples["layers.1.bias"]], -1).double()
+    draws = torch.cat([post.samples["layers.1.weight"].reshape(2, 400, -1), post.samples["layers.1.bias"]], -1).double()
     idata = post.to_inference_data()
     mcse = torch.cat([torch.as_tensor(az.mcse(idata, method="mean")[k].values).reshape(-1) for k in ("layers.1.weight", "layers.1.bias")])
     assert torch.all((draws.reshape(-1, 4).mean(0) - exact.mean).abs() < 4 * mcse.double() + 1e-3)
-    assert torch.allclose(draws.reshape(-1, 4).std(0), exact.cov.diagonal().sqrt(), rtol=0.15)
+    assert torch.allclose(draws.reshape(-1, 4).std(0), exact.cov.diagonal().sqrt(), rtol=0.15)  # sd's MC error ~4% at 800 draws
 
 
 def test_last_layer_bnn_on_the_toy_regression_fits_features_and_widens_its_band():

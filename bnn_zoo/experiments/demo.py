@@ -101,6 +101,17 @@ def _console():
     return Console(width=max(170, Console().width))  # wide enough for the table when output is piped
 
 
+def _cell(metrics: dict, key: str, fmt: str) -> str:
+    """A metric as the table shows it. A LOO whose Pareto k ArviZ flags is shown as unreliable, not as a
+    number: with k above ArviZ's threshold (at most 0.7) the PSIS estimate can be off by any amount
+    (Vehtari et al. 2024), and on the demo's 20 points mean-field's -264 read as a broken fit."""
+    if key not in metrics:
+        return "-"
+    if key in ("loo_elpd", "loo_se") and "loo_warning" in metrics:
+        return f"unreliable (k {metrics['loo_max_pareto_k']:.1f})" if key == "loo_elpd" else "-"
+    return fmt.format(metrics[key])
+
+
 def print_table(results, console=None, title=None):
     table = Table(title=title)
     table.add_column("run")
@@ -108,9 +119,9 @@ def print_table(results, console=None, title=None):
     for header, _, _ in shown:
         table.add_column(header, justify="right")
     for r in results:
-        table.add_row(r.name, *(fmt.format(r.metrics[key]) if key in r.metrics else "-" for _, key, fmt in shown))
+        table.add_row(r.name, *(_cell(r.metrics, key, fmt) for _, key, fmt in shown))
     (console or _console()).print(table)
-    notes = [f"{r.name}: {r.metrics['loo_warning']}" for r in results if "loo_warning" in r.metrics]
+    notes = [f"{r.name}: {r.metrics['loo_warning']} (worst Pareto k {r.metrics['loo_max_pareto_k']:.2f})" for r in results if "loo_warning" in r.metrics]
     notes += [f"{r.name}: stopped early ({r.metrics['stop_reason']})" for r in results if "stop_reason" in r.metrics]
     notes += [f"{r.name}: early stopping kept step {r.metrics['best_step']} of {r.metrics['steps_run']} run" for r in results if "best_step" in r.metrics]
     for note in notes:
