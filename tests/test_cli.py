@@ -49,6 +49,13 @@ def test_demo_end_to_end_at_reduced_size(demo_run):
     gp = json.loads((out / "gp" / "metrics.json").read_text())
     assert gp["settings"]["method"] == "gp" and gp["log_marginal_likelihood"] < 0 and gp["rmse"] < 10
     assert "log ML" in table
+    # a LOO that ArviZ flags is shown as unreliable with its worst k, never as a number (metrics.json keeps it)
+    runs = {run: json.loads((out / run / "metrics.json").read_text()) for run in ("svi", "nuts", "gp")}
+    flagged = [m for m in runs.values() if "loo_warning" in m]
+    assert flagged and table.count("unreliable (k") == len(flagged)
+    for m in flagged:
+        k = float("inf") if m["loo_max_pareto_k"] is None else m["loo_max_pareto_k"]  # strict JSON writes inf as null
+        assert f"unreliable (k {k:.1f})" in table and f"{m['loo_elpd']:.2f}" not in table
 
 
 def test_compare_on_the_demo_results_prints_the_table_and_writes_the_plots(demo_run, tmp_path, capsys):

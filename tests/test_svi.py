@@ -138,8 +138,9 @@ def test_bad_validation_settings_are_refused():
 
 def test_guide_draws_are_made_on_demand_one_block_at_a_time(monkeypatch):
     """A registered guide's posterior stores no draws. predict(T) makes them from the guide a block at a
-    time (weight memory independent of T), each forward call on a few draws and rows; draw j is the same whichever call makes it; each block has
-    its own seed; the global RNG is left as it was; and the draws follow q."""
+    time (weight memory independent of T), each forward call on a few draws and rows; draw j is the
+    same whichever call makes it; each block has its own seed; the global RNG is left as it was; and
+    the draws follow q."""
     x, y = _data()
     post = bz.fit(bz.BNN(bz.models.MLP(2, [4], 1)), x, y, bz.SVI(steps=20, seed=0, progress=False, num_draws=30))
     assert post.stored is None and post.num_draws == 30 and post.samples["layers.0.weight"].shape == (1, 30, 4, 2)
