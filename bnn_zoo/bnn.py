@@ -24,7 +24,7 @@ from bnn_zoo import local_noise
 from bnn_zoo.errors import BnnZooError
 from bnn_zoo.likelihoods import Gaussian, Likelihood
 from bnn_zoo.priors import Normal, PerSite, Prior, matches, site_distribution
-from bnn_zoo.protocols import DeclaresWidths
+from bnn_zoo.protocols import DeclaresWidths, ForwardsDraws
 
 Selection = Iterable["str | nn.Module"]
 
@@ -110,6 +110,9 @@ class BNN:
                 with _bound(self.net, {**self.fixed, **weights}):
                     return self.net(x)
             flat = {k: v.reshape(-1, *self.params[k].shape) for k, v in weights.items()}
+            if not noise and not self.fixed and x.dim() == 2 and isinstance(self.net, ForwardsDraws):  # e.g. the MLP: 3x vmap
+                f = self.net.forward_draws(flat, x)
+                return f.reshape(*batch, *f.shape[1:])
             f = vmap(lambda w: functional_call(self.net, {**self.fixed, **w}, (x,)), randomness="different")(flat)
         return f.reshape(*batch, *f.shape[1:])
 

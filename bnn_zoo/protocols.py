@@ -61,6 +61,17 @@ class HandlesLocalNoise(Protocol):
 
 
 @runtime_checkable
+class ForwardsDraws(Protocol):
+    """Optional: a network that evaluates a batch of weight draws itself, faster than ``torch.func.vmap``
+    over its ``forward`` (bnn_zoo's MLP: batched matrix products). ``weights[name]`` is (B, *shape);
+    ``x`` is (N, in), shared by the draws, or (B, N, in), one minibatch per draw; ``input_masks[name]``,
+    (B, N, in), multiplies the input of the layer owning weight ``name`` (per-example dropout).
+    Returns (B, N, out): what vmap over ``forward`` returns, to floating-point rounding."""
+
+    def forward_draws(self, weights: dict[str, torch.Tensor], x: torch.Tensor, input_masks: dict[str, torch.Tensor] | None = None) -> torch.Tensor: ...
+
+
+@runtime_checkable
 class SiteDistributions(Protocol):
     """Optional, on a guide: q(w) = prod_s q_s(w_s), one reparameterised distribution per latent site.
 

@@ -222,6 +222,7 @@ QUICK_FIT = ["--inference.steps", "2", "--evaluation.plots", "false", "--quiet"]
         (["fit", "--seed", "-1"], "seed must be a whole number in 0..4294967295"),
         (["fit", "--evaluation.predict_samples", "0"], "--evaluation.predict_samples must be a whole number >= 1, got 0"),
         (["fit", "--evaluation.elbo_samples", "1"], "--evaluation.elbo_samples must be a whole number >= 2, got 1"),
+        (["fit", "--evaluation.evidence", "[ais]", "--evaluation.training_evidence", "false"], "which --evaluation.training_evidence false skips"),
         # output folders, checked before training
         (["fit", "--out", "afile"], "--out afile is a file; give a folder path"),
         (["fit", "--out", "afile/run"], "--out afile/run is inside afile, which is a file"),

@@ -47,7 +47,7 @@ def test_the_direct_elbo_is_pyros_trace_mean_field_elbo_for_the_same_draws(guide
     torch.testing.assert_close(loss[0], pyro_loss, rtol=1e-5, atol=1e-4)
     guide_module.zero_grad()
     pyro_loss.backward()
-    ours = {k: v.grad[0] for k, v in batch.leaves.items()}
+    ours = {k: v[0] for k, v in batch.unflatten(batch.flat.grad).items()}
     for k, p in guide_module.named_parameters():
         torch.testing.assert_close(ours[k], p.grad, rtol=1e-4, atol=1e-5)
 
@@ -138,6 +138,18 @@ def test_a_killed_batch_resumes_from_its_checkpoint_to_the_same_parameters(tmp_p
         fit_lockstep([_job(0), _job(1)], checkpoint=path)
 
 
+def test_the_vmap_forward_for_other_networks_equals_the_mlps_own():
+    """The MLP runs its own forward_draws (checked against Pyro above); any other dense net runs under vmap."""
+    batch = _Batch([_job(s, "dropout", {"p": 0.3, "masks": "example"}, batch_size=8) for s in range(3)])
+    draws = batch._draws(0)
+    rows = draws["idx"] + batch.offsets
+    xb = X[rows % 48]
+    masks = {k: draws[f"mask:{k}"] for k in batch.mask_shapes}
+    assert masks and all(m.shape[:2] == (3, 8) for m in masks.values())
+    weights, _ = batch._weights_and_kl({})
+    torch.testing.assert_close(batch._forward_vmap(weights, xb, masks), batch.net.forward_draws(weights, xb, masks))
+
+
 def test_a_lockstep_posterior_holds_its_data_as_bz_fit_does():
     """Targets given as (N,) are stored as (N, 1), so the training log-likelihood (LOO, WAIC) is per point."""
     job = _job(guide="mean-field", steps=200)
@@ -152,15 +164,28 @@ def test_minibatches_are_uniformly_random_subsets_drawn_without_replacement():
     """The O(m) path (first distinct of draws with replacement, the O(n) redraw for short rows) against
     the law of Pyro's plate: every 2-subset of range(10) equally likely. 90,000 rows, 2,000 expected per
     subset: chi-square with 44 degrees of freedom, above 100 with probability about 1e-6."""
-    g = torch.Generator().manual_seed(0)
-    draws = lockstep._subset_candidates(g, 10, 2, 90_000)
+    stream = lockstep.Stream(0)
+    draws = stream.subset_candidates(10, 2, 90_000)
     assert draws.shape == (90_000, 3)  # 1.5 m with replacement: all three equal in 1% of rows
     subsets, short = lockstep.first_distinct(draws, 2)
     assert 0.007 < short.float().mean() < 0.013
     assert torch.equal(short, (draws == draws[:, :1]).all(1))
-    subsets[short] = lockstep.largest_uniforms(g, 10, 2, int(short.sum()))  # the redraw _Batch makes for short rows
+    subsets[short] = stream.subsets(10, 2, int(short.sum()))  # the redraw _Batch makes for short rows
     low, high = subsets.min(1).values, subsets.max(1).values
     assert (low < high).all()  # no row repeats an index
     counts = torch.bincount(low * 10 + high, minlength=100).reshape(10, 10)
     counts = counts[torch.triu(torch.ones(10, 10, dtype=torch.bool), 1)].double()
     assert ((counts - 2000) ** 2 / 2000).sum() < 100
+
+
+def test_dropout_masks_keep_each_unit_with_probability_keep():
+    """Two 32-bit uniforms per PCG64 word, each compared with keep * 2^32: 10^6 draws at keep 0.995 drop
+    Binomial(10^6, 0.005) units, 5,000 +- 71; the even and the odd halves each drop half of them."""
+    masks = lockstep.Stream(0).bernoulli((1000, 1000), 0.995)
+    dropped = ~masks.flatten()
+    assert abs(int(dropped.sum()) - 5000) < 5 * 71
+    assert abs(int(dropped[0::2].sum()) - 2500) < 5 * 50 and abs(int(dropped[1::2].sum()) - 2500) < 5 * 50
+    assert lockstep.Stream(0).bernoulli((3, 5), 1.0).all() and lockstep.Stream(0).bernoulli((3, 5), 0.5).shape == (3, 5)
+    again = lockstep.Stream(0)
+    again.state = lockstep.Stream(0).state  # the state a checkpoint stores (JSON) restores the stream exactly
+    assert torch.equal(again.bernoulli((1000, 1000), 0.995), masks)

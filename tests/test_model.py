@@ -28,14 +28,20 @@ def test_sites_are_named_after_parameters_and_minibatch_scales_only_the_likeliho
     assert tr.nodes["layers.0.weight"]["scale"] == 1.0
 
 
-def test_vectorised_forward_equals_a_loop_over_draws():
-    model = _mlp_model()
+@pytest.mark.parametrize("hidden, out", [([4], 1), ([], 1), ([4, 3], 2)])  # the MLP's forward_draws: matrix and one-output layers
+def test_vectorised_forward_equals_a_loop_over_draws(hidden, out):
+    model = bz.BNN(bz.models.MLP(2, hidden, out, "tanh"), bz.priors.Normal(1.0), Gaussian(0.1))
     x = torch.randn(7, 2)
-    draws = {k: torch.randn(5, *p.shape) for k, p in model.params.items()}
+    draws = {k: torch.randn(2, 3, *p.shape) for k, p in model.params.items()}
     batched = model.forward(draws, x)
-    looped = torch.stack([model.forward({k: v[s] for k, v in draws.items()}, x) for s in range(5)])
-    assert batched.shape == (5, 7, 1)
+    looped = torch.stack([torch.stack([model.forward({k: v[i, j] for k, v in draws.items()}, x) for j in range(3)]) for i in range(2)])
+    assert batched.shape == (2, 3, 7, out)
     torch.testing.assert_close(batched, looped)
+    masks = {"layers.0.weight": torch.rand(6, 7, 2) < 0.5}  # per-draw inputs with per-example masks, as lockstep gives them
+    xs = torch.randn(6, 7, 2)
+    flat = {k: v.reshape(6, *v.shape[2:]) for k, v in draws.items()}
+    masked = torch.stack([model.forward({k: v[s] for k, v in flat.items()}, xs[s] * masks["layers.0.weight"][s]) for s in range(6)])
+    torch.testing.assert_close(model.net.forward_draws(flat, xs, masks), masked)
 
 
 def test_model_runs_under_vectorised_particles():

@@ -248,6 +248,8 @@ def test_uci_gal_protocol_on_a_folder_writes_its_table(tmp_path, capsys):
     tau = final["selected:likelihood.precision"][0]
     assert metrics["likelihood"] == f"Gaussian(scale={1 / (tau**0.5 * float(bz.data.load_uci(folder).y_std))})"  # tau in original units
     assert metrics["settings"]["steps"] == 3 * 1 and metrics["settings"]["lr"] == 1e-3  # 60 rows: one batch of 128 per epoch
+    scored = [json.loads(p.read_text()) for p in (tmp_path / "out" / "tiny" / "cells").glob("*/metrics.json")]
+    assert len(scored) == 5 and sum("loo_elpd" in m for m in scored) == 1 and "loo_elpd" in metrics  # the 4 selection runs skip it
     with pytest.raises(bz.BnnZooError, match="asked for"):
         protocols.uci_gal(folder, splits=[3])
 

@@ -680,6 +680,7 @@ class Evaluation:
     ais_steps: int = 500
     iw_k: int = 100
     plots: bool = True  # diagnostic plots in the result folder (sweeps of many cells may skip them)
+    training_evidence: bool = True  # ELBO, PSIS-LOO and `evidence` on the training data (selection runs may skip them)
 
 
 @dataclass
@@ -742,6 +743,8 @@ class RunConfig:
             positive(f"--evaluation.{name}", getattr(ev, name), integer=True)
         if self.guide is not None and not self.inference.takes_guide:
             raise BnnZooError(f"a guide applies to svi, not {self.inference.registered_name}; drop --guide")
+        if self.evaluation.evidence and not self.evaluation.training_evidence:
+            raise BnnZooError("--evaluation.evidence estimates the training data's evidence, which --evaluation.training_evidence false skips; drop one")
         if self.evaluation.evidence and isinstance(self.inference, GP):
             raise BnnZooError("a GP's evidence is its own (log marginal likelihood or ELBO); drop --evaluation.evidence")
         if "iw" in self.evaluation.evidence and (not self.inference.takes_guide or isinstance(self.guide, Dropout)):

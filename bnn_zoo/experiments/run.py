@@ -67,10 +67,23 @@ def run(
 
 
 def evaluate(
-    name, dataset, model, posterior, out_dir=None, elbo_samples=1000, evidence=(), ais_steps=500, iw_k=100, predict_samples=None, plots=True, progress=False
+    name,
+    dataset,
+    model,
+    posterior,
+    out_dir=None,
+    elbo_samples=1000,
+    evidence=(),
+    ais_steps=500,
+    iw_k=100,
+    predict_samples=None,
+    plots=True,
+    progress=False,
+    training_evidence=True,
 ) -> Result:
     """Score a fitted posterior on the test split and the training data (see :func:`run`) and, with
-    ``out_dir``, write its files."""
+    ``out_dir``, write its files. ``training_evidence=False`` skips the ELBO, LOO and ``evidence`` on
+    the training data (a protocol's selection runs read only their held-out score)."""
     x = dataset.train[0]
     x_test, y_test = dataset.test
     pred = None
@@ -83,9 +96,10 @@ def evaluate(
         at_mean = _test_metrics(posterior.predict(x_test, at_mean=True), model, y_test, dataset)
         metrics.update({f"{k}_at_mean": v for k, v in at_mean.items()})
     idata = posterior.to_inference_data()
-    metrics.update(_evidence(posterior, idata, elbo_samples))
-    ais_checkpoint = None if out_dir is None else Path(out_dir) / "ais_checkpoint.pt"
-    metrics.update(_extra_evidence(posterior, evidence, ais_steps, iw_k, progress, ais_checkpoint))
+    if training_evidence:
+        metrics.update(_evidence(posterior, idata, elbo_samples))
+        ais_checkpoint = None if out_dir is None else Path(out_dir) / "ais_checkpoint.pt"
+        metrics.update(_extra_evidence(posterior, evidence, ais_steps, iw_k, progress, ais_checkpoint))
     metrics.update(
         runtime_s=posterior.runtime_s,
         data=dataset.name,
@@ -155,6 +169,7 @@ class Prepared:
             ev.predict_samples,
             ev.plots,
             progress,
+            ev.training_evidence,
         )
         if self.out is not None:
             (self.out / "checkpoint.pt").unlink(missing_ok=True)  # the finished result supersedes it

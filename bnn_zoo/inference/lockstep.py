@@ -13,15 +13,16 @@ is known, with exactly the terms Pyro's ``TraceMeanField_ELBO`` computes (tested
   -log N(b; 0, s^2) on biases (Gal's thesis eq. 3.11);
 - mean-field guide: w = mu + sigma eps; KL(N(mu, sigma^2) || N(0, s^2)) per weight, in closed form.
 
-Every fit draws its own minibatches, masks and noise from its own ``torch.Generator`` seeded by its
-``SVI.seed``, so a fit's trajectory does not depend on which other fits share its batch: run alone or
-among K others, the same seed gives the same parameters. Its draws differ from a sequential Pyro fit's
-(another random stream), so the two agree in distribution, not draw by draw.
+Every fit draws its own minibatches, masks and noise from its own random stream (:class:`Stream`)
+seeded by its ``SVI.seed``, so a fit's trajectory does not depend on which other fits share its batch:
+run alone or among K others, on the CPU or a GPU, the same seed gives the same draws. They differ from
+a sequential Pyro fit's (another random stream), so the two agree in distribution, not draw by draw.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import time
 import warnings
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+import numpy as np
 import pyro
 import torch
 from torch import nn
@@ -45,8 +47,9 @@ from bnn_zoo.inference.svi import SVI, posterior_from
 from bnn_zoo.io import atomic_torch_save, check_identity, fingerprint, safe_torch_load, say_resumed
 from bnn_zoo.likelihoods import Gaussian
 from bnn_zoo.posterior import Posterior
+from bnn_zoo.protocols import ForwardsDraws
 
-BLOCK = 16  # steps of randomness drawn per fit at once (fewer generator calls; masks kept as booleans)
+BLOCK = 16  # steps of randomness drawn per fit at once (fewer calls per step; masks kept as booleans)
 CHECKPOINT_SECONDS = 60.0  # a checkpointed batch saves at the first block boundary after this long
 
 
@@ -96,8 +99,8 @@ def fit_lockstep(jobs: list[Job], progress: bool = False, device: str | torch.de
     Args:
         jobs: the fits; they must share a ``signature``.
         progress: a progress bar over the steps.
-        device: where the batch is stepped (default: the CPU). On a GPU the fits' random streams are
-            the device's generators', so the same seeds give other (equally distributed) draws than on the CPU.
+        device: where the batch is stepped (default: the CPU). The draws are made on the CPU either way
+            (a block of steps at a time), so a GPU gives the same draws as the CPU for the same seeds.
         checkpoint: a file for the batch's state, written at a block boundary once a minute has passed
             since the last and resumed exactly: a killed batch loses at most that minute. It holds the
             fingerprint of every fit's data, model and settings and refuses another batch. The caller
@@ -134,12 +137,20 @@ def fit_lockstep(jobs: list[Job], progress: bool = False, device: str | torch.de
     return [batch.posterior(k, runtime) for k in range(len(jobs))]
 
 
+_SAVED = {"leaves": "flat", "exp_avg": "exp_avg", "exp_avg_sq": "exp_avg_sq", "previous": "previous"}  # checkpoint key -> (K, P) tensor
+
+
+def _loc_key(name: str) -> str:
+    """The guide parameter holding a weight's location (Pyro's name for the PyroParam ``locs.<name>``)."""
+    return f"locs.{name.replace('.', '__')}_unconstrained"
+
+
 def _owner(net: nn.Module, name: str) -> nn.Module:
     return local_noise.submodule(net, name.rpartition(".")[0])
 
 
 class _Batch:
-    """The stacked state of K fits: parameters, Adam moments, generators, losses."""
+    """The stacked state of K fits: parameters, Adam moments, random streams, losses."""
 
     def __init__(self, jobs: list[Job], device: torch.device | None = None):
         # the data in the likelihood's canonical form, as bz.fit checks it: targets (N, out), or the
@@ -160,22 +171,27 @@ class _Batch:
         self.dropout = isinstance(self.guides[0], DropoutGuide)
         self.per_example = self.dropout and self.guides[0].masks == "example"
         params = [dict(g.named_parameters()) for g in self.guides]
-        self.leaves = {k: torch.stack([p[k].detach() for p in params]).to(device).requires_grad_() for k in params[0]}
+        self.shapes = {k: tuple(v.shape) for k, v in params[0].items()}
+        # every fit's parameters in one row of a (K, P) tensor: Adam, the NaN guard and the KL of the
+        # dropout guide are a few operations on it, not a few per parameter (a fifth of a step on protein)
+        self.flat = torch.stack([torch.cat([p[k].detach().flatten() for k in self.shapes]) for p in params]).to(device).requires_grad_()
         self.transforms = _transforms(self.guides[0])
         self.x, self.y = torch.stack([j.x for j in jobs]).to(device), torch.stack([j.y for j in jobs]).to(device)
+        self.offsets = torch.arange(self.K)[:, None] * self.n
         self.scale = self._per_fit(lambda j: j.model.likelihood.scale)
         self.prior_scale = {k: torch.stack([_prior_scale(j.model, k) for j in jobs]).to(device) for k in self.names}
         dropped = [k for k in self.names if self.dropout and k in self.guides[0].p]
         self.keep = {k: torch.tensor([1 - g.p[k] for g in self.guides], device=device) for k in dropped}
+        if self.dropout:
+            self.kl_coef, self.kl_const = self._dropout_kl()
         self.lr0 = self._per_fit(lambda j: j.method.lr)
         self.gamma = self._per_fit(lambda j: j.method.lr_decay ** (1.0 / j.method.steps))
         self.kl_weight = self._per_fit(lambda j: j.method.kl_weight)
         self.warmup = [j.method.kl_warmup for j in jobs]
-        self.generators = [torch.Generator(device).manual_seed(j.method.seed) for j in jobs]
-        self.exp_avg = {k: torch.zeros_like(v) for k, v in self.leaves.items()}
-        self.exp_avg_sq = {k: torch.zeros_like(v) for k, v in self.leaves.items()}
+        self.streams = [Stream(j.method.seed) for j in jobs]
+        self.exp_avg, self.exp_avg_sq = torch.zeros_like(self.flat), torch.zeros_like(self.flat)
         self.alive = torch.ones(self.K, dtype=torch.bool, device=device)
-        self.previous = {k: v.detach().clone() for k, v in self.leaves.items()}
+        self.previous = self.flat.detach().clone()
         self.stop = [""] * self.K
         self.losses = torch.full((self.K, self.steps), float("nan"), device=device)
         self.mask_shapes = self._input_shapes() if self.per_example else {}
@@ -183,6 +199,29 @@ class _Batch:
 
     def _per_fit(self, value) -> torch.Tensor:
         return torch.tensor([float(value(j)) for j in self.jobs], device=self.device)
+
+    def unflatten(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The guide's parameters (or their gradients, moments) as views of a (K, P) tensor: name -> (K, *shape)."""
+        parts = flat.split([math.prod(shape) for shape in self.shapes.values()], 1)
+        return {k: part.view(self.K, *shape) for (k, shape), part in zip(self.shapes.items(), parts)}
+
+    @property
+    def leaves(self) -> dict[str, torch.Tensor]:
+        return self.unflatten(self.flat)
+
+    def _dropout_kl(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The dropout guide's KL as sum(coef * flat^2) + const, (K, P) and (K,): Gal's (1-p) M^2 / (2 s^2)
+        for dropped weights (thesis eq. 3.11) and -log N(b; 0, s^2) = b^2 / (2 s^2) + log s + log(2 pi) / 2
+        for the point masses."""
+        coef, const = {}, torch.zeros(self.K, device=self.device)
+        for name in self.names:
+            s, key = self.prior_scale[name], _loc_key(name)
+            if name in self.keep:
+                coef[key] = self.keep[name].reshape(-1, *[1] * (s.dim() - 1)) / (2 * s.pow(2))
+            else:
+                coef[key] = 1 / (2 * s.pow(2))
+                const = const + (s.log() + 0.5 * math.log(2 * math.pi)).flatten(1).sum(1)
+        return torch.cat([coef[k].flatten(1) for k in self.shapes], 1), const
 
     def _input_shapes(self) -> dict[str, tuple]:
         """The input shape of every dropped layer for a minibatch (one dry forward pass)."""
@@ -208,57 +247,53 @@ class _Batch:
     def state(self, step: int, elapsed: float) -> dict:
         """Everything the remaining steps depend on, at a block boundary (the next block is drawn afresh)."""
         assert step % BLOCK == 0
-        tensors = {"leaves": self.leaves, "exp_avg": self.exp_avg, "exp_avg_sq": self.exp_avg_sq, "previous": self.previous}
         return {
             "identity": self.identity,
             "step": step,
             "elapsed": self.elapsed + elapsed,
-            **{name: {k: v.detach().cpu() for k, v in d.items()} for name, d in tensors.items()},
+            **{name: {k: v.detach().cpu() for k, v in self.unflatten(getattr(self, attr)).items()} for name, attr in _SAVED.items()},
             "alive": self.alive.cpu(),
             "losses": self.losses.cpu(),
             "stop": list(self.stop),
-            "generators": [g.get_state() for g in self.generators],
+            "streams": [stream.state for stream in self.streams],
         }
 
     def load(self, saved: dict, path: Path) -> None:
         check_identity(saved, self.identity, path, "fit_lockstep")
         with torch.no_grad():
-            for name in ("leaves", "exp_avg", "exp_avg_sq", "previous"):
-                for k, v in getattr(self, name).items():
+            for name, attr in _SAVED.items():
+                for k, v in self.unflatten(getattr(self, attr)).items():
                     v.copy_(saved[name][k])
         self.alive.copy_(saved["alive"])
         self.losses.copy_(saved["losses"])
         self.stop = list(saved["stop"])
-        for g, rng in zip(self.generators, saved["generators"]):
-            g.set_state(rng)
+        for stream, state in zip(self.streams, saved["streams"]):
+            stream.state = state
         self.first, self.elapsed = int(saved["step"]), float(saved["elapsed"])
 
     # ---------------------------------------------------------------- one step
 
     def step(self, step: int) -> None:
         loss = self.loss(self._draws(step), step)
-        for p in self.leaves.values():
-            p.grad = None
+        self.flat.grad = None
         loss.sum().backward()  # the fits are independent: each fit's gradient is its own loss's
-        grads = {k: v.grad for k, v in self.leaves.items()}
-        finite = torch.isfinite(loss.detach()) & torch.stack([torch.isfinite(g).flatten(1).all(1) for g in grads.values()]).all(0)
+        grad = self.flat.grad
+        finite = torch.isfinite(loss.detach()) & torch.isfinite(grad).all(1)
         for k in torch.nonzero(self.alive & ~finite).flatten().tolist():  # the NaN guard: that fit stops at its last finite state
             self.stop[k] = f"loss or gradient became non-finite at step {step}"
             warnings.warn(f"lockstep fit {k} stopped early: {self.stop[k]}; kept the last parameters with a finite loss", stacklevel=3)
             with torch.no_grad():
-                for name, p in self.leaves.items():
-                    p[k] = self.previous[name][k]
+                self.flat[k] = self.previous[k]
         self.alive &= finite
         self.losses[:, step] = torch.where(self.alive, loss.detach(), float("nan"))
-        self.previous = {k: v.detach().clone() for k, v in self.leaves.items()}  # the state whose loss was just found finite
-        self._adam(grads, step)
+        self.previous.copy_(self.flat.detach())  # the state whose loss was just found finite
+        self._adam(grad, step)
 
     def loss(self, draws: dict[str, torch.Tensor], step: int) -> torch.Tensor:
         """Every fit's negative ELBO for one step's draws: shape (K,)."""
         draws = dict(draws)
-        rows = torch.arange(self.K, device=self.device)[:, None]
-        idx = draws.pop("idx")
-        xb, yb = self.x[rows, idx], self.y[rows, idx]
+        rows = draws.pop("idx") + self.offsets  # rows of the fits' data stacked end to end
+        xb, yb = (data.flatten(0, 1).index_select(0, rows.flatten()).reshape(*rows.shape, -1) for data in (self.x, self.y))
         masks = {k: draws.pop(f"mask:{k}") for k in self.mask_shapes}
         weights, kl = self._weights_and_kl(draws)
         f = self._forward(weights, xb, masks)
@@ -271,51 +306,53 @@ class _Batch:
 
     def _draws(self, step: int) -> dict[str, torch.Tensor]:
         """This step's randomness for every fit, (K, ...): minibatch rows, dropout masks (as keep
-        indicators) or Gaussian noise. Drawn BLOCK steps at a time per fit, from the fit's generator."""
+        indicators) or Gaussian noise. Drawn BLOCK steps at a time per fit, from the fit's stream."""
         if step % BLOCK == 0:
             count = min(BLOCK, self.steps - step)
-            blocks = [self._draw_block(g, k, count) for k, g in enumerate(self.generators)]
+            blocks = [self._draw_block(stream, k, count) for k, stream in enumerate(self.streams)]
             self.block = {name: torch.stack([b[name] for b in blocks], 1) for name in blocks[0]}  # (count, K, ...)
             if self.block["idx"].shape[-1] > self.m:
                 self.block["idx"], short = first_distinct(self.block["idx"], self.m)
-                for s, k in torch.nonzero(short).tolist():  # rare: the fit's own generator draws that row the O(n) way
-                    self.block["idx"][s, k] = largest_uniforms(self.generators[k], self.n, self.m, 1, self.device)[0]
+                for s, k in torch.nonzero(short).tolist():  # rare: the fit's own stream draws that row the O(n) way
+                    self.block["idx"][s, k] = self.streams[k].subsets(self.n, self.m, 1)[0]
+            self.block = {name: v.to(self.device) for name, v in self.block.items()}
         return {name: v[step % BLOCK] for name, v in self.block.items()}
 
-    def _draw_block(self, g: torch.Generator, k: int, count: int) -> dict[str, torch.Tensor]:
-        out = {"idx": _subset_candidates(g, self.n, self.m, count, self.device)}
+    def _draw_block(self, stream: Stream, k: int, count: int) -> dict[str, torch.Tensor]:
+        out = {"idx": stream.subset_candidates(self.n, self.m, count)}
         for name in self.names:
             shape = self.jobs[0].model.params[name].shape
             if not self.dropout:
-                out[name] = torch.randn(count, *shape, generator=g, device=self.device)
+                out[name] = stream.normal((count, *shape))
             elif name in self.keep and not self.per_example:  # one mask per input column
-                out[name] = torch.rand(count, 1, *shape[1:], generator=g, device=self.device) < self.keep[name][k]
+                out[name] = stream.bernoulli((count, 1, *shape[1:]), 1 - self.guides[k].p[name])
         for name, shape in self.mask_shapes.items():
-            out[f"mask:{name}"] = torch.rand(count, *shape, generator=g, device=self.device) < self.keep[name][k]
+            out[f"mask:{name}"] = stream.bernoulli((count, *shape), 1 - self.guides[k].p[name])
         return out
 
     def _weights_and_kl(self, noise: dict[str, torch.Tensor]) -> tuple[dict, torch.Tensor]:
+        leaves = self.leaves
+        if self.dropout:  # Gal's dropout mixture: the weights the masks multiply, and its KL (_dropout_kl)
+            kl = (self.kl_coef * self.flat.pow(2)).sum(1) + self.kl_const
+            column_masks = not self.per_example
+            return {n: leaves[_loc_key(n)] * noise[n].to(self.flat.dtype) if column_masks and n in self.keep else leaves[_loc_key(n)] for n in self.names}, kl
         kl = torch.zeros(self.K, device=self.device)
         weights = {}
-        for name in self.names:
-            key = name.replace(".", "__")
-            s = self.prior_scale[name]
-            dims = tuple(range(1, s.dim()))
-            loc = self.leaves[f"locs.{key}_unconstrained"]
-            if self.dropout and name in self.keep:  # Gal's dropout mixture and its KL
-                keep = self.keep[name].reshape(-1, *[1] * (loc.dim() - 1))
-                weights[name] = loc if self.per_example else loc * noise[name].to(loc.dtype)
-                kl = kl + (keep * loc.pow(2) / (2 * s.pow(2))).sum(dims)
-            elif self.dropout:  # a point mass (biases): -log N(b; 0, s^2)
-                weights[name] = loc
-                kl = kl + (loc.pow(2) / (2 * s.pow(2)) + s.log() + 0.5 * math.log(2 * math.pi)).sum(dims)
-            else:  # mean field: mu + sigma eps and the Normal-Normal KL
-                sigma = self.transforms[f"scales.{key}_unconstrained"](self.leaves[f"scales.{key}_unconstrained"])
-                weights[name] = loc + sigma * noise[name]
-                kl = kl + ((s / sigma).log() + (sigma.pow(2) + loc.pow(2)) / (2 * s.pow(2)) - 0.5).sum(dims)
+        for name in self.names:  # mean field: mu + sigma eps and the Normal-Normal KL
+            s, loc, scale_key = self.prior_scale[name], leaves[_loc_key(name)], _loc_key(name).replace("locs.", "scales.", 1)
+            sigma = self.transforms[scale_key](leaves[scale_key])
+            weights[name] = loc + sigma * noise[name]
+            kl = kl + ((s / sigma).log() + (sigma.pow(2) + loc.pow(2)) / (2 * s.pow(2)) - 0.5).flatten(1).sum(1)
         return weights, kl
 
     def _forward(self, weights: dict, xb: torch.Tensor, masks: dict) -> torch.Tensor:
+        """The K networks on their minibatches, (K, M, out): by the network's own ``forward_draws``
+        (:class:`~bnn_zoo.protocols.ForwardsDraws`; bnn_zoo's MLP) where it has one, else under vmap."""
+        if isinstance(self.net, ForwardsDraws):
+            return self.net.forward_draws(weights, xb, masks)
+        return self._forward_vmap(weights, xb, masks)
+
+    def _forward_vmap(self, weights: dict, xb: torch.Tensor, masks: dict) -> torch.Tensor:
         net = self.net
 
         def one(w, x, kept):
@@ -325,25 +362,21 @@ class _Batch:
 
         return vmap(one)(weights, xb, masks)
 
-    def _adam(self, grads: dict, step: int, betas=(0.9, 0.999), eps: float = 1e-8) -> None:
+    def _adam(self, grad: torch.Tensor, step: int, betas=(0.9, 0.999), eps: float = 1e-8) -> None:
         """torch.optim.Adam's update (as SVI uses it), with a learning rate per fit; stopped fits stay put."""
         t = step + 1
-        step_size = self.lr0 * self.gamma**step / (1 - betas[0] ** t)
+        step_size = (self.lr0 * self.gamma**step / (1 - betas[0] ** t))[:, None]
         correction = math.sqrt(1 - betas[1] ** t)
         everyone = bool(self.alive.all())
+        p, m, v = self.flat, self.exp_avg, self.exp_avg_sq
         with torch.no_grad():
-            for name, p in self.leaves.items():
-                shape = (-1, *[1] * (p.dim() - 1))
-                g = grads[name] if everyone else grads[name] * self.alive.reshape(shape)
-                m, v = self.exp_avg[name], self.exp_avg_sq[name]
-                before = None if everyone else (m.clone(), v.clone(), p.clone())
-                m.lerp_(g, 1 - betas[0])
-                v.mul_(betas[1]).addcmul_(g, g, value=1 - betas[1])
-                p.sub_(step_size.reshape(shape) * m / (v.sqrt() / correction + eps))
-                if before is not None:  # stopped fits keep their state exactly
-                    live = self.alive.reshape(shape)
-                    for new, old in zip((m, v, p), before):
-                        new.copy_(torch.where(live, new, old))
+            before = None if everyone else (m.clone(), v.clone(), p.clone())
+            m.lerp_(grad, 1 - betas[0])
+            v.mul_(betas[1]).addcmul_(grad, grad, value=1 - betas[1])
+            p.sub_(step_size * m / (v.sqrt() / correction + eps))
+            if before is not None:  # stopped fits keep their state exactly
+                for new, old in zip((m, v, p), before):
+                    new.copy_(torch.where(self.alive[:, None], new, old))
 
     # ---------------------------------------------------------------- results
 
@@ -351,7 +384,7 @@ class _Batch:
         job, guide = self.jobs[k], self.guides[k]
         with torch.no_grad():
             for name, p in guide.named_parameters():
-                p.copy_(self.leaves[name][k])
+                p.copy_(self.leaves[name][k].detach())
         losses = self.losses[k].cpu()
         losses = losses[: int(torch.isfinite(losses).sum())]
         pyro.set_rng_seed(job.method.seed)
@@ -359,19 +392,53 @@ class _Batch:
         return posterior_from(job.method, job.model, guide, job.x, job.y, losses.tolist(), runtime_s, info)
 
 
-def _subset_candidates(g: torch.Generator, n: int, m: int, count: int, device=None) -> torch.Tensor:
-    """Draws from which ``first_distinct`` makes ``count`` uniformly random m-subsets of range(n):
-    minibatches drawn without replacement, as Pyro's plate draws them. Where m is small against n,
-    1.5 m indices drawn with replacement (O(m)); otherwise an m-subset already, the m largest of n
-    uniforms (O(n): on a 8,592-row split that was 40% of a lockstep step)."""
-    if 4 * m > n:
-        return largest_uniforms(g, n, m, count, device)
-    return torch.randint(n, (count, m + m // 2), generator=g, device=device)
+class Stream:
+    """One fit's random numbers: NumPy's PCG64 seeded by the fit's seed, returned as CPU tensors.
 
+    Why not ``torch.Generator``: a per-example dropout mask is one Bernoulli draw per example and unit,
+    and torch's CPU generator (``torch.rand``) made them at about 8 ns each, a third of a lockstep step
+    on the UCI protocol's protein network; PCG64's raw 64-bit words, split into two 32-bit uniforms
+    each and compared with keep * 2^32, cost under half of that (docs/benchmarks.md). Drawn on the CPU
+    for any device, a seed gives the same draws on a GPU.
+    """
 
-def largest_uniforms(g: torch.Generator, n: int, m: int, count: int, device=None) -> torch.Tensor:
-    """``count`` uniformly random m-subsets of range(n), (count, m), in O(n): the m largest of n uniforms."""
-    return torch.rand(count, n, generator=g, device=device).topk(m, -1, sorted=False).indices
+    def __init__(self, seed: int):
+        self.bits = np.random.PCG64(seed)
+        self.rng = np.random.Generator(self.bits)
+
+    @property
+    def state(self) -> str:
+        """The generator's state as JSON (a checkpoint holds no pickled objects)."""
+        return json.dumps(self.bits.state)
+
+    @state.setter
+    def state(self, value: str) -> None:
+        self.bits.state = json.loads(value)
+
+    def bernoulli(self, shape: tuple, keep: float) -> torch.Tensor:
+        """True with probability ``keep`` (to 2^-32), as a bool tensor of ``shape``."""
+        size = math.prod(shape)
+        threshold = round(keep * 2**32)
+        if threshold >= 2**32:
+            return torch.ones(shape, dtype=torch.bool)
+        uniforms = self.bits.random_raw((size + 1) // 2).view(np.uint32)[:size]
+        return torch.from_numpy(uniforms < np.uint32(threshold)).reshape(shape)
+
+    def normal(self, shape: tuple) -> torch.Tensor:
+        return torch.from_numpy(self.rng.standard_normal(shape, dtype=np.float32))
+
+    def subset_candidates(self, n: int, m: int, count: int) -> torch.Tensor:
+        """Draws from which ``first_distinct`` makes ``count`` uniformly random m-subsets of range(n):
+        minibatches drawn without replacement, as Pyro's plate draws them. Where m is small against n,
+        1.5 m indices drawn with replacement (O(m)); otherwise an m-subset already, the m largest of n
+        uniforms (O(n): on a 8,592-row split that was 40% of a lockstep step)."""
+        if 4 * m > n:
+            return self.subsets(n, m, count)
+        return torch.from_numpy(self.rng.integers(n, size=(count, m + m // 2)))
+
+    def subsets(self, n: int, m: int, count: int) -> torch.Tensor:
+        """``count`` uniformly random m-subsets of range(n), (count, m), in O(n): the m largest of n uniforms."""
+        return torch.from_numpy(self.rng.random((count, n), dtype=np.float32)).topk(m, -1, sorted=False).indices
 
 
 def first_distinct(draws: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -394,7 +461,7 @@ def first_distinct(draws: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Ten
 
 
 class _PresetMask(local_noise.LocalNoise):
-    """Per-example input dropout with the mask given (drawn from the fit's own generator)."""
+    """Per-example input dropout with the mask given (drawn from the fit's own stream)."""
 
     def __init__(self, centre, mask):
         super().__init__(centre)
