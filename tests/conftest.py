@@ -46,11 +46,18 @@ class InterruptingMLP(bz.models.MLP):
 
     calls, at = 0, 0
 
-    def forward(self, x):
+    def _count(self):
         type(self).calls += 1
         if type(self).calls == type(self).at:
             raise KeyboardInterrupt
+
+    def forward(self, x):
+        self._count()
         return super().forward(x)
+
+    def forward_draws(self, weights, x, input_masks=None):  # batched evaluations (ChEES, AIS) count too
+        self._count()
+        return super().forward_draws(weights, x, input_masks)
 
 
 @pytest.fixture
