@@ -50,6 +50,7 @@ from bnn_zoo.posterior import Posterior
 from bnn_zoo.protocols import ForwardsDraws
 
 BLOCK = 16  # steps of randomness drawn per fit at once (fewer calls per step; masks kept as booleans)
+STATE_FORMAT = "pcg64-streams, flat parameters"  # what a checkpoint's state means; part of its identity
 CHECKPOINT_SECONDS = 60.0  # a checkpointed batch saves at the first block boundary after this long
 
 
@@ -242,7 +243,8 @@ class _Batch:
     def identity(self) -> str:
         """What the batch's trajectory depends on: every fit's settings, model and data, and the device."""
         fits = [({k: v for k, v in j.method.settings().items() if k != "num_draws"}, j.model.describe()) for j in self.jobs]
-        return fingerprint(fits, str(self.device.type), self.x, self.y)
+        # STATE_FORMAT: a checkpoint of the torch.Generator days is refused as another fit's, with its fix
+        return fingerprint(fits, str(self.device.type), STATE_FORMAT, self.x, self.y)
 
     def state(self, step: int, elapsed: float) -> dict:
         """Everything the remaining steps depend on, at a block boundary (the next block is drawn afresh)."""
