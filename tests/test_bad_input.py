@@ -61,6 +61,8 @@ def test_bad_method_settings(reg):
         bz.fit(reg, torch.randn(5, 2), torch.randn(5), "nuts")
     with pytest.raises(bz.BnnZooError, match="init must be None, 'prior'"):
         bz.fit(reg, torch.randn(5, 2), torch.randn(5), bz.NUTS(init="svi", progress=False))
+    with pytest.raises(bz.BnnZooError, match="HMC chain_method must be 'parallel' or 'sequential', got 'threads'"):
+        bz.HMC(chain_method="threads")
 
 
 def _uci_folder(root, rows=12, trailing="\n"):
@@ -215,6 +217,8 @@ QUICK_FIT = ["--inference.steps", "2", "--evaluation.plots", "false", "--quiet"]
         (["fit", "--inference", "sgld", "--inference.batch_size", "0"], "--inference.batch_size must be a whole number >= 1, got 0"),
         (["fit", "--inference", "nuts", "--inference.num_chains", "0"], "NUTS num_chains must be an integer >= 1, got 0"),
         (["fit", "--inference", "nuts", "--inference.step_size", "0.1"], "--inference.step_size is not an option of inference nuts"),
+        (["fit", "--inference", "nuts", "--inference.chain_method", "threads"], "--inference.chain_method"),
+        (["fit", "--inference", "chees", "--inference.chain_method", "parallel"], "--inference.chain_method is not an option of inference chees"),
         (["fit", "--inference", "sgld", "--inference.step_size", "0"], "SGMCMC needs step_size > 0"),
         (["fit", "--inference", "chees", "--inference.num_chains", "1"], "ChEES num_chains must be an integer >= 2, got 1"),
         (["fit", "--inference", "chees", "--inference.target_accept", "1"], "ChEES target_accept must lie in (0, 1), got 1.0"),

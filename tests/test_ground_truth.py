@@ -1,6 +1,9 @@
 """BNN(hidden=[]) with a Normal prior and known Gaussian noise is Bayesian linear regression: compare
 NUTS and mean-field SVI with the closed-form posterior and evidence."""
 
+import os
+import signal
+
 import arviz as az
 import numpy as np
 import pytest
@@ -78,3 +81,38 @@ def test_prediction_matches_exact_predictive(nuts_fit, blr_exact):
     np.testing.assert_allclose(pred.mean[:, 0], exact_mean, atol=4 * float(exact_model_var.max().sqrt()) / np.sqrt(200))
     np.testing.assert_allclose(pred.noise_variance[:, 0], 0.25, rtol=1e-6)
     np.testing.assert_allclose(pred.variance[:, 0], exact_model_var + 0.25, rtol=0.15)
+
+
+class _FailsInChild(torch.nn.Module):
+    """A linear net that raises (or dies) when evaluated in a process other than the test's own."""
+
+    def __init__(self, how: str):
+        super().__init__()
+        self.layer, self.how, self.parent = torch.nn.Linear(3, 1), how, os.getpid()
+
+    def forward(self, x):
+        if os.getpid() != self.parent:
+            if self.how == "killed":
+                os.kill(os.getpid(), signal.SIGKILL)
+            raise ValueError("weights out of range")
+        return self.layer(x)
+
+
+def test_parallel_chains_give_the_sequential_draws(blr_model, blr_data, nuts_fit):
+    """Chain c is seeded with seed + c in its own process: forking changes the wall time, not one draw."""
+    settings = dict(num_warmup=300, num_samples=1000, num_chains=2, seed=0, progress=False, chain_method="sequential")
+    sequential = bz.fit(blr_model, *blr_data, bz.NUTS(**settings))
+    assert nuts_fit.settings == sequential.settings  # chain_method is not a setting of the result
+    for name in nuts_fit.samples:
+        assert torch.equal(nuts_fit.samples[name], sequential.samples[name]), name
+    for name in nuts_fit.sample_stats:
+        assert torch.equal(nuts_fit.sample_stats[name], sequential.sample_stats[name]), name
+
+
+@pytest.mark.parametrize(
+    "how, message", [("raises", r"chain \d failed: ValueError: weights out of range"), ("killed", r"chain \d.s process ended without a result")]
+)
+def test_a_failed_chain_process_is_one_clear_error(blr_data, how, message):
+    model = bz.BNN(_FailsInChild(how), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.5))
+    with pytest.raises(bz.BnnZooError, match=message):
+        bz.fit(model, *blr_data, bz.HMC(num_warmup=5, num_samples=5, num_chains=2, jit_compile=False, progress=False))

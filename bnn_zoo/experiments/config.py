@@ -548,15 +548,20 @@ class _Chain(InferenceConfig):
         return method(**(dataclasses.asdict(self) | {"init": init} | resumable), seed=run.seed, progress=progress)
 
 
+@dataclass
+class _PyroChain(_Chain):
+    chain_method: Literal["parallel", "sequential"] = "parallel"  # parallel: a forked process per chain, as many as cores
+
+
 @register("nuts")
 @dataclass
-class NUTS(_Chain):
+class NUTS(_PyroChain):
     """The No-U-Turn sampler (Pyro's), step size by dual averaging, diagonal mass matrix."""
 
 
 @register("hmc")
 @dataclass
-class HMC(_Chain):
+class HMC(_PyroChain):
     """Hamiltonian Monte Carlo with a fixed trajectory length (Pyro's)."""
 
 

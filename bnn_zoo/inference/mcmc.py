@@ -1,17 +1,28 @@
-"""NUTS and HMC: Pyro's kernels on the BNN model, chains run one after another, per-draw stats kept.
+"""NUTS and HMC: Pyro's kernels on the BNN model, chains in parallel processes, per-draw stats kept.
 
 Pyro's MCMC keeps only divergences; ArviZ wants per-draw tree depth, step size and energy too. A
 ``hook_fn`` (Pyro's own per-draw callback) records them after each kept draw. Two values exist only
 inside a transition, so small kernel subclasses keep them for the hook: the Hamiltonian at the
 trajectory's start (the energy E-BFMI needs) and the number of leapfrog steps.
-Chains run sequentially in this process: Pyro's multi-chain mode forks workers, whose kernels (and
-their stats) never come back, and on 2 cores parallel chains only contend for the same threads.
+Each chain is one single-chain Pyro MCMC run, in a forked process of its own (``chain_method="parallel"``)
+or one after another here. Pyro's own multi-chain mode is not used: its workers' kernels, and so the
+stats above, never come back. Forked workers need nothing pickled, so any network class works; a
+chain's draws and stats come back through ``torch.save`` and a ``weights_only`` load. On 2 cores two
+chains of one thread each take the time of one (the demo's 1-50-1 NUTS: 97 and 120 s alone, 97 and
+120 s side by side; docs/benchmarks.md): a small BNN's gradient is too small for a second thread.
 """
 
 from __future__ import annotations
 
+import io
+import json
+import multiprocessing
+import os
+import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, fields
+from multiprocessing.connection import wait
 
 import pyro
 import pyro.infer.mcmc as pyro_mcmc
@@ -84,6 +95,7 @@ class _MCMC:
     target_accept: float = 0.8
     dense_mass: bool = False
     jit_compile: bool = True
+    chain_method: str = "parallel"
     progress: bool = True
 
     name = "mcmc"
@@ -95,9 +107,11 @@ class _MCMC:
                 raise BnnZooError(f"{type(self).__name__} {name} must be an integer >= {least}, got {value!r}")
         if not (isinstance(self.init, (dict, Posterior)) or self.init in (None, "prior")):
             raise BnnZooError(f"init must be None, 'prior', a fitted Posterior or a dict of site values, got {self.init!r}")
+        if self.chain_method not in ("parallel", "sequential"):
+            raise BnnZooError(f"{type(self).__name__} chain_method must be 'parallel' or 'sequential', got {self.chain_method!r}")
 
     def settings(self) -> dict:
-        skip = {"init", "progress"}
+        skip = {"init", "progress", "chain_method"}  # chain_method changes the wall time, not the draws
         out = {"method": self.name, **{f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}}
         out["init"] = "posterior" if isinstance(self.init, Posterior) else ("values" if isinstance(self.init, dict) else str(self.init))
         return out
@@ -105,21 +119,23 @@ class _MCMC:
     def run(self, model, x, y) -> Posterior:
         start = time.perf_counter()
         inits = self._inits(model)
-        chains, stats = [], []
-        for c in range(self.num_chains):
+
+        def chain(c: int) -> dict:
             pyro.set_rng_seed(self.seed + c)
-            stats.append([])
+            stats = []
             mcmc = pyro_mcmc.MCMC(
                 self._kernel(model, inits[c]),
                 num_samples=self.num_samples,
                 warmup_steps=self.num_warmup,
-                disable_progbar=bar_disabled(self.progress),
-                hook_fn=_recorder(stats[-1]),
+                disable_progbar=bar_disabled(self.progress and c == 0),  # in parallel, chain 0's bar speaks for all
+                hook_fn=_recorder(stats),
             )
             mcmc.run(x, y)
-            chains.append(mcmc.get_samples())
-        samples = {k: torch.stack([ch[k] for ch in chains]) for k in model.latent_shapes()}
-        sample_stats = {k: torch.tensor([[s[k] for s in st] for st in stats]) for k in stats[0][0]}
+            return {"samples": mcmc.get_samples(), "stats": {k: torch.tensor([s[k] for s in stats]) for k in stats[0]}}
+
+        chains = _run_chains(chain, self.num_chains, parallel=self.chain_method == "parallel")
+        samples = {k: torch.stack([ch["samples"][k] for ch in chains]) for k in model.latent_shapes()}
+        sample_stats = {k: torch.stack([ch["stats"][k] for ch in chains]) for k in chains[0]["stats"]}
         return Posterior(model, x, y, samples, self.settings(), sample_stats=sample_stats, runtime_s=time.perf_counter() - start)
 
     def _shared(self, init_strategy) -> dict:
@@ -143,6 +159,68 @@ class _MCMC:
         return [init_to_sample] * self.num_chains  # "prior"
 
 
+def _run_chains(chain: Callable[[int], dict], n: int, parallel: bool) -> list[dict]:
+    """``chain(c)`` for c in 0..n-1: in forked processes, as many at a time as there are usable cores,
+    or one after another in this process."""
+    workers = min(n, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    if not parallel or workers < 2 or sys.platform != "linux":  # macOS's fork is unsafe; Windows has none
+        return [chain(c) for c in range(n)]
+    context = multiprocessing.get_context("fork")
+    threads = max(1, torch.get_num_threads() // workers)
+    results, waiting, running = [None] * n, list(range(n)), {}
+    try:
+        while waiting or running:
+            while waiting and len(running) < workers:
+                c = waiting.pop(0)
+                receive, send = context.Pipe(duplex=False)
+                process = context.Process(target=_chain_process, args=(chain, c, threads, send), daemon=True)
+                process.start()
+                send.close()  # the child's end: EOF here once the child is gone
+                running[receive] = (c, process)
+            for receive in wait(list(running)):
+                c, process = running.pop(receive)
+                results[c] = _chain_result(receive, c, process)
+    finally:
+        for _, process in running.values():  # an error or Ctrl-C: stop the others
+            process.terminate()
+            process.join()
+    return results
+
+
+def _chain_process(chain: Callable[[int], dict], c: int, threads: int, send) -> None:
+    """A forked chain: its result as torch.save bytes, or its error as JSON (never a pickled object)."""
+    torch.set_num_threads(threads)  # before any op: the inherited OpenMP pool does not survive fork
+    try:
+        buffer = io.BytesIO()
+        torch.save(chain(c), buffer)
+        send.send_bytes(b"ok" + buffer.getvalue())
+    except BaseException as exc:  # Ctrl-C included: the parent decides what to raise
+        send.send_bytes(b"er" + json.dumps([type(exc).__name__, str(exc)]).encode())
+    finally:
+        send.close()
+
+
+def _chain_result(receive, c: int, process) -> dict:
+    try:
+        message = receive.recv_bytes()
+    except EOFError:
+        message = None
+    finally:
+        receive.close()
+        process.join()
+    if message is None:
+        raise BnnZooError(
+            f"chain {c}'s process ended without a result (exit code {process.exitcode}; killed, or out of memory); "
+            "run with chain_method='sequential' to run the chains in this process"
+        )
+    if message.startswith(b"er"):
+        kind, text = json.loads(message[2:])
+        if kind == "KeyboardInterrupt":
+            raise KeyboardInterrupt
+        raise BnnZooError(text) if kind == "BnnZooError" else BnnZooError(f"chain {c} failed: {kind}: {text} (chain_method='sequential' shows the traceback)")
+    return torch.load(io.BytesIO(message[2:]), weights_only=True)
+
+
 @dataclass
 class NUTS(_MCMC):
     """No-U-Turn sampler (Pyro's NUTS; Hoffman & Gelman 2014) with step size adapted by dual averaging
@@ -151,15 +229,19 @@ class NUTS(_MCMC):
     Args:
         num_warmup: warm-up (adaptation) iterations per chain.
         num_samples: kept draws per chain.
-        num_chains: chains, run one after another in this process.
+        num_chains: chains (see ``chain_method``).
         init: where each chain starts: None, the network's own initialisation (re-drawn per chain);
             ``"prior"``, a prior draw; a fitted :class:`~bnn_zoo.Posterior` (say from SVI), one of its
             draws per chain; or a dict of site values.
-        seed: chain c is seeded with ``seed + c``.
+        seed: chain c is seeded with ``seed + c``, so its draws do not depend on ``chain_method``.
         target_accept: the acceptance probability step-size adaptation aims at.
         dense_mass: adapt a dense mass matrix instead of a diagonal one.
         jit_compile: compile the potential with ``torch.jit.trace`` (about 3x faster per gradient).
-        progress: show Pyro's progress bar.
+        chain_method: ``"parallel"``: each chain in a forked process, as many at once as this process may
+            use cores, this process's threads shared among them (on Linux; where ``fork`` is not
+            available or safe, as on macOS and Windows, chains run one after another); ``"sequential"``:
+            one after another in this process, where a chain's error keeps its full traceback.
+        progress: show Pyro's progress bar (in parallel, chain 0's).
         max_tree_depth: the deepest trajectory doubling.
     """
 
