@@ -163,7 +163,8 @@ def _run_chains(chain: Callable[[int], dict], n: int, parallel: bool) -> list[di
     """``chain(c)`` for c in 0..n-1: in forked processes, as many at a time as there are usable cores,
     or one after another in this process."""
     workers = min(n, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
-    if not parallel or workers < 2 or sys.platform != "linux":  # macOS's fork is unsafe; Windows has none
+    # macOS's fork is unsafe, Windows has none, and a forked child cannot use the parent's CUDA context
+    if not parallel or workers < 2 or sys.platform != "linux" or torch.cuda.is_initialized():
         return [chain(c) for c in range(n)]
     context = multiprocessing.get_context("fork")
     threads = max(1, torch.get_num_threads() // workers)
@@ -239,7 +240,8 @@ class NUTS(_MCMC):
         jit_compile: compile the potential with ``torch.jit.trace`` (about 3x faster per gradient).
         chain_method: ``"parallel"``: each chain in a forked process, as many at once as this process may
             use cores, this process's threads shared among them (on Linux; where ``fork`` is not
-            available or safe, as on macOS and Windows, chains run one after another); ``"sequential"``:
+            available or safe, as on macOS and Windows, or once CUDA is in use, chains run one after
+            another); ``"sequential"``:
             one after another in this process, where a chain's error keeps its full traceback.
         progress: show Pyro's progress bar (in parallel, chain 0's).
         max_tree_depth: the deepest trajectory doubling.
