@@ -30,6 +30,7 @@ import bnn_zoo as bz  # noqa: E402
 from bnn_zoo.data import load_uci, toy_cubic  # noqa: E402
 
 torch.set_num_threads(1)
+bz.keep_freed_memory()  # as the command line does (bnn_zoo/memory.py); the NumPyro run shares the process
 
 
 def problem(name: str, data_path: str | None):

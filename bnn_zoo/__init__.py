@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # what the lazy names resolve to, for type checkers and the A
     from bnn_zoo.evaluation import evidence
     from bnn_zoo.evaluation.compare import compare
     from bnn_zoo.inference import HMC, NUTS, SGMCMC, SVI, ChEES, Laplace, fit
+    from bnn_zoo.memory import keep_freed_memory
     from bnn_zoo.posterior import Posterior, PosteriorLike, Prediction
     from bnn_zoo.protocols import Network
     from bnn_zoo.saving import load
@@ -48,6 +49,7 @@ _HOMES = {
     "compare": "bnn_zoo.evaluation.compare",
     "evidence": "bnn_zoo.evaluation",
     "load": "bnn_zoo.saving",
+    "keep_freed_memory": "bnn_zoo.memory",
 }
 _SUBPACKAGES = ("baselines", "guides", "likelihoods", "models", "priors")  # public, loaded on first use
 __all__ = sorted([*_HOMES, *_SUBPACKAGES])

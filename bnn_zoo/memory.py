@@ -1,0 +1,43 @@
+"""Keep freed heap memory mapped, so that each step's temporaries reuse pages already faulted in.
+
+A fit allocates the same activation-sized temporaries at every step and frees them at its end. glibc
+returns the top of the heap to the kernel once more than a threshold lies free there, so the next
+step's temporaries are written to freshly mapped pages; on the 2-core VMs of docs/benchmarks.md a
+first write costs 0.6-1.5 us per 4 KiB page, several times the arithmetic of a small network. glibc's
+``M_TOP_PAD`` keeps that much free memory at the top of the heap instead of returning it. No library
+does this for torch on the CPU (jemalloc or tcmalloc through ``LD_PRELOAD`` serve too, but must be
+installed and set before Python starts).
+
+It is process-wide, so importing bnn-zoo never calls it: the command line does, for its own process
+and (through the environment) the processes it starts, and a Python user may.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+
+M_TOP_PAD = -2  # glibc's mallopt parameter (malloc.h)
+
+
+def keep_freed_memory(mib: int = 64) -> bool:
+    """Ask glibc to keep ``mib`` MiB of freed memory at the top of the heap (``mallopt(M_TOP_PAD)``),
+    in this process and, through ``MALLOC_TOP_PAD_``, in the processes it starts. Numbers do not change,
+    only time: ChEES on Boston 13-50-1 (16 chains, 120 + 30 iterations) took 12.5-13.8 s instead of
+    20.1-21.1 s (docs/benchmarks.md). The process keeps up to ``mib`` MiB more resident after a peak.
+
+    Args:
+        mib: the free memory to keep, in MiB.
+
+    Returns:
+        Whether the setting took effect (False where the C library is not glibc).
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    pad = int(mib) * 2**20
+    os.environ.setdefault("MALLOC_TOP_PAD_", str(pad))
+    try:
+        return bool(ctypes.CDLL(None).mallopt(M_TOP_PAD, pad))
+    except (AttributeError, OSError):  # musl and other C libraries have no mallopt
+        return False
