@@ -102,8 +102,7 @@ def main(argv=None) -> int:
 
     if argv is None:  # as a command: `bnn-zoo ... | head` ends quietly, as other tools do
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-        # `kill` (SIGTERM) unwinds like Ctrl-C: a checkpoint is saved and temporary files are removed
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+        signal.signal(signal.SIGTERM, _terminate)
         warnings.showwarning = _one_line_warning
         from bnn_zoo.memory import keep_freed_memory
 
@@ -153,9 +152,10 @@ def _guarded(command, args) -> int:
 
         print(f"bnn-zoo: error: {parse_error_message(exc)} (see bnn-zoo fit --help)", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("bnn-zoo: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        terminated = isinstance(exc, _Terminated)
+        print(f"bnn-zoo: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
+        return 128 + (signal.SIGTERM if terminated else signal.SIGINT)
     except Exception as exc:  # a failure bnn-zoo did not foresee: one line here, the traceback in a file
         import tempfile
         import traceback
@@ -165,6 +165,15 @@ def _guarded(command, args) -> int:
         first = (str(exc).splitlines() or [""])[0][:200]
         print(f"bnn-zoo: error: unexpected {type(exc).__name__}: {first} (a bug in bnn-zoo; the traceback is in {fh.name})", file=sys.stderr)
         return 1
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (`kill`), raised where it lands: a fit unwinds as on Ctrl-C, saving its checkpoint and
+    removing its temporary files (a SystemExit would pass the handlers that catch KeyboardInterrupt)."""
+
+
+def _terminate(signum, frame):
+    raise _Terminated
 
 
 def _one_line_warning(message, category, filename, lineno, file=None, line=None):

@@ -3,6 +3,8 @@
 import json
 import math
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -235,3 +237,25 @@ def test_a_fit_killed_at_random_moments_leaves_nothing_that_breaks_compare_or_a_
     assert main(["compare", str(out), "--out", str(tmp_path / "cmp")]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["settings"]["steps"] == 1500 and len(bz.load(out).sample_stats["loss"]) == 1500
+
+
+def test_kill_saves_a_checkpoint_as_ctrl_c_does_and_the_fit_resumes_from_it(tmp_path):
+    """SIGTERM unwinds a real `bnn-zoo fit` like Ctrl-C: the checkpoint holds the step it reached, the
+    exit is 143 with one line, and --resume ends with every step."""
+    out = tmp_path / "run"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    fit = [sys.executable, "-m", "bnn_zoo.cli", "fit", "--inference.steps", "1500", "--inference.checkpoint_every", "50"]
+    fit += ["--evaluation.elbo_samples", "50", "--out", str(out), "--quiet"]
+    run = subprocess.Popen(fit, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (out / "checkpoint.pt").exists():  # training has begun
+        assert time.time() < deadline and run.poll() is None, "the fit did not reach its first checkpoint"
+        time.sleep(0.05)
+    run.send_signal(signal.SIGTERM)
+    stdout, stderr = run.communicate(timeout=30)
+    assert run.returncode == 143 and stderr.strip() == "bnn-zoo: terminated", stderr
+    reached = int(re.search(r"interrupted: checkpoint at step (\d+) saved", stdout).group(1))
+    assert 50 <= reached < 1500
+    resumed = subprocess.run([*fit, "--resume"], env=env, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(bz.load(out).sample_stats["loss"]) == 1500

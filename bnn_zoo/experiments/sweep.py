@@ -349,7 +349,7 @@ class _Executor:
                         progress(futures[future])
                 except cf.process.BrokenProcessPool:
                     raise BnnZooError("a worker process died (out of memory, or killed); run the sweep again to resume") from None
-                except BaseException:  # Ctrl-C, or SIGTERM (which the CLI raises as SystemExit): stop now, not when
+                except BaseException:  # Ctrl-C, or SIGTERM (which the CLI raises as a KeyboardInterrupt): stop now, not when
                     # the running cells end, as the pool's exit would (a NUTS cell runs half an hour); they are pending again
                     pool.shutdown(wait=False, cancel_futures=True)
                     for worker in multiprocessing.active_children():

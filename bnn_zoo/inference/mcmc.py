@@ -195,8 +195,9 @@ def _chain_process(chain: Callable[[int], dict], c: int, threads: int, send) -> 
         buffer = io.BytesIO()
         torch.save(chain(c), buffer)
         send.send_bytes(b"ok" + buffer.getvalue())
-    except BaseException as exc:  # Ctrl-C included: the parent decides what to raise
-        send.send_bytes(b"er" + json.dumps([type(exc).__name__, str(exc)]).encode())
+    except BaseException as exc:  # Ctrl-C and kill included: the parent decides what to raise
+        kind = "KeyboardInterrupt" if isinstance(exc, KeyboardInterrupt) else type(exc).__name__
+        send.send_bytes(b"er" + json.dumps([kind, str(exc)]).encode())
     finally:
         send.close()
 
