@@ -242,8 +242,8 @@ class NUTS(_MCMC):
         chain_method: ``"parallel"``: each chain in a forked process, as many at once as this process may
             use cores, this process's threads shared among them (on Linux; where ``fork`` is not
             available or safe, as on macOS and Windows, or once CUDA is in use, chains run one after
-            another); ``"sequential"``:
-            one after another in this process, where a chain's error keeps its full traceback.
+            another); ``"sequential"``: one after another in this process, where a chain's error keeps
+            its full traceback.
         progress: show Pyro's progress bar (in parallel, chain 0's).
         max_tree_depth: the deepest trajectory doubling.
     """
