@@ -8,6 +8,9 @@ One thread each. NumPyro runs its NUTS with its default settings, 2 chains one a
     python benchmarks/chees.py                       # the toy problem
     python benchmarks/chees.py --problem boston --data ../shared/data/uci/bostonHousing [--mass-matrix pooled within]
     python benchmarks/chees.py --check               # ChEES's predictive against a long Pyro NUTS run
+    python benchmarks/chees.py --gradient --problem boston --data ../shared/data/uci/bostonHousing
+                                                     # one batched potential and gradient: autograd, the
+                                                     # MLP's own backward, JAX's jit(vmap(value_and_grad))
 
 NumPyro is the optional ``bench`` extra (pip install 'bnn-zoo[bench]').
 """
@@ -120,6 +123,58 @@ def run_numpyro(x, y, x_test, noise, warmup, samples, seed):
     }
 
 
+def time_gradients(x, y, noise, chains: list[int], repeats: int = 5, calls: int = 100):
+    """Milliseconds for one potential and gradient of C chains, best of ``repeats`` x ``calls``:
+    autograd through LogPosterior.batched, LogPosterior.batched_value_and_grad (the MLP's own
+    backward, what ChEES runs) and JAX's jit(vmap(value_and_grad)) of the same log posterior."""
+    import jax
+    import jax.numpy as jnp
+
+    from bnn_zoo.inference.potential import LogPosterior
+
+    def best(fn):
+        fn()
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            times.append((time.perf_counter() - start) / calls)
+        return 1e3 * min(times)
+
+    model = bz.BNN(bz.models.MLP(x.shape[1], [50], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(noise))
+    target = LogPosterior(model, len(x))
+    yy = y.reshape(-1, 1)
+
+    def autograd(params):
+        leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
+        logp = target.batched(leaves, x, yy)
+        return torch.autograd.grad(logp.sum(), list(leaves.values()))
+
+    def jax_log_posterior(p, xj, yj):
+        f = (jnp.tanh(xj @ p["w1"] + p["b1"]) @ p["w2"] + p["b2"])[:, 0]
+        log_lik = jax.scipy.stats.norm.logpdf(yj, f, noise).sum()
+        return log_lik + sum(jax.scipy.stats.norm.logpdf(v).sum() for v in p.values())
+
+    xj, yj = jnp.asarray(x.numpy()), jnp.asarray(y.numpy().reshape(-1))
+    batched = jax.jit(jax.vmap(jax.value_and_grad(jax_log_posterior), in_axes=(0, None, None)))
+    print("| chains | autograd ms | own backward ms | JAX ms | own backward us per chain | vs autograd | vs JAX |")
+    print("|---|---|---|---|---|---|---|")
+    for c in chains:
+        g = torch.Generator().manual_seed(c)
+        params = {k: 0.3 * torch.randn(c, *shape, generator=g) for k, shape in model.latent_shapes().items()}
+        pj = {
+            "w1": jnp.asarray(params["layers.0.weight"].transpose(1, 2).numpy()),
+            "b1": jnp.asarray(params["layers.0.bias"].numpy()),
+            "w2": jnp.asarray(params["layers.1.weight"].transpose(1, 2).numpy()),
+            "b2": jnp.asarray(params["layers.1.bias"].numpy()),
+        }
+        t_auto = best(lambda params=params: autograd(params))
+        t_own = best(lambda params=params: target.batched_value_and_grad(params, x, yy))
+        t_jax = best(lambda pj=pj: jax.block_until_ready(batched(pj, xj, yj)))
+        print(f"| {c} | {t_auto:.2f} | {t_own:.2f} | {t_jax:.2f} | {1e3 * t_own / c:.0f} | {t_auto / t_own:.2f}x | {t_jax / t_own:.2f}x |")
+
+
 def check_against_nuts(chains, warmup, samples, nuts_draws):
     """ChEES's predictive mean and 95% band on the toy problem against a long run of Pyro's NUTS
     (4 chains), on 25 inputs across the training range, in units of the two runs' combined Monte
@@ -157,11 +212,16 @@ def main():
     parser.add_argument("--mass-matrix", choices=("pooled", "within"), nargs="+", default=["pooled"], help="ChEES's mass-matrix estimate(s) to run")
     parser.add_argument("--compile", action="store_true", help="also run every ChEES row with compile=True (torch.compile)")
     parser.add_argument("--check", action="store_true", help="compare ChEES's predictive with a long Pyro NUTS run instead")
+    parser.add_argument("--gradient", action="store_true", help="time one batched potential and gradient per chain count instead")
     args = parser.parse_args()
     if args.check:
         check_against_nuts(max(args.chains), args.warmup, args.samples, args.nuts_draws)
         return
     x, y, x_test, noise = problem(args.problem, args.data)
+    if args.gradient:
+        print(f"# {time.strftime('%Y-%m-%d')}, {platform.machine()}, torch {torch.__version__}, 1 thread; {args.problem}: N = {len(x)}")
+        time_gradients(x, y, noise, args.chains)
+        return
     print(f"# {time.strftime('%Y-%m-%d')}, {platform.machine()}, torch {torch.__version__}, 1 thread; {args.problem}: N = {len(x)}, noise {noise}")
     rows = [run_numpyro(x, y, x_test, noise, args.numpyro_draws, args.numpyro_draws, args.seed)]
     for compiled in (False, True) if args.compile else (False,):

@@ -9,6 +9,7 @@ which the BNN ``Posterior`` and the GP baseline's ``GPPosterior`` both implement
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -69,6 +70,20 @@ class ForwardsDraws(Protocol):
     Returns (B, N, out): what vmap over ``forward`` returns, to floating-point rounding."""
 
     def forward_draws(self, weights: dict[str, torch.Tensor], x: torch.Tensor, input_masks: dict[str, torch.Tensor] | None = None) -> torch.Tensor: ...
+
+
+@runtime_checkable
+class BackpropagatesDraws(Protocol):
+    """Optional: a network that evaluates B weight draws on shared inputs (N, in) and returns, with the
+    outputs (B, N, out), its own backward: a function from the outputs' gradient (B, N, out) to the
+    weights' gradients, by name, each (B, *shape). Samplers whose potential is evaluated at every
+    leapfrog step (ChEES) use it instead of autograd (bnn_zoo's MLP: 1.8x per gradient on Boston
+    13-50-1, docs/benchmarks.md). The outputs may be computed in a faster form that differs from
+    ``forward`` by floating-point rounding; the backward must be the exact gradient of those outputs."""
+
+    def forward_draws_vjp(
+        self, weights: dict[str, torch.Tensor], x: torch.Tensor
+    ) -> tuple[torch.Tensor, Callable[[torch.Tensor], dict[str, torch.Tensor]]]: ...
 
 
 @runtime_checkable

@@ -59,6 +59,10 @@ class InterruptingMLP(bz.models.MLP):
         self._count()
         return super().forward_draws(weights, x, input_masks)
 
+    def forward_draws_vjp(self, weights, x):  # and ChEES's gradients
+        self._count()
+        return super().forward_draws_vjp(weights, x)
+
 
 @pytest.fixture
 def interrupting_mlp():

@@ -65,6 +65,31 @@ def test_batched_potential_equals_pyros_per_chain_with_a_learned_noise():
         assert batched[c].item() == pytest.approx(expected.item(), rel=1e-5)
 
 
+@pytest.mark.parametrize("activation", ["tanh", "relu", "sigmoid", "elu", "gelu"])
+@pytest.mark.parametrize(("hidden", "likelihood"), [([7], "fixed"), ([6, 5], "learned"), ([], "learned"), ([6, 5], "categorical")])
+def test_the_networks_own_backward_gives_autograds_potential_and_gradient(activation, hidden, likelihood):
+    """LogPosterior.batched_value_and_grad (the MLP's hand-derived backward, its tanh through exp)
+    against autograd through LogPosterior.batched: float32 rounding apart, for every activation, depth,
+    output width and likelihood (a learned noise's gradient comes from autograd on the side)."""
+    g = torch.Generator().manual_seed(0)
+    classes = likelihood == "categorical"
+    out = 3 if classes else 2
+    x = torch.randn(30, 4, generator=g)
+    y = torch.randint(out, (30,), generator=g) if classes else torch.randn(30, out, generator=g)
+    lik = {"fixed": bz.likelihoods.Gaussian(0.3), "learned": bz.likelihoods.Gaussian.learned(), "categorical": bz.likelihoods.Categorical()}[likelihood]
+    model = bz.BNN(bz.models.MLP(4, hidden, out, activation=activation), bz.priors.FanInNormal(), lik)
+    target = LogPosterior(model, len(x))
+    params = {k: torch.randn(5, *shape, generator=g) for k, shape in model.latent_shapes().items()}
+    leaves = {k: v.clone().requires_grad_(True) for k, v in params.items()}
+    expected = target.batched(leaves, x, y)
+    expected_grads = torch.autograd.grad(expected.sum(), list(leaves.values()))
+    value, grads = target.batched_value_and_grad(params, x, y)
+    assert torch.allclose(value, expected.detach(), rtol=1e-5, atol=1e-4)
+    for k, e in zip(leaves, expected_grads, strict=True):
+        assert grads[k].shape == e.shape
+        assert torch.allclose(grads[k], e, rtol=1e-4, atol=1e-4 * float(e.abs().max())), (k, (grads[k] - e).abs().max())
+
+
 def test_chees_sample_stats_describe_each_draw(chees_fit):
     stats = chees_fit.sample_stats
     assert set(stats) == {"acceptance_rate", "diverging", "energy", "lp", "step_size", "n_steps", "trajectory_length"}

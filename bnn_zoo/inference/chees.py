@@ -178,7 +178,9 @@ class _Target:
         self.log_posterior, self.x, self.y = log_posterior, x, y
         self.shapes = shapes
         self.sizes = [math.prod(s) for s in shapes.values()]
-        self._log_density = torch.compile(self._eager, dynamic=False) if compile else self._eager
+        # compiled: autograd through LogPosterior.batched under torch.compile; eager: the network's own
+        # backward where it has one (LogPosterior.batched_value_and_grad; the MLP: 1.8x autograd)
+        self._compiled = torch.compile(self._log_density, dynamic=False) if compile else None
 
     def flatten(self, values: dict) -> torch.Tensor:
         c = next(iter(values.values())).shape[0]
@@ -189,18 +191,22 @@ class _Target:
         parts = torch.split(flat, self.sizes, dim=-1)
         return {k: p.reshape(*lead, *shape) for (k, shape), p in zip(self.shapes.items(), parts, strict=True)}
 
-    def _eager(self, q: torch.Tensor) -> torch.Tensor:
+    def _log_density(self, q: torch.Tensor) -> torch.Tensor:
         return self.log_posterior.batched(self.unflatten(q), self.x, self.y)
 
     def __call__(self, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(log posterior (C,), its gradient (C, d)) at q; non-finite values where a chain has left
         the support or overflowed (they are rejected, never propagated)."""
-        q = q.detach().requires_grad_(True)
         # validation off: a chain far out in the tails (or diverged) must give a non-finite value to
         # reject, not an exception; the data were validated once, at the boundary
+        if self._compiled is None:
+            with pyro.validation_enabled(False):
+                logp, grads = self.log_posterior.batched_value_and_grad(self.unflatten(q.detach()), self.x, self.y)
+            return logp, self.flatten(grads)
+        q = q.detach().requires_grad_(True)
         with torch.enable_grad(), pyro.validation_enabled(False):
             try:
-                logp = self._log_density(q)
+                logp = self._compiled(q)
             except torch._dynamo.exc.BackendCompilerFailed as exc:
                 raise BnnZooError(
                     f"torch.compile could not compile this network's potential ({type(exc.inner_exception).__name__}); run ChEES with compile=False"

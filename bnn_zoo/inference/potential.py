@@ -12,6 +12,7 @@ from torch.distributions import biject_to
 from torch.func import functional_call
 
 from bnn_zoo.bnn import BNN
+from bnn_zoo.protocols import BackpropagatesDraws
 
 
 class LogPosterior:
@@ -52,6 +53,33 @@ class LogPosterior:
         latent, log_latent = self._latent(params, chains)
         log_lik = model.likelihood.distribution(model.forward(weights, x), latent).log_prob(y).sum(-1)
         return log_lik + sum(self.weight_prior[k].log_prob(w) for k, w in weights.items()) + log_latent
+
+    def batched_value_and_grad(self, params: dict, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        """:meth:`batched` (C,) and its gradient by site, each (C, *site shape).
+
+        A network with its own backward (:class:`~bnn_zoo.protocols.BackpropagatesDraws`; bnn_zoo's
+        MLP) runs without an autograd graph over the N x width activations: autograd then sees only the
+        likelihood, as a function of the outputs (C, N, out), and the priors, as functions of the
+        weights. Otherwise, autograd through :meth:`batched`."""
+        model = self.model
+        net = model.net
+        with torch.enable_grad():
+            leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
+            if model.fixed or x.dim() != 2 or not isinstance(net, BackpropagatesDraws):
+                logp = self.batched(leaves, x, y)
+                grads = torch.autograd.grad(logp.sum(), list(leaves.values()))
+                return logp.detach(), dict(zip(leaves, grads, strict=True))
+            chains = next(iter(params.values())).shape[:1]
+            f, backward = net.forward_draws_vjp({k: params[k].detach() for k in model.params}, x)
+            f = f.requires_grad_(True)
+            latent, log_latent = self._latent(leaves, chains)
+            log_lik = model.likelihood.distribution(f, latent).log_prob(y).sum(-1)
+            logp = log_lik + sum(self.weight_prior[k].log_prob(leaves[k]) for k in model.params) + log_latent
+            g_f, *g_leaves = torch.autograd.grad(logp.sum(), [f, *leaves.values()], allow_unused=True)
+        grads = {k: torch.zeros_like(v) if g is None else g for (k, v), g in zip(leaves.items(), g_leaves, strict=True)}
+        for k, g in backward(g_f).items():
+            grads[k] = grads[k] + g
+        return logp.detach(), grads
 
     def _latent(self, params: dict, batch: torch.Size | tuple) -> tuple[dict, torch.Tensor | float]:
         """The likelihood's latents and their log prior plus log-Jacobian, summed per batch element."""

@@ -14,6 +14,23 @@ ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "sigmoid": nn.Sigmoid, "elu": n
 IN_PLACE = {"tanh": torch.tanh_, "relu": torch.relu_, "sigmoid": torch.sigmoid_, "elu": F.elu_}
 
 
+def _tanh_via_exp_(a: torch.Tensor) -> torch.Tensor:
+    """tanh(a) = 1 - 2 / (exp(2a) + 1) in place: torch's exp is 3x its tanh on this CPU kind (1.0 against
+    3.2 ns an element), and the form saturates cleanly (exp overflows to inf, giving 1)."""
+    return a.mul_(2).exp_().add_(1).reciprocal_().mul_(-2).add_(1)
+
+
+# forward_draws_vjp's activations in place, and their derivatives from the activation's output h,
+# times the incoming gradient g, written into h's buffer (the backward runs once)
+FAST_IN_PLACE = {"tanh": _tanh_via_exp_, "relu": torch.relu_, "sigmoid": torch.sigmoid_, "elu": F.elu_}
+DERIVATIVE_FROM_OUTPUT = {
+    "tanh": lambda h, g: h.mul_(h).neg_().add_(1).mul_(g),  # 1 - h^2
+    "sigmoid": lambda h, g: h.mul_(1 - h).mul_(g),  # h (1 - h)
+    "relu": lambda h, g: h.gt_(0).mul_(g),  # 1 where h > 0
+    "elu": lambda h, g: h.clamp_(max=0).add_(1).mul_(g),  # 1 where h > 0, exp(a) = h + 1 elsewhere
+}
+
+
 class Dense(nn.Linear):
     """``nn.Linear`` that applies SVI's per-example noise itself (:class:`~bnn_zoo.protocols.HandlesLocalNoise`):
     the arithmetic of the forward hooks in :func:`bnn_zoo.local_noise.hooks`, without registering and
@@ -90,6 +107,54 @@ class MLP(nn.Module):
             if i < last:  # in place where torch has it: one activation-sized buffer alive, not two (see below)
                 x = IN_PLACE[self.activation](x) if self.activation in IN_PLACE else self.act(x)
         return x
+
+    def forward_draws_vjp(self, weights: dict[str, torch.Tensor], x: torch.Tensor):
+        """B weight draws on shared inputs x (N, in), with the hand-derived backward
+        (:class:`~bnn_zoo.protocols.BackpropagatesDraws`): returns (outputs (B, N, out), backward), where
+        ``backward(g)`` maps the outputs' gradient g (B, N, out) to the weights' gradients (call it once:
+        it reuses the activations' buffers).
+
+        The first layer is one (N, in) x (in, B * width) product for all draws (B small products with
+        ``in`` = 13 ran at a third of the speed), tanh is computed through exp, and no autograd graph is
+        recorded: 154 against 279 us per draw for a 13-50-1 tanh net on 455 rows (docs/benchmarks.md).
+        GELU's derivative needs its input, so a GELU network takes autograd's vjp instead."""
+        if self.activation not in DERIVATIVE_FROM_OUTPUT:
+            f, vjp = torch.func.vjp(lambda w: self.forward_draws(w, x), weights)
+            return f, lambda g: vjp(g)[0]
+        draws, n = weights["layers.0.weight"].shape[0], x.shape[0]
+        last = len(self.layers) - 1
+        inputs = [x]  # each layer's input: x, then activations (B, N, width)
+        for i in range(last + 1):
+            w, bias = weights[f"layers.{i}.weight"], weights[f"layers.{i}.bias"]
+            if i == 0:  # (N, B, out) in memory, seen as (B, N, out)
+                columns = w.permute(2, 0, 1).reshape(x.shape[1], -1)
+                a = torch.addmm(bias.reshape(1, -1), x, columns).view(n, draws, -1).transpose(0, 1)
+            elif w.shape[1] == 1:
+                a = (inputs[-1] * w).sum(-1, keepdim=True) + bias.unsqueeze(1)
+            else:
+                a = torch.baddbmm(bias.unsqueeze(1), inputs[-1], w.transpose(1, 2))
+            if i < last:
+                inputs.append(FAST_IN_PLACE[self.activation](a))
+
+        def backward(g: torch.Tensor) -> dict[str, torch.Tensor]:
+            grads = {}
+            for i in range(last, -1, -1):
+                w, h = weights[f"layers.{i}.weight"], inputs[i]
+                grads[f"layers.{i}.bias"] = g.sum(1)
+                if i == 0:
+                    by_column = g.transpose(0, 1).reshape(n, -1)  # (N, B * out)
+                    grads["layers.0.weight"] = torch.mm(x.t(), by_column).view(x.shape[1], draws, -1).permute(1, 2, 0)
+                    break
+                if w.shape[1] == 1:
+                    grads[f"layers.{i}.weight"] = (g * h).sum(1, keepdim=True)
+                    g_input = g * w
+                else:
+                    grads[f"layers.{i}.weight"] = torch.bmm(g.transpose(1, 2), h)
+                    g_input = torch.bmm(g, w)
+                g = DERIVATIVE_FROM_OUTPUT[self.activation](h, g_input)
+            return grads
+
+        return a, backward
 
     def extra_repr(self):
         return f"in_features={self.in_features}, hidden={self.hidden}, out_features={self.out_features}, activation={self.activation!r}"
