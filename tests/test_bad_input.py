@@ -222,6 +222,8 @@ QUICK_FIT = ["--inference.steps", "2", "--evaluation.plots", "false", "--quiet"]
         (["fit", "--inference", "sgld", "--inference.step_size", "0"], "SGMCMC needs step_size > 0"),
         (["fit", "--inference", "chees", "--inference.num_chains", "1"], "ChEES num_chains must be an integer >= 2, got 1"),
         (["fit", "--inference", "chees", "--inference.target_accept", "1"], "ChEES target_accept must lie in (0, 1), got 1.0"),
+        (["fit", "--inference", "chees", "--inference.max_hours", "0"], "ChEES max_hours must be a positive number of hours or None (no limit), got 0"),
+        (["fit", "--inference", "nuts", "--inference.max_hours", "-1"], "NUTS max_hours must be a positive number of hours or None (no limit), got -1"),
         (["fit", "--model", "mlp", "--model.hidden", "[0]"], "layer widths must be positive integers"),
         (["fit", "--seed", "-1"], "seed must be a whole number in 0..4294967295"),
         (["fit", "--evaluation.predict_samples", "0"], "--evaluation.predict_samples must be a whole number >= 1, got 0"),

@@ -158,3 +158,25 @@ def test_an_interrupted_chees_run_resumes_to_the_same_draws(blr_data, tmp_path, 
         bz.fit(model, *blr_data, bz.ChEES(checkpoint=ck, **settings))
     with pytest.raises(bz.BnnZooError, match="belongs to a different fit"):  # other settings: refused, not resumed
         bz.fit(model, *blr_data, bz.ChEES(checkpoint=ck, **(settings | {"seed": 2})))
+
+
+def test_a_run_projected_past_max_hours_stops_with_the_fix_and_resumes(blr_model, blr_data, tmp_path, monkeypatch):
+    """bnn_zoo.inference.budget: once past its grace period (here 0 s), a run whose pace projects past
+    max_hours stops with one line naming the projection and the fixes. ChEES first saves its
+    checkpoint, and the same fit without the limit resumes it to the uninterrupted run's draws;
+    NUTS's chains stop in their forked processes, and the parent raises the same message."""
+    from bnn_zoo.inference import budget
+
+    monkeypatch.setattr(budget, "GRACE_S", 0.0)
+    settings = dict(num_chains=4, num_warmup=20, num_samples=10, seed=2, progress=False)
+    full = bz.fit(blr_model, *blr_data, bz.ChEES(**settings))
+    ck = tmp_path / "ck.pt"
+    with pytest.raises(budget.TimeLimitExceeded, match=r"ChEES would take about .* hours at its pace so far \(1 of 30 iterations") as info:
+        bz.fit(blr_model, *blr_data, bz.ChEES(checkpoint=ck, max_hours=1e-9, **settings))
+    assert "\n" not in str(info.value) and "raise max_hours" in str(info.value) and "run again to resume" in str(info.value)
+    resumed = bz.fit(blr_model, *blr_data, bz.ChEES(checkpoint=ck, **settings))
+    assert all(torch.equal(resumed.samples[k], full.samples[k]) for k in full.samples)
+    for chain_method in ("sequential", "parallel"):
+        nuts = bz.NUTS(num_warmup=5, num_samples=5, num_chains=2, max_hours=1e-9, chain_method=chain_method, progress=False)
+        with pytest.raises(bz.BnnZooError, match=r"NUTS would take about .* hours at its pace so far \(1 of 10 iterations.*raise max_hours"):
+            bz.fit(blr_model, *blr_data, nuts)

@@ -32,6 +32,7 @@ from tqdm.auto import tqdm
 
 from bnn_zoo.bnn import BNN
 from bnn_zoo.errors import BnnZooError
+from bnn_zoo.inference.budget import TimeLimit, TimeLimitExceeded, check_max_hours
 from bnn_zoo.inference.potential import LogPosterior
 from bnn_zoo.io import atomic_torch_save, bar_disabled, check_identity, fingerprint, safe_torch_load, say_resumed
 from bnn_zoo.posterior import Posterior
@@ -73,6 +74,9 @@ class ChEES:
             adaptation's state, the random generator and the draws so far); an existing one is resumed,
             and the run ends exactly where an uninterrupted one ends.
         checkpoint_every: iterations between checkpoints.
+        max_hours: stop with a clear error (after saving the checkpoint, if there is one) once the run,
+            projected from its pace after a minute, would take longer (:mod:`bnn_zoo.inference.budget`);
+            None: no limit. The command line's default is 2.
         progress: show a progress bar.
     """
 
@@ -89,6 +93,7 @@ class ChEES:
     compile: bool = False
     checkpoint: str | Path | None = None
     checkpoint_every: int = 100
+    max_hours: float | None = None
     progress: bool = True
 
     name = "chees"
@@ -104,13 +109,14 @@ class ChEES:
             raise BnnZooError(f"ChEES trajectory_lr must be positive and finite, got {self.trajectory_lr}")
         if not all(0 < w < 1 for w in self.mass_windows) or list(self.mass_windows) != sorted(self.mass_windows):
             raise BnnZooError(f"ChEES mass_windows must be increasing fractions in (0, 1), got {self.mass_windows}")
+        check_max_hours("ChEES", self.max_hours)
         if self.mass_matrix not in ("within", "pooled"):
             raise BnnZooError(f"ChEES mass_matrix must be 'within' or 'pooled', got {self.mass_matrix!r}")
         if not (isinstance(self.init, (dict, Posterior)) or self.init in (None, "prior")):
             raise BnnZooError(f"init must be None, 'prior', a fitted Posterior or a dict of site values, got {self.init!r}")
 
     def settings(self) -> dict:
-        skip = ("init", "progress", "checkpoint", "checkpoint_every")
+        skip = ("init", "progress", "checkpoint", "checkpoint_every", "max_hours")
         out = {"method": self.name, **{f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}}
         out["mass_windows"] = list(self.mass_windows)
         out["init"] = "posterior" if isinstance(self.init, Posterior) else ("values" if isinstance(self.init, dict) else str(self.init))
@@ -129,9 +135,11 @@ class ChEES:
             first, draws, stats = _resume(self.checkpoint, identity, sampler)
             say_resumed(self.checkpoint, first, total, self.progress)
         bar = tqdm(range(first, total), desc="chees", disable=bar_disabled(self.progress), initial=first, total=total)
+        limit = TimeLimit("ChEES", self.max_hours, total - first)
         for i in bar:
             snapshot = sampler.state() if self.checkpoint is not None else None  # what Ctrl-C saves: the iteration restarts
             try:
+                limit.check(i - first)
                 if i < self.num_warmup:
                     sampler.warmup_step(i)
                 else:
@@ -139,11 +147,14 @@ class ChEES:
                         sampler.finish_warmup()
                     stats.append(sampler.step(i))
                     draws.append(sampler.q.clone())
-            except KeyboardInterrupt:
+            except (KeyboardInterrupt, TimeLimitExceeded) as stop:
                 if self.checkpoint is not None:
                     kept = i - self.num_warmup  # the draws of finished iterations only
                     _save(self.checkpoint, identity, i, snapshot, draws[: max(kept, 0)], stats[: max(kept, 0)])
-                    print(f"interrupted: checkpoint at iteration {i} of {total} saved to {self.checkpoint}; run again to resume")
+                    if isinstance(stop, KeyboardInterrupt):
+                        print(f"interrupted: checkpoint at iteration {i} of {total} saved to {self.checkpoint}; run again to resume")
+                    else:
+                        stop.args = (f"{stop} (checkpoint at iteration {i} of {total} saved to {self.checkpoint}: run again to resume)",)
                 raise
             if self.checkpoint is not None and (i + 1) % self.checkpoint_every == 0 and i + 1 < total:
                 _save(self.checkpoint, identity, i + 1, sampler.state(), draws, stats)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import multiprocessing
 import os
 import sys
@@ -30,6 +31,7 @@ import torch
 from pyro.infer.autoguide.initialization import init_to_sample, init_to_value
 
 from bnn_zoo.errors import BnnZooError
+from bnn_zoo.inference.budget import TimeLimit, check_max_hours
 from bnn_zoo.io import bar_disabled
 from bnn_zoo.posterior import Posterior
 
@@ -50,11 +52,12 @@ class _TransitionValues:
         return super().sample(params)
 
 
-def _recorder(stats: list):
+def _recorder(stats: list, limit: TimeLimit):
     """An MCMC ``hook_fn`` appending, for each kept draw: diverging, leapfrog steps, tree depth, step
-    size, energy and log density."""
+    size, energy and log density; and checking the run's time limit after every iteration."""
 
     def hook(kernel, samples, stage, i):
+        limit.check(kernel._t)
         if stage != "Sample":
             return
         steps = kernel._steps or kernel.num_steps
@@ -96,6 +99,7 @@ class _MCMC:
     dense_mass: bool = False
     jit_compile: bool = True
     chain_method: str = "parallel"
+    max_hours: float | None = None
     progress: bool = True
 
     name = "mcmc"
@@ -107,11 +111,12 @@ class _MCMC:
                 raise BnnZooError(f"{type(self).__name__} {name} must be an integer >= {least}, got {value!r}")
         if not (isinstance(self.init, (dict, Posterior)) or self.init in (None, "prior")):
             raise BnnZooError(f"init must be None, 'prior', a fitted Posterior or a dict of site values, got {self.init!r}")
+        check_max_hours(type(self).__name__, self.max_hours)
         if self.chain_method not in ("parallel", "sequential"):
             raise BnnZooError(f"{type(self).__name__} chain_method must be 'parallel' or 'sequential', got {self.chain_method!r}")
 
     def settings(self) -> dict:
-        skip = {"init", "progress", "chain_method"}  # chain_method changes the wall time, not the draws
+        skip = {"init", "progress", "chain_method", "max_hours"}  # they change the wall time, not the draws
         out = {"method": self.name, **{f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}}
         out["init"] = "posterior" if isinstance(self.init, Posterior) else ("values" if isinstance(self.init, dict) else str(self.init))
         return out
@@ -120,20 +125,24 @@ class _MCMC:
         start = time.perf_counter()
         inits = self._inits(model)
 
+        parallel = self.chain_method == "parallel"
+        rounds = math.ceil(self.num_chains / _workers(self.num_chains, parallel))
+
         def chain(c: int) -> dict:
             pyro.set_rng_seed(self.seed + c)
             stats = []
+            limit = TimeLimit(type(self).__name__, self.max_hours, self.num_warmup + self.num_samples, rounds)
             mcmc = pyro_mcmc.MCMC(
                 self._kernel(model, inits[c]),
                 num_samples=self.num_samples,
                 warmup_steps=self.num_warmup,
                 disable_progbar=bar_disabled(self.progress and c == 0),  # in parallel, chain 0's bar speaks for all
-                hook_fn=_recorder(stats),
+                hook_fn=_recorder(stats, limit),
             )
             mcmc.run(x, y)
             return {"samples": mcmc.get_samples(), "stats": {k: torch.tensor([s[k] for s in stats]) for k in stats[0]}}
 
-        chains = _run_chains(chain, self.num_chains, parallel=self.chain_method == "parallel")
+        chains = _run_chains(chain, self.num_chains, parallel=parallel)
         samples = {k: torch.stack([ch["samples"][k] for ch in chains]) for k in model.latent_shapes()}
         sample_stats = {k: torch.stack([ch["stats"][k] for ch in chains]) for k in chains[0]["stats"]}
         return Posterior(model, x, y, samples, self.settings(), sample_stats=sample_stats, runtime_s=time.perf_counter() - start)
@@ -162,9 +171,8 @@ class _MCMC:
 def _run_chains(chain: Callable[[int], dict], n: int, parallel: bool) -> list[dict]:
     """``chain(c)`` for c in 0..n-1: in forked processes, as many at a time as there are usable cores,
     or one after another in this process."""
-    workers = min(n, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
-    # macOS's fork is unsafe, Windows has none, and a forked child cannot use the parent's CUDA context
-    if not parallel or workers < 2 or sys.platform != "linux" or torch.cuda.is_initialized():
+    workers = _workers(n, parallel)
+    if workers < 2:
         return [chain(c) for c in range(n)]
     context = multiprocessing.get_context("fork")
     threads = max(1, torch.get_num_threads() // workers)
@@ -186,6 +194,14 @@ def _run_chains(chain: Callable[[int], dict], n: int, parallel: bool) -> list[di
             process.terminate()
             process.join()
     return results
+
+
+def _workers(n: int, parallel: bool) -> int:
+    """How many of n chains run at once: one per usable core in forked processes, or 1 (in this process)."""
+    # macOS's fork is unsafe, Windows has none, and a forked child cannot use the parent's CUDA context
+    if not parallel or sys.platform != "linux" or torch.cuda.is_initialized():
+        return 1
+    return min(n, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
 def _chain_process(chain: Callable[[int], dict], c: int, threads: int, send) -> None:
@@ -244,6 +260,8 @@ class NUTS(_MCMC):
             available or safe, as on macOS and Windows, or once CUDA is in use, chains run one after
             another); ``"sequential"``: one after another in this process, where a chain's error keeps
             its full traceback.
+        max_hours: stop with a clear error once the run, projected from its pace after a minute, would
+            take longer (:mod:`bnn_zoo.inference.budget`); None: no limit. The command line's default is 2.
         progress: show Pyro's progress bar (in parallel, chain 0's).
         max_tree_depth: the deepest trajectory doubling.
     """
