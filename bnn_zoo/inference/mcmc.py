@@ -212,7 +212,7 @@ def _chain_process(chain: Callable[[int], dict], c: int, threads: int, send) -> 
         torch.save(chain(c), buffer)
         send.send_bytes(b"ok" + buffer.getvalue())
     except BaseException as exc:  # Ctrl-C and kill included: the parent decides what to raise
-        kind = "KeyboardInterrupt" if isinstance(exc, KeyboardInterrupt) else type(exc).__name__
+        kind = "KeyboardInterrupt" if isinstance(exc, KeyboardInterrupt) else "BnnZooError" if isinstance(exc, BnnZooError) else type(exc).__name__
         send.send_bytes(b"er" + json.dumps([kind, str(exc)]).encode())
     finally:
         send.close()

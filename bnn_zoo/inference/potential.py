@@ -7,8 +7,10 @@ so the samplers move on R^d; draws are mapped back with :meth:`LogPosterior.cons
 
 from __future__ import annotations
 
+import math
+
 import torch
-from torch.distributions import biject_to
+from torch.distributions import Distribution, Independent, Normal, biject_to
 from torch.func import functional_call
 
 from bnn_zoo.bnn import BNN
@@ -58,9 +60,10 @@ class LogPosterior:
         """:meth:`batched` (C,) and its gradient by site, each (C, *site shape).
 
         A network with its own backward (:class:`~bnn_zoo.protocols.BackpropagatesDraws`; bnn_zoo's
-        MLP) runs without an autograd graph over the N x width activations: autograd then sees only the
-        likelihood, as a function of the outputs (C, N, out), and the priors, as functions of the
-        weights. Otherwise, autograd through :meth:`batched`."""
+        MLP) runs without an autograd graph over the N x width activations. The likelihood, as a
+        function of the outputs (C, N, out), and the priors then go through autograd, or, when all are
+        Normal with a fixed noise, are written out (:meth:`_closed_form`). Otherwise, autograd through
+        :meth:`batched`."""
         model = self.model
         net = model.net
         with torch.enable_grad():
@@ -69,17 +72,35 @@ class LogPosterior:
                 logp = self.batched(leaves, x, y)
                 grads = torch.autograd.grad(logp.sum(), list(leaves.values()))
                 return logp.detach(), dict(zip(leaves, grads, strict=True))
-            chains = next(iter(params.values())).shape[:1]
-            f, backward = net.forward_draws_vjp({k: params[k].detach() for k in model.params}, x)
-            f = f.requires_grad_(True)
-            latent, log_latent = self._latent(leaves, chains)
-            log_lik = model.likelihood.distribution(f, latent).log_prob(y).sum(-1)
-            logp = log_lik + sum(self.weight_prior[k].log_prob(leaves[k]) for k in model.params) + log_latent
-            g_f, *g_leaves = torch.autograd.grad(logp.sum(), [f, *leaves.values()], allow_unused=True)
-        grads = {k: torch.zeros_like(v) if g is None else g for (k, v), g in zip(leaves.items(), g_leaves, strict=True)}
+            weights = {k: params[k].detach() for k in model.params}
+            f, backward = net.forward_draws_vjp(weights, x)
+            closed = self._closed_form(weights, f, y)
+            if closed is not None:
+                logp, grads, g_f = closed
+            else:
+                f = f.requires_grad_(True)
+                latent, log_latent = self._latent(leaves, f.shape[:1])
+                log_lik = model.likelihood.distribution(f, latent).log_prob(y).sum(-1)
+                logp = log_lik + sum(self.weight_prior[k].log_prob(leaves[k]) for k in model.params) + log_latent
+                g_f, *g_leaves = torch.autograd.grad(logp.sum(), [f, *leaves.values()], allow_unused=True)
+                grads = {k: torch.zeros_like(v) if g is None else g for (k, v), g in zip(leaves.items(), g_leaves, strict=True)}
         for k, g in backward(g_f).items():
             grads[k] = grads[k] + g
         return logp.detach(), grads
+
+    def _closed_form(self, weights: dict, f: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, dict, torch.Tensor] | None:
+        """(log posterior, the priors' gradients, the likelihood's gradient in f) written out, when every
+        weight's prior and the likelihood (with a fixed noise) are Normal: a hundred small autograd
+        operations per call cost 1.1 ms, more than a 13-50-1 network's whole gradient for one chain.
+        None otherwise."""
+        if self.transforms:
+            return None
+        likelihood = _normal_log_density_and_score(self.model.likelihood.distribution(f, {}), y)
+        priors = {k: _normal_log_density_and_score(self.weight_prior[k], w) for k, w in weights.items()}
+        if likelihood is None or any(p is None for p in priors.values()):
+            return None
+        logp = likelihood[0] + sum(p[0] for p in priors.values())
+        return logp, {k: p[1] for k, p in priors.items()}, -likelihood[1]  # d/df = -d/dy for a Normal located at f
 
     def _latent(self, params: dict, batch: torch.Size | tuple) -> tuple[dict, torch.Tensor | float]:
         """The likelihood's latents and their log prior plus log-Jacobian, summed per batch element."""
@@ -89,3 +110,16 @@ class LogPosterior:
             log_density = self.latent_prior[k].log_prob(latent[k]) + t.log_abs_det_jacobian(params[k], latent[k])
             total = total + log_density.reshape(*batch, -1).sum(-1)
         return latent, total
+
+
+def _normal_log_density_and_score(d: Distribution, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(log d(value) summed over all but the leading (chain) dimension, its gradient in value), written
+    out when ``d`` is a Normal, or one reinterpreted by ``to_event``; None for any other distribution."""
+    base = d
+    while isinstance(base, Independent):
+        base = base.base_dist
+    if not isinstance(base, Normal):
+        return None
+    z = (value - base.loc) / base.scale
+    log_density = -0.5 * z * z - base.scale.log() - 0.5 * math.log(2 * math.pi)
+    return log_density.reshape(log_density.shape[0], -1).sum(-1), -z / base.scale

@@ -21,13 +21,13 @@ def _tanh_via_exp_(a: torch.Tensor) -> torch.Tensor:
 
 
 # forward_draws_vjp's activations in place, and their derivatives from the activation's output h,
-# times the incoming gradient g, written into h's buffer (the backward runs once)
+# written into h's buffer (the backward runs once)
 FAST_IN_PLACE = {"tanh": _tanh_via_exp_, "relu": torch.relu_, "sigmoid": torch.sigmoid_, "elu": F.elu_}
 DERIVATIVE_FROM_OUTPUT = {
-    "tanh": lambda h, g: h.mul_(h).neg_().add_(1).mul_(g),  # 1 - h^2
-    "sigmoid": lambda h, g: h.mul_(1 - h).mul_(g),  # h (1 - h)
-    "relu": lambda h, g: h.gt_(0).mul_(g),  # 1 where h > 0
-    "elu": lambda h, g: h.clamp_(max=0).add_(1).mul_(g),  # 1 where h > 0, exp(a) = h + 1 elsewhere
+    "tanh": lambda h: h.mul_(h).neg_().add_(1),  # 1 - h^2
+    "sigmoid": lambda h: h.mul_(1 - h),  # h (1 - h)
+    "relu": lambda h: h.gt_(0),  # 1 where h > 0
+    "elu": lambda h: h.clamp_(max=0).add_(1),  # 1 where h > 0, exp(a) = h + 1 elsewhere
 }
 
 
@@ -145,13 +145,14 @@ class MLP(nn.Module):
                     by_column = g.transpose(0, 1).reshape(n, -1)  # (N, B * out)
                     grads["layers.0.weight"] = torch.mm(x.t(), by_column).view(x.shape[1], draws, -1).permute(1, 2, 0)
                     break
+                # every product below is written into h's own layout: mixing the first layer's (N, B, width)
+                # memory with a (B, N, width) operand made each of them several times slower
                 if w.shape[1] == 1:
-                    grads[f"layers.{i}.weight"] = (g * h).sum(1, keepdim=True)
-                    g_input = g * w
+                    grads[f"layers.{i}.weight"] = (h * g).sum(1, keepdim=True)
+                    g = DERIVATIVE_FROM_OUTPUT[self.activation](h).mul_(g).mul_(w)
                 else:
                     grads[f"layers.{i}.weight"] = torch.bmm(g.transpose(1, 2), h)
-                    g_input = torch.bmm(g, w)
-                g = DERIVATIVE_FROM_OUTPUT[self.activation](h, g_input)
+                    g = DERIVATIVE_FROM_OUTPUT[self.activation](h).mul_(torch.bmm(g, w))
             return grads
 
         return a, backward
