@@ -154,7 +154,8 @@ class ChEES:
                     if isinstance(stop, KeyboardInterrupt):
                         print(f"interrupted: checkpoint at iteration {i} of {total} saved to {self.checkpoint}; run again to resume")
                     else:
-                        stop.args = (f"{stop} (checkpoint at iteration {i} of {total} saved to {self.checkpoint}: the same fit resumes it; bnn-zoo fit: add --resume)",)
+                        saved = f"checkpoint at iteration {i} of {total} saved to {self.checkpoint}"
+                        stop.args = (f"{stop} ({saved}: the same fit resumes it; bnn-zoo fit: add --resume)",)
                 raise
             if self.checkpoint is not None and (i + 1) % self.checkpoint_every == 0 and i + 1 < total:
                 _save(self.checkpoint, identity, i + 1, sampler.state(), draws, stats)
