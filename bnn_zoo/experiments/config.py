@@ -535,7 +535,7 @@ class _Chain(InferenceConfig):
     num_samples: int = 500
     num_chains: int = 2
     init: Literal["network", "prior", "svi"] = "network"
-    max_hours: float | None = 2.0  # stop with the fixes once the pace projects past it (a CNN's NUTS: 15 hours); null: no limit
+    max_hours: float | None = 2.0  # stop with the fixes once the pace projects past it (the digits CNN's NUTS: 4 hours); null: none
 
     def build(self, run, model, dataset, checkpoint, progress):
         from bnn_zoo import inference

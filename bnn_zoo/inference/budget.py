@@ -2,7 +2,7 @@
 
 NUTS, HMC and ChEES evaluate the log posterior and its gradient on every training row at every
 leapfrog step. On a small BNN that is minutes; on the digits CNN or a text LSTM a gradient takes 40-70 ms
-and a NUTS iteration hundreds of them, so the default 2 x 1,000 draws take 4-15 hours
+and a NUTS iteration hundreds of them, so the command line's 2 x 1,000 iterations take 3-18 hours
 (docs/guide/defaults.md). A run with ``max_hours`` projects its duration from its own pace once it
 has run ``GRACE_S`` seconds, and stops with one clear error, rather than leaving a newcomer at an
 hours-long progress bar. The pace is the run's own, not a model of it: NUTS's first iterations (the
@@ -34,8 +34,8 @@ class TimeLimit:
     seconds, project past ``max_hours`` (``rounds``: how many times the run repeats this pace, e.g.
     chains run one after another)."""
 
-    def __init__(self, method: str, max_hours: float | None, total: int, rounds: int = 1, advice: str = ""):
-        self.method, self.max_hours, self.total, self.rounds, self.advice = method, max_hours, total, rounds, advice
+    def __init__(self, method: str, max_hours: float | None, total: int, rounds: int = 1):
+        self.method, self.max_hours, self.total, self.rounds = method, max_hours, total, rounds
         self.start = time.perf_counter()
 
     def check(self, done: int) -> None:
@@ -49,5 +49,5 @@ class TimeLimit:
             raise TimeLimitExceeded(
                 f"{self.method} would take about {projected / 3600:.1f} hours at its pace so far ({done} of {self.total} iterations in "
                 f"{elapsed:.0f} s{f', {self.rounds} rounds of chains' if self.rounds > 1 else ''}), more than max_hours={self.max_hours:g}; "
-                f"{self.advice}fit it by minibatch MCMC (sghmc) or SVI, give fewer warm-up and kept draws, or raise max_hours"
+                "fit it by minibatch MCMC (sghmc) or SVI, give fewer warm-up and kept draws, or raise max_hours"
             )

@@ -191,7 +191,7 @@ class _Target:
         self.shapes = shapes
         self.sizes = [math.prod(s) for s in shapes.values()]
         # compiled: autograd through LogPosterior.batched under torch.compile; eager: the network's own
-        # backward where it has one (LogPosterior.batched_value_and_grad; the MLP: 1.8x autograd)
+        # backward where it has one (LogPosterior.batched_value_and_grad; the MLP: 1.9x autograd)
         self._compiled = torch.compile(self._log_density, dynamic=False) if compile else None
 
     def flatten(self, values: dict) -> torch.Tensor:

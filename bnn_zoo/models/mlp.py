@@ -116,7 +116,8 @@ class MLP(nn.Module):
 
         The first layer is one (N, in) x (in, B * width) product for all draws (B small products with
         ``in`` = 13 ran at a third of the speed), tanh is computed through exp, and no autograd graph is
-        recorded: 154 against 279 us per draw for a 13-50-1 tanh net on 455 rows (docs/benchmarks.md).
+        recorded: with the priors and likelihood written out, 156 against 304 us per draw for a 13-50-1 tanh
+        net on 455 rows at 16 draws (docs/benchmarks.md).
         GELU's derivative needs its input, so a GELU network takes autograd's vjp instead."""
         if self.activation not in DERIVATIVE_FROM_OUTPUT:
             f, vjp = torch.func.vjp(lambda w: self.forward_draws(w, x), weights)
