@@ -1,3 +1,4 @@
+import contextlib
 import os
 import warnings
 
@@ -12,6 +13,17 @@ import bnn_zoo as bz  # noqa: E402
 from bnn_zoo.evaluation.exact import linear_regression  # noqa: E402
 
 NOISE = 0.5
+
+
+@contextlib.contextmanager
+def torch_threads(n: int):
+    """torch's thread count set to n for the block (forked MCMC chains run one per thread: bnn_zoo.inference.mcmc._workers)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")

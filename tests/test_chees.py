@@ -4,7 +4,7 @@ posterior of Bayesian linear regression, its adaptation on a badly scaled poster
 import arviz as az
 import pytest
 import torch
-from conftest import NOISE, flat
+from conftest import NOISE, flat, torch_threads
 from pyro.infer.mcmc.util import initialize_model
 
 import bnn_zoo as bz
@@ -71,7 +71,7 @@ def test_batched_potential_equals_pyros_per_chain_with_a_learned_noise():
     [([7], "fixed", "fanin"), ([6, 5], "fixed", "mixture"), ([6, 5], "learned", "fanin"), ([], "learned", "fanin"), ([6, 5], "categorical", "fanin")],
 )
 def test_the_networks_own_backward_gives_autograds_potential_and_gradient(activation, hidden, likelihood, prior):
-    """LogPosterior.batched_value_and_grad (the MLP's hand-derived backward, its tanh through exp; the
+    """LogPosterior.batched_value_and_grad (the MLP's hand-derived backward, its tanh through sigmoid; the
     Normal priors and fixed-noise Gaussian likelihood written out, autograd for the rest) against
     autograd through LogPosterior.batched: float32 rounding apart, for every activation, depth, output
     width, likelihood and prior family."""
@@ -183,5 +183,6 @@ def test_a_run_projected_past_max_hours_stops_with_the_fix_and_resumes(blr_model
     assert all(torch.equal(resumed.samples[k], full.samples[k]) for k in full.samples)
     for chain_method in ("sequential", "parallel"):
         nuts = bz.NUTS(num_warmup=5, num_samples=5, num_chains=2, max_hours=1e-9, chain_method=chain_method, progress=False)
-        with pytest.raises(bz.BnnZooError, match=r"^NUTS would take about .* hours at its pace so far \(1 of 10 iterations.*raise max_hours$"):
+        message = r"^NUTS would take about .* hours at its pace so far \(1 of 10 iterations.*raise max_hours$"
+        with torch_threads(2), pytest.raises(bz.BnnZooError, match=message):  # two threads: the parallel chains fork
             bz.fit(blr_model, *blr_data, nuts)

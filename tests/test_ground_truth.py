@@ -8,14 +8,15 @@ import arviz as az
 import numpy as np
 import pytest
 import torch
-from conftest import flat
+from conftest import flat, torch_threads
 
 import bnn_zoo as bz
 
 
 @pytest.fixture(scope="module")
 def nuts_fit(blr_model, blr_data):
-    return bz.fit(blr_model, *blr_data, bz.NUTS(num_warmup=300, num_samples=1000, num_chains=2, seed=0, progress=False))
+    with torch_threads(2):  # two threads: the chains fork (where two cores are usable), as on the command line
+        return bz.fit(blr_model, *blr_data, bz.NUTS(num_warmup=300, num_samples=1000, num_chains=2, seed=0, progress=False))
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["weight-draws", "local-reparam"])
@@ -115,5 +116,18 @@ def test_parallel_chains_give_the_sequential_draws(blr_model, blr_data, nuts_fit
 )
 def test_a_failed_chain_process_is_one_clear_error(blr_data, how, message):
     model = bz.BNN(_FailsInChild(how), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.5))
-    with pytest.raises(bz.BnnZooError, match=message):
+    with torch_threads(2), pytest.raises(bz.BnnZooError, match=message):
         bz.fit(model, *blr_data, bz.HMC(num_warmup=5, num_samples=5, num_chains=2, jit_compile=False, progress=False))
+
+
+def test_forked_chains_never_outnumber_the_threads_the_caller_gives_torch():
+    """A sweep worker runs with its share of the cores as torch threads; its NUTS cell must not fork a
+    chain per core on top (--workers N would run N x cores processes)."""
+    from bnn_zoo.inference.mcmc import _workers
+
+    cores = len(os.sched_getaffinity(0))
+    with torch_threads(1):
+        assert _workers(4, parallel=True) == 1
+    with torch_threads(2):
+        assert _workers(4, parallel=True) == min(2, cores)
+        assert _workers(4, parallel=False) == 1

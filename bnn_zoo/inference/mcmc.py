@@ -169,7 +169,7 @@ class _MCMC:
 
 
 def _run_chains(chain: Callable[[int], dict], n: int, parallel: bool) -> list[dict]:
-    """``chain(c)`` for c in 0..n-1: in forked processes, as many at a time as there are usable cores,
+    """``chain(c)`` for c in 0..n-1: in forked processes, as many at a time as :func:`_workers` allows,
     or one after another in this process."""
     workers = _workers(n, parallel)
     if workers < 2:
@@ -197,11 +197,13 @@ def _run_chains(chain: Callable[[int], dict], n: int, parallel: bool) -> list[di
 
 
 def _workers(n: int, parallel: bool) -> int:
-    """How many of n chains run at once: one per usable core in forked processes, or 1 (in this process)."""
+    """How many of n chains run at once: in forked processes, one per thread the caller gives torch (a
+    sweep worker is given its share of the cores) and at most one per usable core; or 1 (in this process)."""
     # macOS's fork is unsafe, Windows has none, and a forked child cannot use the parent's CUDA context
     if not parallel or sys.platform != "linux" or torch.cuda.is_initialized():
         return 1
-    return min(n, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return min(n, cores, torch.get_num_threads())
 
 
 def _chain_process(chain: Callable[[int], dict], c: int, threads: int, send) -> None:
@@ -255,8 +257,9 @@ class NUTS(_MCMC):
         target_accept: the acceptance probability step-size adaptation aims at.
         dense_mass: adapt a dense mass matrix instead of a diagonal one.
         jit_compile: compile the potential with ``torch.jit.trace`` (about 3x faster per gradient).
-        chain_method: ``"parallel"``: each chain in a forked process, as many at once as this process may
-            use cores, this process's threads shared among them (on Linux; where ``fork`` is not
+        chain_method: ``"parallel"``: each chain in a forked process, as many at once as this process has
+            torch threads (``torch.set_num_threads``; a sweep worker has its share of the cores) and usable
+            cores, the threads shared among them (on Linux; where ``fork`` is not
             available or safe, as on macOS and Windows, or once CUDA is in use, chains run one after
             another); ``"sequential"``: one after another in this process, where a chain's error keeps
             its full traceback.

@@ -14,15 +14,16 @@ ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "sigmoid": nn.Sigmoid, "elu": n
 IN_PLACE = {"tanh": torch.tanh_, "relu": torch.relu_, "sigmoid": torch.sigmoid_, "elu": F.elu_}
 
 
-def _tanh_via_exp_(a: torch.Tensor) -> torch.Tensor:
-    """tanh(a) = 1 - 2 / (exp(2a) + 1) in place: torch's exp is 3x its tanh on this CPU kind (1.0 against
-    3.2 ns an element), and the form saturates cleanly (exp overflows to inf, giving 1)."""
-    return a.mul_(2).exp_().add_(1).reciprocal_().mul_(-2).add_(1)
+def _tanh_via_sigmoid_(a: torch.Tensor) -> torch.Tensor:
+    """tanh(a) = 2 sigmoid(2a) - 1 in place: torch's float32 tanh costs 2.6 ns an element on this CPU kind,
+    its sigmoid 0.4 (and its exp 0.8: the form 1 - 2 / (exp(2a) + 1) took twice as long). The same
+    absolute error, 2e-7, and it saturates cleanly at +-1."""
+    return a.mul_(2).sigmoid_().mul_(2).sub_(1)
 
 
 # forward_draws_vjp's activations in place, and their derivatives from the activation's output h,
 # written into h's buffer (the backward runs once)
-FAST_IN_PLACE = {"tanh": _tanh_via_exp_, "relu": torch.relu_, "sigmoid": torch.sigmoid_, "elu": F.elu_}
+FAST_IN_PLACE = {"tanh": _tanh_via_sigmoid_, "relu": torch.relu_, "sigmoid": torch.sigmoid_, "elu": F.elu_}
 DERIVATIVE_FROM_OUTPUT = {
     "tanh": lambda h: h.mul_(h).neg_().add_(1),  # 1 - h^2
     "sigmoid": lambda h: h.mul_(1 - h),  # h (1 - h)
@@ -115,7 +116,7 @@ class MLP(nn.Module):
         it reuses the activations' buffers).
 
         The first layer is one (N, in) x (in, B * width) product for all draws (B small products with
-        ``in`` = 13 ran at a third of the speed), tanh is computed through exp, and no autograd graph is
+        ``in`` = 13 ran at a third of the speed), tanh is computed through sigmoid, and no autograd graph is
         recorded: with the priors and likelihood written out, 156 against 304 us per draw for a 13-50-1 tanh
         net on 455 rows at 16 draws (docs/benchmarks.md).
         GELU's derivative needs its input, so a GELU network takes autograd's vjp instead."""
