@@ -77,7 +77,7 @@ class BackpropagatesDraws(Protocol):
     """Optional: a network that evaluates B weight draws on shared inputs (N, in) and returns, with the
     outputs (B, N, out), its own backward: a function from the outputs' gradient (B, N, out) to the
     weights' gradients, by name, each (B, *shape). Samplers whose potential is evaluated at every
-    leapfrog step (ChEES) use it instead of autograd (bnn_zoo's MLP: 1.9x per gradient on Boston
+    leapfrog step (ChEES) use it instead of autograd (bnn_zoo's MLP: 2.2x per gradient on Boston
     13-50-1, docs/benchmarks.md). The outputs may be computed in a faster form that differs from
     ``forward`` by floating-point rounding; the backward must be the exact gradient of those outputs."""
 

@@ -63,10 +63,11 @@ class ChEES:
             starts stands for scales the chains have not yet crossed. ``"within"``: the mean of each
             chain's variance about its own mean, so chains in different modes of a BNN's posterior
             (hidden units permuted, signs flipped) do not add the distance between modes: on Boston
-            13-50-1 with 16 chains, 119-131 leapfrog steps per draw where "pooled" takes 411, and
-            1.5-4.6x the effective samples per second (docs/benchmarks.md). But it cannot see a scale the chains
-            have not crossed: on a linear regression whose posterior sds differ 4,000-fold, 150 warm-up
-            iterations left the widest sd at a third (tests/test_chees.py).
+            13-50-1 with 16 chains, 120-220 leapfrog steps per draw where "pooled" takes 420. Those
+            shorter trajectories do not mix f: over 600 kept draws its chains still drift apart in f
+            (R-hat 1.03, ESS 450-460) where "pooled" gives R-hat 1.007 and ESS 5,660 (docs/benchmarks.md).
+            Nor can it see a scale the chains have not crossed: on a linear regression whose posterior
+            sds differ 4,000-fold, 150 warm-up iterations left the widest sd at a third (tests/test_chees.py).
         compile: compile the potential and its gradient with ``torch.compile`` (needs a C++ compiler on
             the CPU). The first step pays the compile (6-20 s); each leapfrog step is then 2.5-4x cheaper
             on the small BNNs of benchmarks/chees.py.
@@ -191,7 +192,7 @@ class _Target:
         self.shapes = shapes
         self.sizes = [math.prod(s) for s in shapes.values()]
         # compiled: autograd through LogPosterior.batched under torch.compile; eager: the network's own
-        # backward where it has one (LogPosterior.batched_value_and_grad; the MLP: 1.9x autograd)
+        # backward where it has one (LogPosterior.batched_value_and_grad; the MLP: 2.2x autograd)
         self._compiled = torch.compile(self._log_density, dynamic=False) if compile else None
 
     def flatten(self, values: dict) -> torch.Tensor:
