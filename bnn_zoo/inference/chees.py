@@ -63,9 +63,10 @@ class ChEES:
             starts stands for scales the chains have not yet crossed. ``"within"``: the mean of each
             chain's variance about its own mean, so chains in different modes of a BNN's posterior
             (hidden units permuted, signs flipped) do not add the distance between modes: on Boston
-            13-50-1 with 16 chains, 120-220 leapfrog steps per draw where "pooled" takes 420. Those
-            shorter trajectories do not mix f: over 600 kept draws its chains still drift apart in f
-            (R-hat 1.03, ESS 450-460) where "pooled" gives R-hat 1.007 and ESS 5,660 (docs/benchmarks.md).
+            13-50-1 with 16 chains, 120-220 leapfrog steps per draw where "pooled" takes about 420 or
+            125 (by seed). Those shorter trajectories do not mix f: over 600 kept draws its chains still
+            drift apart in f (R-hat 1.03, ESS 450-460); "pooled" reached R-hat 1.007-1.008 and ESS
+            5,000-5,660 at its long-trajectory seeds, and 600-700 at its short ones (docs/benchmarks.md).
             Nor can it see a scale the chains have not crossed: on a linear regression whose posterior
             sds differ 4,000-fold, 150 warm-up iterations left the widest sd at a third (tests/test_chees.py).
         compile: compile the potential and its gradient with ``torch.compile`` (needs a C++ compiler on
