@@ -1,6 +1,8 @@
 """ChEES-HMC (many chains in lockstep): its potential against Pyro's, its draws against the exact
 posterior of Bayesian linear regression, its adaptation on a badly scaled posterior, its stats."""
 
+import math
+
 import arviz as az
 import pytest
 import torch
@@ -48,6 +50,30 @@ def test_chees_adapts_to_a_posterior_whose_scales_differ_4000_fold(blr_data):
     assert exact.cov.diagonal().max() / exact.cov.diagonal().min() > 1e7
     post = bz.fit(model, x, y, bz.ChEES(num_chains=16, num_warmup=150, num_samples=150, seed=1, progress=False))
     _within_4_mcse(post, exact)
+
+
+def test_a_diverged_chain_leaves_the_trajectory_adaptation_finite(blr_model, blr_data, blr_exact):
+    """A chain whose proposal overflowed (1e30, acceptance 0) took part in the ChEES gradient as 0 x inf:
+    the gradient, and with it Adam's state, became NaN, and T then grew by the clip at every warm-up
+    iteration up to max_leapfrog (seen on Boston: 1,000-step trajectories from iteration 40 on)."""
+    from bnn_zoo.inference.chees import LOG_T_CLIP, _Sampler, _Target
+
+    x, y = blr_data
+    settings = bz.ChEES(num_chains=4, seed=0, progress=False)
+    generator = torch.Generator().manual_seed(0)
+    target = _Target(LogPosterior(blr_model, len(x)), x, y.reshape(-1, 1), blr_model.latent_shapes())
+    start = blr_exact.mean.float() + 0.01 * torch.randn(4, 4, generator=generator)  # (weights, bias) per chain
+    sampler = _Sampler(target, start, settings, generator)
+    before = sampler.trajectory
+    for _ in range(3):
+        out = sampler._transition(0.01, 3)
+        assert (out["accept_prob"][1:] > 0).all()
+        out["proposal"][0] = 1e30
+        alpha = out["accept_prob"].clone()
+        alpha[0] = 0.0
+        sampler._adapt_trajectory(out, alpha, 0.5)
+    assert math.isfinite(sampler._adam_v) and sampler._adam_v > 0
+    assert abs(math.log(sampler.trajectory / before)) < 3 * LOG_T_CLIP
 
 
 def test_batched_potential_equals_pyros_per_chain_with_a_learned_noise():

@@ -343,17 +343,26 @@ class _Sampler:
         self.step_size = math.exp(log_eps)
 
     def _adapt_trajectory(self, out: dict, alpha: torch.Tensor, jitter: float) -> None:
-        weights = alpha / alpha.sum() if float(alpha.sum()) > 0 else None
-        if weights is None:
+        start = out["start"]
+        # a chain that diverged (acceptance 0) may hold inf, NaN or 1e30 in its proposal, and 0 x inf is NaN:
+        # it takes no part. (Before, one such chain made the gradient NaN, Adam's state stayed NaN until the
+        # next restart, and T grew by the clip at every iteration up to max_leapfrog.)
+        usable = (alpha > 0) & torch.isfinite(out["proposal"]).all(-1) & torch.isfinite(out["momentum"]).all(-1)
+        if not bool(usable.any()):
             self.trajectory = max(self.step_size, min(self.trajectory, self.settings.max_leapfrog * self.step_size))
             return
-        start, proposal = out["start"], torch.nan_to_num(out["proposal"])
+        weights = torch.where(usable, alpha, 0.0)
+        weights = weights / weights.sum()
+        proposal = torch.where(usable[:, None], out["proposal"], start)
+        momentum = torch.where(usable[:, None], out["momentum"], 0.0)
         scale = self.inv_mass.sqrt()  # the criterion lives in whitened coordinates q / sqrt(inv mass)
         centred_start = (start - start.mean(0)) / scale
         centred_proposal = proposal - (weights[:, None] * proposal).sum(0)
         change = (centred_proposal / scale).pow(2).sum(-1) - centred_start.pow(2).sum(-1)
-        per_chain = jitter * self.trajectory * change * (centred_proposal * torch.nan_to_num(out["momentum"])).sum(-1)
+        per_chain = jitter * self.trajectory * change * (centred_proposal * momentum).sum(-1)
         gradient = float((weights * per_chain).sum())
+        if not math.isfinite(gradient):  # overflow in float32 at an extreme proposal: skip this estimate
+            return
         # Adam with beta1 = 0, beta2 = 0.95 (the paper's choice), as ascent on log T, each update clipped.
         self._adam_t += 1
         self._adam_v = 0.95 * self._adam_v + 0.05 * gradient**2
