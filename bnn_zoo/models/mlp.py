@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -14,21 +15,31 @@ ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "sigmoid": nn.Sigmoid, "elu": n
 IN_PLACE = {"tanh": torch.tanh_, "relu": torch.relu_, "sigmoid": torch.sigmoid_, "elu": F.elu_}
 
 
-def _tanh_via_sigmoid_(a: torch.Tensor) -> torch.Tensor:
-    """tanh(a) = 2 sigmoid(2a) - 1 in place: torch's float32 tanh costs 2.6 ns an element on this CPU kind,
-    its sigmoid 0.4 (and its exp 0.8: the form 1 - 2 / (exp(2a) + 1) took twice as long). The same
-    absolute error, 2e-7, and it saturates cleanly at +-1."""
-    return a.mul_(2).sigmoid_().mul_(2).sub_(1)
+def _sigmoid_slope_(u: torch.Tensor) -> torch.Tensor:
+    """sigmoid's derivative from its output u, u (1 - u), written into u's buffer."""
+    return u.addcmul_(u, u, value=-1)
 
 
-# forward_draws_vjp's activations in place, and their derivatives from the activation's output h,
-# written into h's buffer (the backward runs once)
-FAST_IN_PLACE = {"tanh": _tanh_via_sigmoid_, "relu": torch.relu_, "sigmoid": torch.sigmoid_, "elu": F.elu_}
-DERIVATIVE_FROM_OUTPUT = {
-    "tanh": lambda h: h.mul_(h).neg_().add_(1),  # 1 - h^2
-    "sigmoid": lambda h: h.mul_(1 - h),  # h (1 - h)
-    "relu": lambda h: h.gt_(0),  # 1 where h > 0
-    "elu": lambda h: h.clamp_(max=0).add_(1),  # 1 where h > 0, exp(a) = h + 1 elsewhere
+class _Parts(NamedTuple):
+    """An activation as forward_draws_vjp computes it: u = fn_(pre * a) in place, h = scale * u + shift,
+    and du/d(pre a) from u alone, in place. Only u is stored; scale and shift are folded into the small
+    weight and bias tensors of the layer that reads it, and pre into the layer that writes a."""
+
+    pre: float
+    scale: float
+    shift: float
+    fn_: Callable[[torch.Tensor], torch.Tensor]
+    slope_: Callable[[torch.Tensor], torch.Tensor]
+
+
+# tanh(a) = 2 sigmoid(2a) - 1: torch's float32 tanh costs 2.6 ns an element on this CPU kind, its sigmoid
+# 0.4, and with the factors folded away the activation and its derivative are one pass each (the same
+# absolute error, 2e-7; docs/benchmarks.md)
+VJP_PARTS = {
+    "tanh": _Parts(2.0, 2.0, -1.0, torch.sigmoid_, _sigmoid_slope_),
+    "sigmoid": _Parts(1.0, 1.0, 0.0, torch.sigmoid_, _sigmoid_slope_),
+    "relu": _Parts(1.0, 1.0, 0.0, torch.relu_, lambda u: u.gt_(0)),  # 1 where u > 0
+    "elu": _Parts(1.0, 1.0, 0.0, F.elu_, lambda u: u.clamp_(max=0).add_(1)),  # 1 where u > 0, exp(a) = u + 1 elsewhere
 }
 
 
@@ -116,45 +127,47 @@ class MLP(nn.Module):
         it reuses the activations' buffers).
 
         The first layer is one (N, in) x (in, B * width) product for all draws (B small products with
-        ``in`` = 13 ran at a third of the speed), tanh is computed through sigmoid, and no autograd graph is
-        recorded: with the priors and likelihood written out, 69 against 152 us per draw through autograd for
-        a 13-50-1 tanh net on 455 rows at 16 draws (docs/benchmarks.md, 2026-11-24).
-        GELU's derivative needs its input, so a GELU network takes autograd's vjp instead."""
-        if self.activation not in DERIVATIVE_FROM_OUTPUT:
+        ``in`` = 13 ran at a third of the speed), tanh is computed through sigmoid (:data:`VJP_PARTS`),
+        and no autograd graph is recorded: with the priors and likelihood written out, 69 against 152 us
+        per draw through autograd for a 13-50-1 tanh net on 455 rows at 16 draws (docs/benchmarks.md,
+        2026-11-24). GELU's derivative needs its input, so a GELU network takes autograd's vjp instead."""
+        if self.activation not in VJP_PARTS:
             f, vjp = torch.func.vjp(lambda w: self.forward_draws(w, x), weights)
             return f, lambda g: vjp(g)[0]
+        act = VJP_PARTS[self.activation]
         draws, n = weights["layers.0.weight"].shape[0], x.shape[0]
         last = len(self.layers) - 1
-        inputs = [x]  # each layer's input: x, then activations (B, N, width)
+        stored = [x]  # each layer's input as stored: x, then the activations' u (B, N, width)
         for i in range(last + 1):
+            # the activation's factors go into the small weight and bias tensors: scaling the (B, N, width)
+            # products instead (addmm's alpha included) cost a pass over them each
             w, bias = weights[f"layers.{i}.weight"], weights[f"layers.{i}.bias"]
+            pre = act.pre if i < last else 1.0
             if i == 0:  # (N, B, out) in memory, seen as (B, N, out)
                 columns = w.permute(2, 0, 1).reshape(x.shape[1], -1)
-                a = torch.addmm(bias.reshape(1, -1), x, columns).view(n, draws, -1).transpose(0, 1)
-            elif w.shape[1] == 1:
-                a = (inputs[-1] * w).sum(-1, keepdim=True) + bias.unsqueeze(1)
-            else:
-                a = torch.baddbmm(bias.unsqueeze(1), inputs[-1], w.transpose(1, 2))
+                a = torch.addmm(pre * bias.reshape(1, -1), x, pre * columns).view(n, draws, -1).transpose(0, 1)
+            else:  # h W^T + b with h = scale u + shift; bmm also for one output (a broadcast product and sum: 1.2x)
+                bias = bias + act.shift * w.sum(-1) if act.shift else bias
+                a = torch.baddbmm(pre * bias.unsqueeze(1), stored[-1], (pre * act.scale) * w.transpose(1, 2))
             if i < last:
-                inputs.append(FAST_IN_PLACE[self.activation](a))
+                stored.append(act.fn_(a))
 
         def backward(g: torch.Tensor) -> dict[str, torch.Tensor]:
             grads = {}
             for i in range(last, -1, -1):
-                w, h = weights[f"layers.{i}.weight"], inputs[i]
+                w, u = weights[f"layers.{i}.weight"], stored[i]
                 grads[f"layers.{i}.bias"] = g.sum(1)
                 if i == 0:
                     by_column = g.transpose(0, 1).reshape(n, -1)  # (N, B * out)
                     grads["layers.0.weight"] = torch.mm(x.t(), by_column).view(x.shape[1], draws, -1).permute(1, 2, 0)
                     break
-                # every product below is written into h's own layout: mixing the first layer's (N, B, width)
+                # every product below is written into u's own layout: mixing the first layer's (N, B, width)
                 # memory with a (B, N, width) operand made each of them several times slower
-                if w.shape[1] == 1:
-                    grads[f"layers.{i}.weight"] = (h * g).sum(1, keepdim=True)
-                    g = DERIVATIVE_FROM_OUTPUT[self.activation](h).mul_(g).mul_(w)
-                else:
-                    grads[f"layers.{i}.weight"] = torch.bmm(g.transpose(1, 2), h)
-                    g = DERIVATIVE_FROM_OUTPUT[self.activation](h).mul_(torch.bmm(g, w))
+                grad_w = torch.bmm(g.transpose(1, 2), u).mul_(act.scale)
+                grads[f"layers.{i}.weight"] = grad_w.add_(act.shift * grads[f"layers.{i}.bias"].unsqueeze(-1)) if act.shift else grad_w
+                w = (act.scale * act.pre) * w  # dh/da = scale pre du/d(pre a)
+                # with one output, g w is an outer product: two broadcast products beat bmm's 1.3x
+                g = act.slope_(u).mul_(g).mul_(w) if w.shape[1] == 1 else act.slope_(u).mul_(torch.bmm(g, w))
             return grads
 
         return a, backward
