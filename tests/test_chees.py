@@ -39,28 +39,6 @@ def test_chees_with_the_within_chain_mass_matrix_matches_the_exact_blr_posterior
     _within_4_mcse(bz.fit(blr_model, *blr_data, method), blr_exact)
 
 
-def test_chees_with_u_turn_trajectories_matches_the_exact_blr_posterior(blr_model, blr_data, blr_exact):
-    method = bz.ChEES(num_chains=16, num_warmup=150, num_samples=200, seed=0, trajectory="u-turn", progress=False)
-    post = bz.fit(blr_model, *blr_data, method)
-    assert len(post.info["u_turn_times"]) == 16 * 15  # the last tenth of warm-up, every chain
-    _within_4_mcse(post, blr_exact)
-
-
-def test_the_u_turn_of_a_standard_normal_comes_at_pi():
-    """On N(0, I) in 500 dimensions, q(t) = q0 cos t + p0 sin t, and (q - q0) . p = sin t (|q0|^2 (1 - cos t)
-    + |p0|^2 cos t) + O(sqrt(d)) turns negative at t = pi, up to O(1 / sqrt(d))."""
-    from bnn_zoo.inference.chees import _Sampler
-
-    def standard_normal(q):
-        return -0.5 * q.square().sum(-1), -q
-
-    generator = torch.Generator().manual_seed(0)
-    sampler = _Sampler(standard_normal, torch.randn(8, 500, generator=generator), bz.ChEES(num_chains=8, progress=False), generator)
-    p0 = torch.randn(8, 500, generator=generator)
-    *_, first = sampler._leapfrog_to_u_turn(sampler.q, p0, sampler.grad, 0.01)
-    assert torch.allclose(first * 0.01, torch.full((8,), math.pi), atol=0.2), first
-
-
 def test_chees_adapts_to_a_posterior_whose_scales_differ_4000_fold(blr_data):
     """Inputs scaled by 1e3 and 1e-3 give posterior sds about 4,000 apart. Without the pooled mass
     matrix (``mass_windows=()``) the step size is set by the narrowest direction, 1,000 leapfrog steps

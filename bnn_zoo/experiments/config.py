@@ -575,7 +575,6 @@ class ChEES(_Chain):
     num_chains: int = 16
     target_accept: float = 0.651
     max_leapfrog: int = 1000
-    trajectory: Literal["chees", "u-turn"] = "chees"  # u-turn: T from the chains' U-turn times (docs/guide/inference.md)
     mass_matrix: Literal["pooled", "within"] = "pooled"  # within: each chain's own variance (BNN modes; docs/guide/inference.md)
     compile: bool = False  # torch.compile the potential: seconds to compile, each step 2.5-4x cheaper
 

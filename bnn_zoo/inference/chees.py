@@ -10,9 +10,6 @@ of weights (``BNN.forward`` vmaps over it). What the chains share is tuned from 
   h T (||q' - qbar'||^2 - ||q - qbar||^2) (q' - qbar') . p' (paper eq. 5; q' the proposal, p' its
   momentum, h the jitter), averaged over chains with their acceptance probabilities as weights;
 - jitter: each iteration integrates for h_n T, h_n the base-2 Halton sequence (paper section 3.2);
-- or, with ``trajectory="u-turn"``, T = twice the median time at which the chains' trajectories first
-  turn back (Hoffman & Gelman 2014's criterion, learnt over the last warm-up iterations as eHMC does,
-  Wu, Stoehr & Robert 2018), jittered the same way;
 - step size: dual averaging (Hoffman & Gelman 2014, algorithm 5) on the harmonic mean of the
   chains' acceptance probabilities, aiming at 0.651 (Beskos et al. 2013's optimum);
 - diagonal mass matrix: the variance of a warm-up window's draws, pooled over chains (or within
@@ -59,23 +56,15 @@ class ChEES:
         seed: seeds the momenta, the accept/reject draws and the initialisation.
         target_accept: the harmonic-mean acceptance probability dual averaging aims at.
         max_leapfrog: the most leapfrog steps in one trajectory (caps T / step size).
-        trajectory: how T is set for sampling. ``"chees"``: the ChEES criterion's optimum, adapted through
-            warm-up. ``"u-turn"``: ChEES adapts T through warm-up, then its last tenth runs every chain
-            until its trajectory turns back ((q - q0) . M^-1 p < 0), and T is twice the median of those
-            times, so the jittered lengths average one U-turn. On Boston 13-50-1 (16 chains, 300 + 600)
-            ChEES's optimum is about 125 leapfrog steps per draw, which leave f at one test input slowly
-            mixed (min bulk ESS of f 600-700), and the U-turn about 330 steps (docs/benchmarks.md).
         trajectory_lr: Adam's learning rate on log T.
         mass_windows: fractions of warm-up at whose end the diagonal mass matrix is re-estimated
             from the window's draws (the first window's first half is discarded as burn-in).
         mass_matrix: ``"pooled"``: the variance of all chains' draws together, whose spread from their
             starts stands for scales the chains have not yet crossed. ``"within"``: the mean of each
             chain's variance about its own mean, so chains in different modes of a BNN's posterior
-            (hidden units permuted, signs flipped) do not add the distance between modes: on Boston
-            13-50-1 with 16 chains, 120-220 leapfrog steps per draw where "pooled" takes about 420 or
-            125 (by seed). Those shorter trajectories do not mix f: over 600 kept draws its chains still
-            drift apart in f (R-hat 1.03, ESS 450-460); "pooled" reached R-hat 1.007-1.008 and ESS
-            5,000-5,660 at its long-trajectory seeds, and 600-700 at its short ones (docs/benchmarks.md).
+            (hidden units permuted, signs flipped) do not add the distance between modes. On Boston
+            13-50-1 with 16 chains its shorter trajectories (120-220 leapfrog steps per draw) did not mix
+            f: over 600 kept draws its chains drift apart in f (R-hat 1.03, ESS 450-460; docs/benchmarks.md).
             Nor can it see a scale the chains have not crossed: on a linear regression whose posterior
             sds differ 4,000-fold, 150 warm-up iterations left the widest sd at a third (tests/test_chees.py).
         compile: compile the potential and its gradient with ``torch.compile`` (needs a C++ compiler on
@@ -98,7 +87,6 @@ class ChEES:
     seed: int = 0
     target_accept: float = 0.651
     max_leapfrog: int = 1000
-    trajectory: str = "chees"
     trajectory_lr: float = 0.025
     mass_windows: tuple[float, ...] = (0.25, 0.5)
     mass_matrix: str = "pooled"
@@ -122,8 +110,6 @@ class ChEES:
         if not all(0 < w < 1 for w in self.mass_windows) or list(self.mass_windows) != sorted(self.mass_windows):
             raise BnnZooError(f"ChEES mass_windows must be increasing fractions in (0, 1), got {self.mass_windows}")
         check_max_hours("ChEES", self.max_hours)
-        if self.trajectory not in ("chees", "u-turn"):
-            raise BnnZooError(f"ChEES trajectory must be 'chees' or 'u-turn', got {self.trajectory!r}")
         if self.mass_matrix not in ("within", "pooled"):
             raise BnnZooError(f"ChEES mass_matrix must be 'within' or 'pooled', got {self.mass_matrix!r}")
         if not (isinstance(self.init, (dict, Posterior)) or self.init in (None, "prior")):
@@ -178,7 +164,7 @@ class ChEES:
         flat = torch.stack(draws, dim=1)  # (chain, draw, d)
         samples = target.log_posterior.constrained(target.unflatten(flat))
         sample_stats = {k: torch.stack([s[k] for s in stats], dim=1) for k in stats[0]}
-        info = {"trajectory_length": sampler.trajectory, "step_size": sampler.step_size, "u_turn_times": list(sampler.u_turn_times)}
+        info = {"trajectory_length": sampler.trajectory, "step_size": sampler.step_size}
         return Posterior(model, x, y, samples, self.settings(), sample_stats=sample_stats, runtime_s=time.perf_counter() - start, info=info)
 
     def _inits(self, model: BNN, generator: torch.Generator) -> dict:
@@ -260,13 +246,10 @@ class _Sampler:
         ends = sorted({int(w * settings.num_warmup) for w in settings.mass_windows} - {0})
         self._windows = list(zip([ends[0] // 2, *ends[:-1]], ends, strict=True)) if ends else []
         self._pooled = None
-        # trajectory="u-turn": the last tenth of warm-up measures the chains' U-turn times
-        self._first_u_turn_iteration = settings.num_warmup - max(1, settings.num_warmup // 10) if settings.trajectory == "u-turn" else None
-        self.u_turn_times: list[float] = []
 
     # --- checkpoints ------------------------------------------------------------------------------
 
-    _SCALARS = ("step_size", "trajectory", "_mu", "_t", "_h_bar", "_log_eps_bar", "_log_t_bar", "_adam_v", "_adam_t", "u_turn_times")
+    _SCALARS = ("step_size", "trajectory", "_mu", "_t", "_h_bar", "_log_eps_bar", "_log_t_bar", "_adam_v", "_adam_t")
 
     def state(self) -> dict:
         """Everything the next iteration depends on, as tensors and plain containers (weights_only loads it)."""
@@ -285,7 +268,7 @@ class _Sampler:
         device = self.q.device
         self.q, self.logp, self.grad, self.inv_mass = (state[k].to(device) for k in ("q", "logp", "grad", "inv_mass"))
         for k, v in state["scalars"].items():
-            setattr(self, k, list(v) if isinstance(v, list) else v)
+            setattr(self, k, v)
         self._windows = [tuple(w) for w in state["windows"]]
         pooled = state["pooled"]
         self._pooled = None if pooled is None else [pooled[0], pooled[1].to(device), pooled[2].to(device)]
@@ -304,37 +287,16 @@ class _Sampler:
             p = p + (step_size if s < steps - 1 else 0.5 * step_size) * grad
         return q, p, logp, grad
 
-    def _leapfrog_to_u_turn(self, q, p, grad, step_size: float):
-        """Leapfrog until every chain has turned back, (q - q0) . M^-1 p < 0 with p the momentum at q
-        (or max_leapfrog steps); the end state and each chain's first U-turn step (max_leapfrog if none)."""
-        q0, limit = q, self.settings.max_leapfrog
-        first = torch.full((q.shape[0],), limit, device=q.device)
-        p = p + 0.5 * step_size * grad
-        for s in range(1, limit + 1):
-            q = q + step_size * self.inv_mass * p
-            logp, grad = self.target(q)
-            at_q = p + 0.5 * step_size * grad
-            turned = ((q - q0) * self.inv_mass * at_q).sum(-1) < 0
-            first = torch.where(turned & (first == limit), s, first)
-            if bool((first < limit).all()) or s == limit:
-                return q, at_q, logp, grad, first
-            p = at_q + 0.5 * step_size * grad
-
     def _hamiltonian(self, logp: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
         """H = U(q) + K(p) per chain, K = p^T M^-1 p / 2 with the diagonal inverse mass."""
         return -logp + 0.5 * (p**2 * self.inv_mass).sum(-1)
 
-    def _transition(self, step_size: float, steps: int | None) -> dict:
-        """One HMC transition of every chain (steps None: to every chain's U-turn, recording its time);
-        returns the proposal and per-chain statistics."""
+    def _transition(self, step_size: float, steps: int) -> dict:
+        """One HMC transition of every chain; returns the proposal and per-chain statistics."""
         c, d = self.q.shape
         p0 = torch.randn(c, d, generator=self.generator, device=self.q.device) / self.inv_mass.sqrt()
         energy = self._hamiltonian(self.logp, p0)
-        if steps is None:
-            q1, p1, logp1, grad1, first = self._leapfrog_to_u_turn(self.q, p0, self.grad, step_size)
-            self.u_turn_times += (first * step_size).tolist()
-        else:
-            q1, p1, logp1, grad1 = self._leapfrog(self.q, p0, self.grad, step_size, steps)
+        q1, p1, logp1, grad1 = self._leapfrog(self.q, p0, self.grad, step_size, steps)
         error = self._hamiltonian(logp1, p1) - energy
         finite = torch.isfinite(error) & torch.isfinite(grad1).all(-1)
         diverging = ~finite | (error > MAX_ENERGY_ERROR)
@@ -353,11 +315,6 @@ class _Sampler:
     # --- warm-up --------------------------------------------------------------------------------
 
     def warmup_step(self, iteration: int) -> None:
-        if self._first_u_turn_iteration is not None and iteration >= self._first_u_turn_iteration:
-            out = self._transition(self.step_size, None)
-            self._adapt_step_size(out["accept_prob"])
-            self._collect_for_mass(iteration)
-            return
         length, steps = self._jittered_steps(iteration)
         out = self._transition(self.step_size, steps)
         # a diverged chain already has acceptance probability 0 (non-finite) or below exp(-1000)
@@ -438,7 +395,6 @@ class _Sampler:
             self._windows.pop(0)
             self.step_size = self._initial_step_size()
             self._restart_adaptation()
-            self.u_turn_times = []  # measured under the old mass matrix
 
     def _initial_step_size(self) -> float:
         """Hoffman & Gelman's heuristic (algorithm 4) on all chains: double or halve the step size until
@@ -462,9 +418,6 @@ class _Sampler:
         if self.settings.num_warmup:
             self.step_size = math.exp(self._log_eps_bar)
             self.trajectory = max(self.step_size, math.exp(self._log_t_bar))
-        if self.u_turn_times:  # jittered by U(0, 1) (Halton), the lengths average the median U-turn time
-            median = sorted(self.u_turn_times)[len(self.u_turn_times) // 2]
-            self.trajectory = max(self.step_size, min(2 * median, self.settings.max_leapfrog * self.step_size))
 
     # --- sampling ---------------------------------------------------------------------------------
 
