@@ -146,7 +146,7 @@ class MLP(nn.Module):
             if i == 0:  # (N, B, out) in memory, seen as (B, N, out)
                 columns = w.permute(2, 0, 1).reshape(x.shape[1], -1)
                 a = torch.addmm(pre * bias.reshape(1, -1), x, pre * columns).view(n, draws, -1).transpose(0, 1)
-            else:  # h W^T + b with h = scale u + shift; bmm also for one output (a broadcast product and sum: 1.2x)
+            else:  # h W^T + b with h = scale u + shift; bmm for one output too (78 us against 91 for a broadcast product and sum)
                 bias = bias + act.shift * w.sum(-1) if act.shift else bias
                 a = torch.baddbmm(pre * bias.unsqueeze(1), stored[-1], (pre * act.scale) * w.transpose(1, 2))
             if i < last:
@@ -166,7 +166,7 @@ class MLP(nn.Module):
                 grad_w = torch.bmm(g.transpose(1, 2), u).mul_(act.scale)
                 grads[f"layers.{i}.weight"] = grad_w.add_(act.shift * grads[f"layers.{i}.bias"].unsqueeze(-1)) if act.shift else grad_w
                 w = (act.scale * act.pre) * w  # dh/da = scale pre du/d(pre a)
-                # with one output, g w is an outer product: two broadcast products beat bmm's 1.3x
+                # with one output, g w is an outer product: two broadcast products (71 us) beat bmm (151)
                 g = act.slope_(u).mul_(g).mul_(w) if w.shape[1] == 1 else act.slope_(u).mul_(torch.bmm(g, w))
             return grads
 
