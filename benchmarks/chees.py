@@ -7,6 +7,7 @@ One thread each. NumPyro runs its NUTS with its default settings, 2 chains one a
 
     python benchmarks/chees.py                       # the toy problem
     python benchmarks/chees.py --problem boston --data ../shared/data/uci/bostonHousing [--mass-matrix pooled within]
+    python benchmarks/chees.py --seeds 0 1 2 3 4     # a table per seed, then each sampler's median ESS/s
     python benchmarks/chees.py --check               # ChEES's predictive against a long Pyro NUTS run
     python benchmarks/chees.py --gradient --problem boston --data ../shared/data/uci/bostonHousing
                                                      # one batched potential and gradient: autograd, the
