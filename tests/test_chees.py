@@ -128,6 +128,30 @@ def test_the_networks_own_backward_gives_autograds_potential_and_gradient(activa
         assert torch.allclose(grads[k], e, rtol=1e-4, atol=1e-4 * float(e.abs().max())), (k, (grads[k] - e).abs().max())
 
 
+def test_autograd_in_chunks_of_chains_gives_the_one_batch_potential_and_gradient(monkeypatch):
+    """A network without its own backward (a small LeNet) goes through autograd a few chains at a time
+    (potential.CHUNK_BYTES): chunks of one chain give what one batch of all five gives."""
+    from bnn_zoo.inference import potential
+
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(12, 16, generator=g), torch.randint(3, (12,), generator=g)
+    model = bz.BNN(bz.models.LeNet((1, 4, 4), channels=(2,), dense=5, out_features=3), bz.priors.FanInNormal(), bz.likelihoods.Categorical())
+    params = {k: torch.randn(5, *shape, generator=g) for k, shape in model.latent_shapes().items()}
+    calls = []
+    batched = LogPosterior.batched
+    monkeypatch.setattr(LogPosterior, "batched", lambda self, p, *a: calls.append(next(iter(p.values())).shape[0]) or batched(self, p, *a))
+    monkeypatch.setattr(potential, "CHUNK_BYTES", 1e12)
+    whole, whole_grads = LogPosterior(model, len(x)).batched_value_and_grad(params, x, y)
+    assert calls[1:] == [5]  # after the one-chain measurement of what autograd saves
+    calls.clear()
+    monkeypatch.setattr(potential, "CHUNK_BYTES", 1.0)
+    value, grads = LogPosterior(model, len(x)).batched_value_and_grad(params, x, y)
+    assert calls[1:] == [1] * 5
+    assert torch.allclose(value, whole, rtol=1e-5)
+    for k, e in whole_grads.items():
+        assert grads[k].shape == e.shape and torch.allclose(grads[k], e, rtol=1e-4, atol=1e-6), k
+
+
 def test_chees_sample_stats_describe_each_draw(chees_fit):
     stats = chees_fit.sample_stats
     assert set(stats) == {"acceptance_rate", "diverging", "energy", "lp", "step_size", "n_steps", "trajectory_length"}
