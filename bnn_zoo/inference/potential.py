@@ -94,12 +94,14 @@ class LogPosterior:
         return logp.detach(), grads
 
     def _autograd_in_chunks(self, params: dict, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, dict]:
-        """Autograd through :meth:`batched`, a few chains at a time: their activations together stay under
-        :data:`CHUNK_BYTES`. All 16 chains at once ran 1.7x slower on the digits CNN (24 MB saved for the
-        backward per chain; torch.func.vmap makes its convolutions one grouped convolution) and 1.2x on
-        toy-text's LSTM (13 MB) than chunks of 4 and 6 (docs/benchmarks.md, 2026-11-24)."""
+        """Autograd through :meth:`batched`, a few chains at a time on the CPU: their activations together
+        stay under :data:`CHUNK_BYTES`. All 16 chains at once ran 1.7x slower on the digits CNN (24 MB
+        saved for the backward per chain; torch.func.vmap makes its convolutions one grouped
+        convolution) and 1.2x on toy-text's LSTM (13 MB) than chunks of 4 and 6 (docs/benchmarks.md,
+        2026-11-24)."""
         chains = next(iter(params.values())).shape[0]
-        per_chain = self._saved_bytes_per_chain(params, x, y)
+        # a GPU wants the whole batch (the chunks are about a CPU core's caches; not measured on a GPU)
+        per_chain = self._saved_bytes_per_chain(params, x, y) if x.device.type == "cpu" else 0
         pieces = min(chains, max(1, math.ceil(chains * per_chain / CHUNK_BYTES)))
         size = math.ceil(chains / pieces)
         values, grads = [], []
