@@ -12,6 +12,9 @@ One thread each. NumPyro runs its NUTS with its default settings, 2 chains one a
     python benchmarks/chees.py --gradient --problem boston --data ../shared/data/uci/bostonHousing
                                                      # one batched potential and gradient: autograd, the
                                                      # MLP's own backward, JAX's jit(vmap(value_and_grad))
+    python benchmarks/chees.py --chunks [--glibc-defaults]
+                                                     # the same for the digits CNN and toy-text's LSTM
+                                                     # (autograd) by chunk of chains, against one batch
 
 NumPyro is the optional ``bench`` extra (pip install 'bnn-zoo[bench]').
 """
@@ -34,7 +37,6 @@ import bnn_zoo as bz  # noqa: E402
 from bnn_zoo.data import load_uci, toy_cubic  # noqa: E402
 
 torch.set_num_threads(1)
-bz.keep_freed_memory()  # as the command line does (bnn_zoo/memory.py); the NumPyro run shares the process
 
 
 def problem(name: str, data_path: str | None):
@@ -178,6 +180,62 @@ def time_gradients(x, y, noise, chains: list[int], repeats: int = 5, calls: int 
         print(f"| {c} | {t_auto:.2f} | {t_own:.2f} | {t_jax:.2f} | {1e3 * t_own / c:.0f} | {t_auto / t_own:.2f}x | {t_jax / t_own:.2f}x |")
 
 
+def time_chunks(chains: int = 16, repeats: int = 3) -> None:
+    """Seconds for one potential and gradient of ``chains`` chains of the networks without their own
+    backward (the digits CNN, toy-text's tied LSTM), through autograd a chunk of chains at a time, and
+    with LogPosterior's own choice of chunk (what ChEES runs); best of ``repeats``."""
+    from bnn_zoo.data import digits
+    from bnn_zoo.data.text import classification, toy_text
+
+    text = classification(*toy_text(seed=0))
+    vocab = int(text.x_train.max()) + 1
+    cases = {
+        "digits CNN": (bz.models.LeNet(), bz.priors.FanInNormal(), digits()),
+        "toy-text tied LSTM": (bz.models.TextRNN(vocab, 32, 64, "tied"), bz.priors.ScaleMixture(), text),
+    }
+    sizes = [k for k in (1, 2, 4, 8) if k < chains] + [chains]
+    print(f"| network | saved per chain MB | {' | '.join(f'chunks of {k}' for k in sizes)} | chosen chunk | chosen s | one batch / chosen |")
+    print("|---|---|" + "---|" * (len(sizes) + 3))
+    for name, (net, prior, data) in cases.items():
+        model = bz.BNN(net, prior, bz.likelihoods.Categorical())
+        inits = [model.network_init(i) for i in range(chains)]
+        params = {k: torch.stack([v[k] for v in inits]) for k in inits[0]}
+        times, chosen, size, per_chain = _chunk_times(model, params, *data.train, sizes, repeats)
+        print(f"| {name} | {per_chain / 1e6:.0f} | {' | '.join(f'{t:.3f}' for t in times)} | {size} | {chosen:.3f} | {times[-1] / chosen:.2f}x |")
+
+
+def _chunk_times(model, params, x, y, sizes, repeats):
+    """(seconds per chunk size, seconds with LogPosterior's choice, its chunk, bytes saved per chain)."""
+    import pyro
+
+    from bnn_zoo.inference import potential
+
+    def best(fn):
+        fn()
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    one_batch, chosen = potential.LogPosterior(model, len(x)), potential.LogPosterior(model, len(x))
+    chains = next(iter(params.values())).shape[0]
+
+    def in_chunks(k):
+        for start in range(0, chains, k):
+            one_batch.batched_value_and_grad({n: v[start : start + k] for n, v in params.items()}, x, y)
+
+    with pyro.validation_enabled(False):  # as ChEES runs it
+        limit, potential.CHUNK_BYTES = potential.CHUNK_BYTES, float("inf")  # each call one batch
+        try:
+            times = [best(lambda k=k: in_chunks(k)) for k in sizes]
+        finally:
+            potential.CHUNK_BYTES = limit
+        t_chosen = best(lambda: chosen.batched_value_and_grad(params, x, y))
+    return times, t_chosen, chosen.chunk_size(params, x, y), chosen._saved_bytes_per_chain(params, x, y)
+
+
 def check_against_nuts(chains, warmup, samples, nuts_draws):
     """ChEES's predictive mean and 95% band on the toy problem against a long run of Pyro's NUTS
     (4 chains), on 25 inputs across the training range, in units of the two runs' combined Monte
@@ -216,9 +274,18 @@ def main():
     parser.add_argument("--compile", action="store_true", help="also run every ChEES row with compile=True (torch.compile)")
     parser.add_argument("--check", action="store_true", help="compare ChEES's predictive with a long Pyro NUTS run instead")
     parser.add_argument("--gradient", action="store_true", help="time one batched potential and gradient per chain count instead")
+    parser.add_argument("--chunks", action="store_true", help="time the CNN's and the LSTM's batched gradient by chunk of chains instead")
+    parser.add_argument("--glibc-defaults", action="store_true", help="leave glibc's malloc as it is (a Python user's default), not bz.keep_freed_memory()")
     args = parser.parse_args()
+    if not args.glibc_defaults:
+        bz.keep_freed_memory()  # as the command line does (bnn_zoo/memory.py); the NumPyro run shares the process
     if args.check:
         check_against_nuts(max(args.chains), args.warmup, args.samples, args.nuts_draws)
+        return
+    if args.chunks:
+        malloc = "glibc's defaults" if args.glibc_defaults else "bz.keep_freed_memory()"
+        print(f"# {time.strftime('%Y-%m-%d')}, {platform.machine()}, torch {torch.__version__}, 1 thread; {max(args.chains)} chains; {malloc}")
+        time_chunks(max(args.chains))
         return
     x, y, x_test, noise = problem(args.problem, args.data)
     if args.gradient:

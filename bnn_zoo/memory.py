@@ -1,12 +1,17 @@
 """Keep freed heap memory mapped, so that each step's temporaries reuse pages already faulted in.
 
 A fit allocates the same activation-sized temporaries at every step and frees them at its end. glibc
-returns the top of the heap to the kernel once more than a threshold lies free there, so the next
-step's temporaries are written to freshly mapped pages; on the 2-core VMs of docs/benchmarks.md a
-first write costs 0.6-1.5 us per 4 KiB page, several times the arithmetic of a small network. glibc's
-``M_TOP_PAD`` keeps that much free memory at the top of the heap instead of returning it. No library
-does this for torch on the CPU (jemalloc or tcmalloc through ``LD_PRELOAD`` serve too, but must be
-installed and set before Python starts).
+gives memory back to the kernel in two ways: it returns the top of the heap once more than a
+threshold lies free there, and it serves every allocation above the mmap threshold (128 KiB, raised
+on its own up to 32 MiB as blocks are freed) with a fresh ``mmap`` that ``free`` unmaps. Either way the
+next step's temporaries are written to freshly mapped pages; on the 2-core VMs of docs/benchmarks.md a
+first write costs 0.6-1.5 us per 4 KiB page, several times the arithmetic of a small network.
+``M_TOP_PAD`` keeps that much free memory at the top of the heap, and ``M_MMAP_MAX = 0`` serves large
+blocks from the heap too (setting ``M_TOP_PAD`` alone also fixes the mmap threshold at 128 KiB, which
+sent every larger tensor to ``mmap``: 16 chains of the digits CNN took 2.2x as long a gradient). glibc
+still maps memory directly when the heap cannot grow. No library does this for torch on the CPU
+(jemalloc or tcmalloc through ``LD_PRELOAD`` serve too, but must be installed and set before Python
+starts).
 
 It is process-wide, so importing bnn-zoo never calls it: the command line does, for its own process
 and (through the environment) the processes it starts, and a Python user may.
@@ -18,15 +23,17 @@ import ctypes
 import os
 import sys
 
-M_TOP_PAD = -2  # glibc's mallopt parameter (malloc.h)
+M_TOP_PAD, M_MMAP_MAX = -2, -4  # glibc's mallopt parameters (malloc.h)
 
 
 def keep_freed_memory(mib: int = 64) -> bool:
-    """Ask glibc to keep ``mib`` MiB of freed memory at the top of the heap (``mallopt(M_TOP_PAD)``),
-    in this process and, through ``MALLOC_TOP_PAD_``, in the processes it starts. Numbers do not change,
+    """Ask glibc to keep ``mib`` MiB of freed memory at the top of the heap (``mallopt(M_TOP_PAD)``) and
+    to serve large blocks from the heap (``mallopt(M_MMAP_MAX, 0)``), in this process and, through
+    ``MALLOC_TOP_PAD_`` and ``MALLOC_MMAP_MAX_``, in the processes it starts. Numbers do not change,
     only time: ChEES on Boston 13-50-1 (16 chains, 300 + 20 iterations, 69,072 batched gradients) took
-    382 s instead of 646 s, 5.4 ms a gradient instead of 8.8 (docs/benchmarks.md). The process keeps up
-    to ``mib`` MiB more resident after a peak.
+    382 s instead of 646 s, 5.4 ms a gradient instead of 8.8; one gradient of 16 chains of the digits
+    CNN 0.45 s instead of 0.98 (docs/benchmarks.md). The process keeps up to ``mib`` MiB more resident
+    after a peak, and freed blocks inside the heap stay resident for reuse.
 
     Args:
         mib: the free memory to keep, in MiB.
@@ -38,7 +45,9 @@ def keep_freed_memory(mib: int = 64) -> bool:
         return False
     pad = int(mib) * 2**20
     os.environ.setdefault("MALLOC_TOP_PAD_", str(pad))
+    os.environ.setdefault("MALLOC_MMAP_MAX_", "0")
     try:
-        return bool(ctypes.CDLL(None).mallopt(M_TOP_PAD, pad))
+        mallopt = ctypes.CDLL(None).mallopt
+        return bool(mallopt(M_TOP_PAD, pad)) and bool(mallopt(M_MMAP_MAX, 0))
     except (AttributeError, OSError):  # musl and other C libraries have no mallopt
         return False

@@ -99,11 +99,7 @@ class LogPosterior:
         saved for the backward per chain; torch.func.vmap makes its convolutions one grouped
         convolution) and 1.2x on toy-text's LSTM (13 MB) than chunks of 4 and 6 (docs/benchmarks.md,
         2026-11-24)."""
-        chains = next(iter(params.values())).shape[0]
-        # a GPU wants the whole batch (the chunks are about a CPU core's caches; not measured on a GPU)
-        per_chain = self._saved_bytes_per_chain(params, x, y) if x.device.type == "cpu" else 0
-        pieces = min(chains, max(1, math.ceil(chains * per_chain / CHUNK_BYTES)))
-        size = math.ceil(chains / pieces)
+        chains, size = next(iter(params.values())).shape[0], self.chunk_size(params, x, y)
         values, grads = [], []
         for start in range(0, chains, size):
             with torch.enable_grad():
@@ -112,6 +108,15 @@ class LogPosterior:
                 grads.append(torch.autograd.grad(logp.sum(), list(leaves.values())))
             values.append(logp.detach())
         return torch.cat(values), {k: torch.cat(g) for k, *g in zip(params, *grads, strict=True)}
+
+    def chunk_size(self, params: dict, x: torch.Tensor, y: torch.Tensor) -> int:
+        """How many of the chains in ``params`` :meth:`_autograd_in_chunks` takes at a time: equal chunks,
+        as few as keep each one's saved tensors under :data:`CHUNK_BYTES`."""
+        chains = next(iter(params.values())).shape[0]
+        # a GPU wants the whole batch (the chunks are about a CPU core's caches; not measured on a GPU)
+        per_chain = self._saved_bytes_per_chain(params, x, y) if x.device.type == "cpu" else 0
+        pieces = min(chains, max(1, math.ceil(chains * per_chain / CHUNK_BYTES)))
+        return math.ceil(chains / pieces)
 
     def _saved_bytes_per_chain(self, params: dict, x: torch.Tensor, y: torch.Tensor) -> int:
         """What autograd keeps for one chain's backward on these inputs: measured once per input shape."""
