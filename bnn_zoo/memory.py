@@ -32,7 +32,7 @@ def keep_freed_memory(mib: int = 64) -> bool:
     ``MALLOC_TOP_PAD_`` and ``MALLOC_MMAP_MAX_``, in the processes it starts. Numbers do not change,
     only time: ChEES on Boston 13-50-1 (16 chains, 300 + 20 iterations, 69,072 batched gradients) took
     382 s instead of 646 s, 5.4 ms a gradient instead of 8.8; one gradient of 16 chains of the digits
-    CNN 0.45 s instead of 0.98 (docs/benchmarks.md). The process keeps up to ``mib`` MiB more resident
+    CNN in one batch 0.45 s instead of 1.0 with ``M_TOP_PAD`` alone (docs/benchmarks.md). The process keeps up to ``mib`` MiB more resident
     after a peak, and freed blocks inside the heap stay resident for reuse.
 
     Args:

@@ -95,10 +95,10 @@ class LogPosterior:
 
     def _autograd_in_chunks(self, params: dict, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, dict]:
         """Autograd through :meth:`batched`, a few chains at a time on the CPU: their activations together
-        stay under :data:`CHUNK_BYTES`. All 16 chains at once ran 1.7x slower on the digits CNN (24 MB
-        saved for the backward per chain; torch.func.vmap makes its convolutions one grouped
-        convolution) and 1.2x on toy-text's LSTM (13 MB) than chunks of 4 and 6 (docs/benchmarks.md,
-        2026-11-24)."""
+        stay under :data:`CHUNK_BYTES`. A larger batch's tensors are written to freshly mapped pages at
+        every call: all 16 chains at once took 1.8x as long as chunks of 4 on the digits CNN (24 MB saved
+        per chain) and 1.3x as chunks of 6 on toy-text's LSTM (13 MB) under glibc's defaults, 1.5x and
+        1.2x with :func:`~bnn_zoo.keep_freed_memory` (``benchmarks/chees.py --chunks``, 2026-11-24)."""
         chains, size = next(iter(params.values())).shape[0], self.chunk_size(params, x, y)
         values, grads = [], []
         for start in range(0, chains, size):
