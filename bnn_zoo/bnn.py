@@ -11,6 +11,7 @@ with the guide by SVI, held fixed by MCMC), so a last-layer BNN is
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Iterable
 from contextlib import contextmanager
 
@@ -163,14 +164,27 @@ class BNN:
         return shapes
 
     def network_init(self, seed: int) -> dict[str, torch.Tensor]:
-        """Weights from the network's own initialiser (re-drawn under ``seed``), plus prior medians."""
+        """Weights from the network's own initialiser, re-drawn under ``seed`` by each submodule's
+        ``reset_parameters``, plus prior medians. SVI starts its guide here and the samplers each chain.
+        A Bayesian weight that no ``reset_parameters`` re-draws keeps the value the network was built
+        with, whatever the seed, so runs do not reproduce and chains share their start: warned."""
         net = copy.deepcopy(self.net)
+        before = {name: p.detach().clone() for name, p in net.named_parameters() if name in self.params}
+        owned = set()  # weights a reset_parameters re-draws (constant ones, e.g. a norm's, come back equal)
         with torch.random.fork_rng():
             torch.manual_seed(seed)
-            for module in net.modules():
+            for prefix, module in net.named_modules():
                 if module is not net and hasattr(module, "reset_parameters"):
                     module.reset_parameters()
+                    owned.update(f"{prefix}.{name}" for name, _ in module.named_parameters(recurse=False))
         values = {name: p.detach() for name, p in net.named_parameters() if name in self.params}
+        kept = [name for name, v in values.items() if name not in owned and torch.equal(v, before[name])]
+        if kept:
+            warnings.warn(
+                f"{', '.join(kept)}: no reset_parameters() re-draws these weights, so every seed and every chain starts them "
+                "where the network was built; give their module a reset_parameters() (docs/extending.md)",
+                stacklevel=2,
+            )
         for name, d in self.likelihood.latent_prior().items():
             values[name] = d.icdf(torch.tensor(0.5)) if hasattr(d, "icdf") else d.mean
         return values

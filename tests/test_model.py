@@ -143,3 +143,47 @@ def test_any_torch_module_becomes_a_bnn():
     assert nuts.predict(x[:3]).f.shape == (20, 3, 1)
     with pytest.raises(bz.BnnZooError, match=r"the network cannot take x of shape \(30, 3\) .* check the number of features"):
         bz.fit(model, torch.randn(30, 3), y, bz.SVI(steps=1, progress=False))
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: bz.models.MLP(3, [5], 2),
+        lambda: bz.models.LeNet((1, 4, 4), channels=(2,), dense=5, out_features=3),
+        lambda: bz.models.TextRNN(7, 4, 5, "tied"),
+        lambda: bz.models.TextRNN(7, 4, 5, "untied", embedding_dropout=True),
+    ],
+    ids=["mlp", "cnn", "lstm-tied", "lstm-untied-embedding"],
+)
+def test_network_init_redraws_every_weight_from_the_seed_alone(make):
+    """network_init(seed), where SVI's guide and every chain start, is a function of the seed: the same
+    seed gives the same weights whatever the global generator did, another seed other weights, every
+    one of them. (The recurrent models' LSTM and embedding had no reset_parameters, so their weights
+    stayed where the network was built: SVI on toy-text reached 0.91 in one run and 0.98 in the next.)"""
+    import warnings
+
+    model = bz.BNN(make(), bz.priors.Normal(1.0), bz.likelihoods.Categorical())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        first = model.network_init(0)
+        torch.manual_seed(123)
+        again, other = model.network_init(0), model.network_init(1)
+    assert set(first) == set(model.params)
+    for name, value in first.items():
+        assert torch.equal(value, again[name]), name
+        assert not torch.equal(value, other[name]), name
+
+
+def test_network_init_warns_about_weights_no_reset_parameters_redraws():
+    class Bare(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = torch.nn.Linear(2, 3)
+            self.scale = torch.nn.Parameter(torch.randn(3))  # owned by the root: nothing re-draws it
+
+        def forward(self, x):
+            return self.inner(x) * self.scale
+
+    model = bz.BNN(Bare(), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.1))
+    with pytest.warns(UserWarning, match=r"^scale: no reset_parameters\(\) re-draws"):
+        model.network_init(0)

@@ -36,16 +36,22 @@ class LSTM(nn.Module):
         if gates not in ("tied", "untied"):
             raise BnnZooError(f"unknown LSTM gates {gates!r}; choose tied or untied")
         self.input_size, self.hidden_size, self.gates = input_size, hidden_size, gates
-        bound = 1 / math.sqrt(hidden_size)  # torch.nn.LSTM's initialisation
-        uniform = lambda *shape: nn.Parameter(torch.empty(shape).uniform_(-bound, bound))  # noqa: E731
         d, k = input_size, hidden_size
         if gates == "tied":
-            self.weight, self.bias = uniform(4 * k, d + k), uniform(4 * k)
+            self.weight, self.bias = nn.Parameter(torch.empty(4 * k, d + k)), nn.Parameter(torch.empty(4 * k))
         else:
             for g in GATES:
-                setattr(self, f"weight_{g}", uniform(k, d))
-                setattr(self, f"recurrent_{g}", uniform(k, k))
-                setattr(self, f"bias_{g}", uniform(k))
+                setattr(self, f"weight_{g}", nn.Parameter(torch.empty(k, d)))
+                setattr(self, f"recurrent_{g}", nn.Parameter(torch.empty(k, k)))
+                setattr(self, f"bias_{g}", nn.Parameter(torch.empty(k)))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """torch.nn.LSTM's initialisation, U(-1/sqrt(K), 1/sqrt(K)); ``BNN.network_init(seed)`` calls it."""
+        bound = 1 / math.sqrt(self.hidden_size)
+        with torch.no_grad():
+            for p in self.parameters(recurse=False):
+                p.uniform_(-bound, bound)
 
     def forward(self, x):
         n, _, d = x.shape
@@ -112,7 +118,13 @@ class Embedding(nn.Module):
     def __init__(self, vocab_size: int, dim: int):
         super().__init__()
         self.vocab_size, self.dim = vocab_size, dim
-        self.weight = nn.Parameter(torch.randn(dim, vocab_size) / math.sqrt(dim))
+        self.weight = nn.Parameter(torch.empty(dim, vocab_size))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """N(0, 1 / dim) per entry; ``BNN.network_init(seed)`` calls it."""
+        with torch.no_grad():
+            self.weight.normal_(0.0, 1 / math.sqrt(self.dim))
 
     def forward(self, ids):
         vectors = self.weight.T[ids]
