@@ -6,12 +6,14 @@ threshold lies free there, and it serves every allocation above the mmap thresho
 on its own up to 32 MiB as blocks are freed) with a fresh ``mmap`` that ``free`` unmaps. Either way the
 next step's temporaries are written to freshly mapped pages; on the 2-core VMs of docs/benchmarks.md a
 first write costs 0.6-1.5 us per 4 KiB page, several times the arithmetic of a small network.
-``M_TOP_PAD`` keeps that much free memory at the top of the heap, and ``M_MMAP_MAX = 0`` serves large
-blocks from the heap too (setting ``M_TOP_PAD`` alone also fixes the mmap threshold at 128 KiB, which
-sent every larger tensor to ``mmap``: 16 chains of the digits CNN took 2.2x as long a gradient). glibc
-still maps memory directly when the heap cannot grow. No library does this for torch on the CPU
-(jemalloc or tcmalloc through ``LD_PRELOAD`` serve too, but must be installed and set before Python
-starts).
+``M_TOP_PAD`` keeps that much free memory at the top of the heap, and ``M_MMAP_THRESHOLD`` at glibc's
+largest, 32 MiB, serves the blocks up to that size from the heap too. (Setting ``M_TOP_PAD`` alone
+fixes the mmap threshold at 128 KiB, which sent every larger tensor to ``mmap``: 16 chains of the
+digits CNN took 2.2x as long a gradient. Serving every block from the heap, ``M_MMAP_MAX = 0``, was
+faster still where tensors pass 32 MiB, but a loop of allocations of varying size grew the process
+to 2.7 GB where glibc's defaults held 0.7 GB and this setting 0.9 GB; docs/benchmarks.md.) No library
+does this for torch on the CPU (jemalloc or tcmalloc through ``LD_PRELOAD`` serve too, but must be
+installed and set before Python starts).
 
 It is process-wide, so importing bnn-zoo never calls it: the command line does, for its own process
 and (through the environment) the processes it starts, and a Python user may.
@@ -23,16 +25,17 @@ import ctypes
 import os
 import sys
 
-M_TOP_PAD, M_MMAP_MAX = -2, -4  # glibc's mallopt parameters (malloc.h)
+M_TOP_PAD, M_MMAP_THRESHOLD = -2, -3  # glibc's mallopt parameters (malloc.h)
+MMAP_THRESHOLD = 32 * 2**20  # glibc's largest (its dynamic threshold's ceiling on 64-bit systems)
 
 
 def keep_freed_memory(mib: int = 64) -> bool:
     """Ask glibc to keep ``mib`` MiB of freed memory at the top of the heap (``mallopt(M_TOP_PAD)``) and
-    to serve large blocks from the heap (``mallopt(M_MMAP_MAX, 0)``), in this process and, through
-    ``MALLOC_TOP_PAD_`` and ``MALLOC_MMAP_MAX_``, in the processes it starts. Numbers do not change,
+    to serve blocks up to 32 MiB from the heap (``mallopt(M_MMAP_THRESHOLD)``), in this process and,
+    through ``MALLOC_TOP_PAD_`` and ``MALLOC_MMAP_THRESHOLD_``, in the processes it starts. Numbers do not change,
     only time: ChEES on Boston 13-50-1 (16 chains, 300 + 20 iterations, 69,072 batched gradients) took
     382 s instead of 646 s, 5.4 ms a gradient instead of 8.8; one gradient of 16 chains of the digits
-    CNN in one batch 0.45 s instead of 1.0 with ``M_TOP_PAD`` alone (docs/benchmarks.md). The process keeps up to ``mib`` MiB more resident
+    CNN (in ChEES's chunks) 0.42 s instead of 0.83 with ``M_TOP_PAD`` alone (docs/benchmarks.md). The process keeps up to ``mib`` MiB more resident
     after a peak, and freed blocks inside the heap stay resident for reuse.
 
     Args:
@@ -45,9 +48,9 @@ def keep_freed_memory(mib: int = 64) -> bool:
         return False
     pad = int(mib) * 2**20
     os.environ.setdefault("MALLOC_TOP_PAD_", str(pad))
-    os.environ.setdefault("MALLOC_MMAP_MAX_", "0")
+    os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", str(MMAP_THRESHOLD))
     try:
         mallopt = ctypes.CDLL(None).mallopt
-        return bool(mallopt(M_TOP_PAD, pad)) and bool(mallopt(M_MMAP_MAX, 0))
+        return bool(mallopt(M_TOP_PAD, pad)) and bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD))
     except (AttributeError, OSError):  # musl and other C libraries have no mallopt
         return False
