@@ -32,11 +32,12 @@ MMAP_THRESHOLD = 32 * 2**20  # glibc's largest (its dynamic threshold's ceiling 
 def keep_freed_memory(mib: int = 64) -> bool:
     """Ask glibc to keep ``mib`` MiB of freed memory at the top of the heap (``mallopt(M_TOP_PAD)``) and
     to serve blocks up to 32 MiB from the heap (``mallopt(M_MMAP_THRESHOLD)``), in this process and,
-    through ``MALLOC_TOP_PAD_`` and ``MALLOC_MMAP_THRESHOLD_``, in the processes it starts. Numbers do not change,
-    only time: ChEES on Boston 13-50-1 (16 chains, 300 + 20 iterations, 69,072 batched gradients) took
-    382 s instead of 646 s, 5.4 ms a gradient instead of 8.8; one gradient of 16 chains of the digits
-    CNN (in ChEES's chunks) 0.42 s instead of 0.83 with ``M_TOP_PAD`` alone (docs/benchmarks.md). The process keeps up to ``mib`` MiB more resident
-    after a peak, and freed blocks inside the heap stay resident for reuse.
+    through ``MALLOC_TOP_PAD_`` and ``MALLOC_MMAP_THRESHOLD_``, in the processes it starts. Numbers do
+    not change, only time: ChEES on Boston 13-50-1 (16 chains, 300 + 20 iterations, 69,072 batched
+    gradients) took 382 s instead of 646 s, 5.4 ms a gradient instead of 8.8; one gradient of 16 chains
+    of the digits CNN (in ChEES's chunks) 0.43 s instead of 0.83 with ``M_TOP_PAD`` alone
+    (docs/benchmarks.md). The process keeps up to ``mib`` MiB more resident after a peak, and freed
+    blocks of up to 32 MiB inside the heap stay resident for reuse.
 
     Args:
         mib: the free memory to keep, in MiB.
