@@ -6,7 +6,7 @@ and any collapse warning. Full-batch MCMC that cannot finish on a laptop CPU sto
 command line's time limit (``--inference.max_hours``, 2), and its row gives the projection and the time
 it took to stop. Usage:
 
-    python benchmarks/defaults.py [--only toy-cubic,digits] [--out defaults.csv]
+    python benchmarks/defaults.py [--only toy-cubic,digits] [--device cuda] [--out defaults.csv]
 
 Results: docs/guide/defaults.md.
 """
@@ -41,7 +41,7 @@ def combinations(only, only_models=None, only_methods=None):
                     yield data, model, method
 
 
-def run_one(data, model, method):
+def run_one(data, model, method, device=None, progress=False):
     inference, _, guide = method.partition(":")
     config = cfg.RunConfig(
         data=cfg.REGISTRY["data"][data](),
@@ -49,11 +49,12 @@ def run_one(data, model, method):
         inference=cfg.REGISTRY["inference"][inference](),
         guide=cfg.REGISTRY["guide"][guide]() if guide else None,
         evaluation=cfg.Evaluation(plots=False),
+        device=device,
     )
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        metrics = execute(config, None, progress=False).metrics
+        metrics = execute(config, None, progress=progress).metrics
     metric = "rmse" if "rmse" in metrics else "accuracy"
     return {"metric": metric, "value": round(metrics[metric], 3), "time_s": round(time.perf_counter() - start, 1), "note": metrics.get("collapse_warning", "")}
 
@@ -63,9 +64,12 @@ def main():
     parser.add_argument("--only", help="datasets to run, comma-separated (default: all)")
     parser.add_argument("--models", help="models to run, comma-separated (default: all)")
     parser.add_argument("--methods", help="methods to run, comma-separated, e.g. svi:dropout,gp (default: all)")
+    parser.add_argument("--device", help="where the fits run: cpu (default) or cuda (as bnn-zoo fit --device)")
+    parser.add_argument("--progress", action="store_true", help="progress bars (on a terminal only)")
     parser.add_argument("--out", default="defaults.csv", help="CSV of the results (written as they come)")
     args = parser.parse_args()
-    torch.set_num_threads(1)
+    if args.device in (None, "cpu"):
+        torch.set_num_threads(1)  # CPU rows on one thread each; a GPU run scores on all the CPU's cores
     only = set(args.only.split(",")) if args.only else None
     print("| data | model | method | metric | value | time (s) | note |\n|---|---|---|---|---|---|---|", flush=True)
     with open(args.out, "w", newline="") as fh:
@@ -75,7 +79,7 @@ def main():
         for data, model, method in combinations(only, models, methods):
             start = time.perf_counter()
             try:
-                row = run_one(data, model, method)
+                row = run_one(data, model, method, args.device, args.progress)
             except BnnZooError as exc:  # a combination refused or stopped with its reason is a result too
                 row = {"metric": "", "value": "", "time_s": round(time.perf_counter() - start, 1), "note": f"refused: {exc}"}
             except Exception as exc:  # a crash is a finding: record it and go on

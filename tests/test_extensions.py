@@ -7,6 +7,7 @@ import pyro.distributions as dist
 import pytest
 import torch
 from conftest import NOISE, flat
+from pyro.distributions.transforms import Permute
 from pyro.infer.autoguide import AutoLowRankMultivariateNormal, AutoNormal
 from torch.distributions import MultivariateNormal, kl_divergence
 
@@ -166,6 +167,18 @@ def test_a_guide_is_built_where_its_model_lives(guide, options):
     with pyro.validation_enabled(False):  # argument checks read values, which meta tensors do not have
         params = parameters(bz.SVI(guide=guide, guide_options=options, progress=False).build_guide(model), x, y)
     assert params and {p.device.type for p in params} == {"meta"}
+
+
+@pytest.mark.parametrize("options", [{"transform": "affine"}, {"transform": "spline"}, {"scope": "layer"}])
+def test_the_flows_permutations_follow_it_through_to(options):
+    """The permutations between flow layers are Transforms, not modules, so .to() passed them by:
+    posterior.to("cpu") after a CUDA fit left them on the GPU and scoring failed (H100, 2026-11-24)."""
+    model = bz.BNN(bz.models.MLP(1, [8], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian.learned())
+    guide = bz.SVI(guide="flow", guide_options=options, progress=False).build_guide(model)
+    parameters(guide, torch.randn(20, 1), torch.randn(20, 1))
+    guide.to("meta")
+    perms = [t.permutation for m in guide.modules() for t in getattr(m, "_layers", []) if isinstance(t, Permute)]
+    assert perms and {p.device.type for p in perms} == {"meta"}
 
 
 def test_the_dropout_guides_cached_sites_follow_it_through_to():

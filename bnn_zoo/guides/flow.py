@@ -80,6 +80,14 @@ class Flow(LocalParamModule, AutoContinuous):
         self.loc = PyroParam(loc)
         self.scale = PyroParam(torch.full((d,), init_scale, device=loc.device), constraints.softplus_positive)
 
+    def _apply(self, fn, *args, **kwargs):
+        """nn.Module's move (``.to``, ``.cuda``, ...), which also moves the permutations: they are
+        Transforms, not modules, so ``posterior.to("cpu")`` after a CUDA fit left them on the GPU."""
+        super()._apply(fn, *args, **kwargs)
+        if hasattr(self, "_layers"):
+            self._layers = [Permute(fn(t.permutation), cache_size=1) if isinstance(t, Permute) else t for t in self._layers]
+        return self
+
     def get_base_dist(self):
         return dist.Normal(torch.zeros(self.latent_dim, device=self.loc.device), 1.0).to_event(1)
 
