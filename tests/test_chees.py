@@ -222,6 +222,35 @@ def test_an_interrupted_chees_run_resumes_to_the_same_draws(blr_data, tmp_path, 
         bz.fit(model, *blr_data, bz.ChEES(checkpoint=ck, **(settings | {"seed": 2})))
 
 
+def _replay(limit_kwargs, seconds_per_iteration, monkeypatch):
+    """Run a TimeLimit over iterations of the given durations on a fake clock; the iteration it stopped at, or None."""
+    from bnn_zoo.inference import budget
+
+    clock = [0.0]
+    monkeypatch.setattr(budget.time, "perf_counter", lambda: clock[0])
+    limit = budget.TimeLimit("ChEES", total=len(seconds_per_iteration), **limit_kwargs)
+    for done, seconds in enumerate(seconds_per_iteration):
+        try:
+            limit.check(done)
+        except budget.TimeLimitExceeded:
+            return done
+        clock[0] += seconds
+    return None
+
+
+def test_the_time_limit_waits_out_chees_dear_first_iterations(monkeypatch):
+    """ChEES on the digits CNN (2026-11-24): 125 iterations at 10.6 s before its first mass-matrix
+    window, then 1.5 s: 45 minutes in all. Projected from the start (the old rule) that read as 2.2
+    hours and a 2-hour limit stopped it; projected with ``settle`` it runs. A run too slow even at 10x
+    cheaper later iterations (HMC on the CNN: 65 s an iteration) still stops at the first check."""
+    cnn = [10.6] * 125 + [1.5] * 625
+    assert _replay({"max_hours": 2}, cnn, monkeypatch) is not None  # the old rule: stopped
+    assert _replay({"max_hours": 2, "settle": 125}, cnn, monkeypatch) is None
+    assert _replay({"max_hours": 2, "settle": 125}, [65.0] * 750, monkeypatch) == 1
+    # after settling, its own pace decides: iterations that grow dear again stop the run
+    assert _replay({"max_hours": 2, "settle": 125}, [10.6] * 125 + [20.0] * 625, monkeypatch) in range(126, 140)
+
+
 def test_a_run_projected_past_max_hours_stops_with_the_fix_and_resumes(blr_model, blr_data, tmp_path, monkeypatch):
     """bnn_zoo.inference.budget: once past its grace period (here 0 s), a run whose pace projects past
     max_hours stops with one line naming the projection and the fixes. ChEES first saves its
@@ -233,7 +262,8 @@ def test_a_run_projected_past_max_hours_stops_with_the_fix_and_resumes(blr_model
     settings = dict(num_chains=4, num_warmup=20, num_samples=10, seed=2, progress=False)
     full = bz.fit(blr_model, *blr_data, bz.ChEES(**settings))
     ck = tmp_path / "ck.pt"
-    with pytest.raises(budget.TimeLimitExceeded, match=r"ChEES would take about .* hours at its pace so far \(1 of 30 iterations") as info:
+    message = r"ChEES would take at least .* hours, even if its iterations after iteration 5 ran 10x faster .*\(1 of 30 iterations"
+    with pytest.raises(budget.TimeLimitExceeded, match=message) as info:
         bz.fit(blr_model, *blr_data, bz.ChEES(checkpoint=ck, max_hours=1e-9, **settings))
     assert "\n" not in str(info.value) and "raise max_hours" in str(info.value) and "the same fit resumes it" in str(info.value)
     resumed = bz.fit(blr_model, *blr_data, bz.ChEES(checkpoint=ck, **settings))

@@ -75,7 +75,8 @@ class ChEES:
             and the run ends exactly where an uninterrupted one ends.
         checkpoint_every: iterations between checkpoints.
         max_hours: stop with a clear error (after saving the checkpoint, if there is one) once the run,
-            projected from its pace after a minute, would take longer (:mod:`bnn_zoo.inference.budget`);
+            projected from its pace after a minute, would take longer (:mod:`bnn_zoo.inference.budget`;
+            until the first mass-matrix window ends, it stops only a run too slow even if the rest ran 10x faster);
             None: no limit. The command line's default is 2.
         progress: show a progress bar.
     """
@@ -135,7 +136,9 @@ class ChEES:
             first, draws, stats = _resume(self.checkpoint, identity, sampler)
             say_resumed(self.checkpoint, first, total, self.progress)
         bar = tqdm(range(first, total), desc="chees", disable=bar_disabled(self.progress), initial=first, total=total)
-        limit = TimeLimit("ChEES", self.max_hours, total - first)
+        # the pace before the first mass-matrix window (unwhitened, tiny steps) overstates the rest's
+        settle = sampler._windows[0][1] - first if sampler._windows else 0
+        limit = TimeLimit("ChEES", self.max_hours, total - first, settle=settle)
         for i in bar:
             snapshot = sampler.state() if self.checkpoint is not None else None  # what Ctrl-C saves: the iteration restarts
             try:
