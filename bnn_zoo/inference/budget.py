@@ -12,8 +12,8 @@ warm-up, so its check keeps running to the last iteration.
 A run whose early iterations are known to be dearer than the rest names the iteration where that
 ends (``settle``). ChEES's end at its first mass-matrix window: before it the chains move in
 unwhitened coordinates at step sizes of 0.0006-0.005, after it at 0.01-0.03. On the digits CNN
-(this machine, 2026-11-24) its first 125 iterations took 10.6 s each and the next 80 took 1.5 s:
-projected from its start, a 45-minute run read as 2.2 hours and was stopped. Until ``settle`` the
+(this machine, 2026-11-24) its first 125 iterations took 10.6 s each and the other 625 1.2-1.8 s:
+projected from its start, a 37-minute run read as 2.1 hours and was stopped. Until ``settle`` the
 projection therefore assumes the rest may run up to ``SETTLED_SPEEDUP`` times faster, which stops
 only runs too slow even then; after it, the pace since ``settle`` is projected.
 """
