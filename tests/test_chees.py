@@ -240,8 +240,8 @@ def _replay(limit_kwargs, seconds_per_iteration, monkeypatch):
 
 def test_the_time_limit_waits_out_chees_dear_first_iterations(monkeypatch):
     """ChEES on the digits CNN (2026-11-24): 125 iterations at 10.6 s before its first mass-matrix
-    window, then 1.5 s: 45 minutes in all. Projected from the start (the old rule) that read as 2.2
-    hours and a 2-hour limit stopped it; projected with ``settle`` it runs. A run too slow even at 10x
+    window, then about 1.5 s: 38 minutes in all. Projected from the start (the old rule) that read as
+    over 2 hours and a 2-hour limit stopped it; projected with ``settle`` it runs. A run too slow even at 10x
     cheaper later iterations (HMC on the CNN: 65 s an iteration) still stops at the first check."""
     cnn = [10.6] * 125 + [1.5] * 625
     assert _replay({"max_hours": 2}, cnn, monkeypatch) is not None  # the old rule: stopped

@@ -137,8 +137,7 @@ class ChEES:
             say_resumed(self.checkpoint, first, total, self.progress)
         bar = tqdm(range(first, total), desc="chees", disable=bar_disabled(self.progress), initial=first, total=total)
         # the pace before the first mass-matrix window (unwhitened, tiny steps) overstates the rest's
-        settle = sampler._windows[0][1] - first if sampler._windows else 0
-        limit = TimeLimit("ChEES", self.max_hours, total - first, settle=settle)
+        limit = TimeLimit("ChEES", self.max_hours, total - first, settle=max(sampler.next_mass_update - first, 0))
         for i in bar:
             snapshot = sampler.state() if self.checkpoint is not None else None  # what Ctrl-C saves: the iteration restarts
             try:
@@ -249,6 +248,11 @@ class _Sampler:
         ends = sorted({int(w * settings.num_warmup) for w in settings.mass_windows} - {0})
         self._windows = list(zip([ends[0] // 2, *ends[:-1]], ends, strict=True)) if ends else []
         self._pooled = None
+
+    @property
+    def next_mass_update(self) -> int:
+        """The iteration at which the next mass-matrix window ends (0 once none is left)."""
+        return self._windows[0][1] if self._windows else 0
 
     # --- checkpoints ------------------------------------------------------------------------------
 
