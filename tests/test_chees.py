@@ -273,3 +273,17 @@ def test_a_run_projected_past_max_hours_stops_with_the_fix_and_resumes(blr_model
         message = r"^NUTS would take about .* hours at its pace so far \(1 of 10 iterations.*raise max_hours$"
         with torch_threads(2), pytest.raises(bz.BnnZooError, match=message):  # two threads: the parallel chains fork
             bz.fit(blr_model, *blr_data, nuts)
+
+
+def test_hmc_settles_at_pyros_first_mass_matrix_update_and_nuts_does_not(blr_model, blr_data, monkeypatch):
+    """Pyro's warm-up (Stan's schedule) first sets the mass matrix at iteration 100 of 500; until then
+    the limit stops HMC only if even 10x cheaper later iterations would not do. NUTS, whose iterations
+    cost as much after it, and a run with no mass-matrix window (fewer than 20 warm-up iterations; the
+    test above) project the pace so far."""
+    from bnn_zoo.inference import budget
+
+    monkeypatch.setattr(budget, "GRACE_S", 0.0)
+    for method, how in (("HMC", "at least .* even if its iterations after iteration 100 ran 10x faster than so far"), ("NUTS", "about .* at its pace so far")):
+        sampler = getattr(bz, method)(num_warmup=500, num_samples=1, max_hours=1e-9, chain_method="sequential", progress=False)
+        with pytest.raises(budget.TimeLimitExceeded, match=rf"^{method} would take {how} \(1 of 501 iterations"):
+            bz.fit(blr_model, *blr_data, sampler)

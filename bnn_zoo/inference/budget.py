@@ -5,17 +5,21 @@ leapfrog step. On a small BNN that is minutes; on the digits CNN or a text LSTM 
 and a NUTS iteration hundreds of them, so the command line's 2 x 1,000 iterations take 3-18 hours
 (docs/guide/defaults.md). A run with ``max_hours`` projects its duration from its own pace once it
 has run ``GRACE_S`` seconds, and stops with one clear error, rather than leaving a newcomer at an
-hours-long progress bar. The pace is the run's own, not a model of it: NUTS's first iterations (the
-step-size search) are its slowest, so the projection errs long; ChEES's trajectories grow through
-warm-up, so its check keeps running to the last iteration.
+hours-long progress bar. The pace is the run's own, not a model of it; ChEES's trajectories grow
+through warm-up, so its check keeps running to the last iteration.
 
-A run whose early iterations are known to be dearer than the rest names the iteration where that
-ends (``settle``). ChEES's end at its first mass-matrix window: before it the chains move in
-unwhitened coordinates at step sizes of 0.0006-0.005, after it at 0.01-0.03. On the digits CNN
-(this machine, 2026-11-24) its first 125 iterations took 10.6 s each and the other 625 1.2-1.8 s:
-projected from its start, a 37-minute run read as 2.1 hours and was stopped. Until ``settle`` the
-projection therefore assumes the rest may run up to ``SETTLED_SPEEDUP`` times faster, which stops
-only runs too slow even then; after it, the pace since ``settle`` is projected.
+A run whose early iterations are dearer than the rest names the iteration where that ends
+(``settle``): the first mass-matrix update, for ChEES and Pyro's HMC (Stan's schedule: iteration 100
+of a 500-iteration warm-up). Before it the chains move in unwhitened coordinates at small step sizes,
+and both spend a trajectory of fixed length in steps of that size. Measured on this machine
+(2026-11-24): ChEES on the digits CNN ran its first 125 iterations at 10.6 s each (step sizes
+0.0006-0.005) and the other 625 at 1.2-1.8 s (0.01-0.03); projected from its start, a 37-minute run
+read as 2.1 hours and was stopped. HMC on the digits MLP ran 0.29 s per iteration before its first
+update and 0.036 s after. Until ``settle`` the projection therefore assumes the rest may run up to
+``SETTLED_SPEEDUP`` times faster, which stops only runs too slow even then; after it, the pace since
+``settle`` is projected. NUTS projects from its start: its trees grow until they turn back, so the
+same update made its iterations 1.8x cheaper on the MLP and no cheaper on the CNN (11-12 s either
+side of iteration 100, trees of 511 steps).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import time
 from bnn_zoo.errors import BnnZooError
 
 GRACE_S = 60.0
-SETTLED_SPEEDUP = 10.0  # how much cheaper an iteration after `settle` may be (measured: 6.9x, ChEES on the CNN)
+SETTLED_SPEEDUP = 10.0  # how much cheaper an iteration after `settle` may be (measured: 6.9x ChEES on the CNN, 8x HMC on the MLP)
 
 
 class TimeLimitExceeded(BnnZooError):
@@ -44,9 +48,15 @@ class TimeLimit:
     chains run one after another; ``settle``: the iteration from which the pace is representative)."""
 
     def __init__(self, method: str, max_hours: float | None, total: int, rounds: int = 1, settle: int = 0):
-        self.method, self.max_hours, self.total, self.rounds, self.settle = method, max_hours, total, rounds, settle
+        self.method, self.max_hours, self.total, self.rounds = method, max_hours, total, rounds
         self.start = time.perf_counter()
-        self._settled = self.start if settle <= 0 else None  # when iteration `settle` began
+        self.settle_at(settle)
+
+    def settle_at(self, iteration: int) -> None:
+        """Name the iteration from which the pace is representative (0: from the start); for samplers
+        that learn it only once they are set up, before the first check."""
+        self.settle = iteration
+        self._settled = self.start if iteration <= 0 else None  # when iteration `settle` began
 
     def check(self, done: int) -> None:
         if self.max_hours is None or done <= 0:
