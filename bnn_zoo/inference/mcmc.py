@@ -283,9 +283,9 @@ class NUTS(_MCMC):
             its full traceback.
         max_hours: stop with a clear error once the run, projected from its pace after a minute, would
             take longer (:mod:`bnn_zoo.inference.budget`); None: no limit. The command line's default is 2.
-            HMC (not NUTS, whose iterations cost as much after it) waits for Pyro's first mass-matrix
-            update, iteration 100 of a 500-iteration warm-up: until then it stops only a run too slow
-            even if the rest ran 10x faster.
+            HMC's iterations get cheaper after Pyro's first mass-matrix update (iteration 100 of a
+            500-iteration warm-up), so until then it stops only a run too slow even if the rest ran
+            10x faster; NUTS's cost about as much after it, so NUTS does not wait.
         progress: show Pyro's progress bar (in parallel, chain 0's).
         max_tree_depth: the deepest trajectory doubling.
     """
