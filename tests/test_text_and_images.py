@@ -115,7 +115,8 @@ def test_recurrent_models_refuse_feature_data(capsys):
 
 def test_recurrent_models_default_to_gals_dropout_guide_and_other_methods_to_the_scale_mixture():
     """Under a single Normal prior, mean-field and SGLD on toy-text's LSTMs keep the prior (the majority
-    class); under the scale mixture they learn (docs/guide/defaults.md)."""
+    class); under the scale mixture they learn. HMC's steps must resolve the narrow component, so NUTS,
+    HMC and ChEES take a wider one; Laplace needs a Normal's precision (docs/guide/defaults.md)."""
 
     def resolved(data, model, **options):
         run = config.RunConfig(data=config.REGISTRY["data"][data](), model=config.REGISTRY["model"][model](), **options)
@@ -126,6 +127,26 @@ def test_recurrent_models_default_to_gals_dropout_guide_and_other_methods_to_the
     for guide in (config.MeanField(), config.MatrixNormal(), config.Flow()):
         assert isinstance(resolved("toy-text", "embedding-rnn", guide=guide).prior, config.ScaleMixture)
     assert isinstance(resolved("toy-text", "lstm-untied", inference=config.SGLD()).prior, config.ScaleMixture)
+    for method in (config.NUTS(), config.HMC(), config.ChEES()):
+        assert resolved("toy-text", "lstm-untied", inference=method).prior == config.ScaleMixture(scale2=0.05)
+    assert resolved("toy-text", "lstm-untied", inference=config.SGHMC()).prior == config.ScaleMixture()
     assert isinstance(resolved("toy-text", "lstm-untied", inference=config.Laplace()).prior, config.FanIn)  # a Normal's precision
+    assert isinstance(resolved("digits", "cnn", inference=config.NUTS()).prior, config.FanIn)
     cnn = resolved("digits", "cnn")
     assert isinstance(cnn.guide, config.MeanField) and isinstance(cnn.prior, config.FanIn)
+
+
+def test_nuts_and_hmc_default_to_short_chains_on_the_cnn_and_the_recurrent_models():
+    """1,000 NUTS iterations on the digits CNN take 3.2 hours, past the 2-hour limit; 100 + 100 fit
+    (docs/guide/defaults.md). Given numbers are kept, other models keep 500 + 500, ChEES its own."""
+
+    def draws(data, model, inference):
+        run = config.RunConfig(data=config.REGISTRY["data"][data](), model=config.REGISTRY["model"][model](), inference=inference)
+        resolved = run.resolved(run.data.load(0)).inference
+        return resolved.num_warmup, resolved.num_samples
+
+    assert draws("digits", "cnn", config.NUTS()) == draws("toy-text", "lstm-tied", config.HMC()) == (100, 100)
+    assert draws("toy-text", "embedding-rnn", config.NUTS()) == (100, 100)
+    assert draws("digits", "mlp", config.NUTS()) == draws("toy-cubic", "mlp", config.HMC()) == (500, 500)
+    assert draws("digits", "cnn", config.NUTS(num_warmup=300)) == (300, 100)
+    assert draws("digits", "cnn", config.ChEES()) == (500, 250)
