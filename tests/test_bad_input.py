@@ -217,6 +217,7 @@ QUICK_FIT = ["--inference.steps", "2", "--evaluation.plots", "false", "--quiet"]
         (["fit", "--inference", "sgld", "--inference.batch_size", "0"], "--inference.batch_size must be a whole number >= 1, got 0"),
         (["fit", "--inference", "nuts", "--inference.num_chains", "0"], "NUTS num_chains must be an integer >= 1, got 0"),
         (["fit", "--inference", "nuts", "--inference.step_size", "0.1"], "--inference.step_size is not an option of inference nuts"),
+        (["fit", "--inference", "nuts", "--inference.max_tree_depth", "0"], "NUTS max_tree_depth must be an integer >= 1, got 0"),
         (["fit", "--inference", "nuts", "--inference.chain_method", "threads"], "--inference.chain_method"),
         (["fit", "--inference", "chees", "--inference.chain_method", "parallel"], "--inference.chain_method is not an option of inference chees"),
         (["fit", "--inference", "sgld", "--inference.step_size", "0"], "SGMCMC needs step_size > 0"),

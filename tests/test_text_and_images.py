@@ -150,3 +150,15 @@ def test_nuts_and_hmc_default_to_short_chains_on_the_cnn_and_the_recurrent_model
     assert draws("digits", "mlp", config.NUTS()) == draws("toy-cubic", "mlp", config.HMC()) == (500, 500)
     assert draws("digits", "cnn", config.NUTS(num_warmup=300)) == (300, 100)
     assert draws("digits", "cnn", config.ChEES()) == (500, 250)
+
+
+def test_nuts_trees_default_to_depth_8_on_the_recurrent_models():
+    """Their trees reach 1,023 steps at every draw and a depth-10 run passes the time limit (docs/guide/defaults.md)."""
+
+    def depth(data, model, nuts):
+        run = config.RunConfig(data=config.REGISTRY["data"][data](), model=config.REGISTRY["model"][model](), inference=nuts)
+        return run.resolved(run.data.load(0)).inference.max_tree_depth
+
+    assert depth("toy-text", "lstm-tied", config.NUTS()) == depth("toy-text", "embedding-rnn", config.NUTS()) == 8
+    assert depth("digits", "cnn", config.NUTS()) == depth("toy-cubic", "mlp", config.NUTS()) == 10
+    assert depth("toy-text", "lstm-untied", config.NUTS(max_tree_depth=10)) == 10

@@ -599,6 +599,17 @@ class _PyroChain(_Chain):
 class NUTS(_PyroChain):
     """The No-U-Turn sampler (Pyro's), step size by dual averaging, diagonal mass matrix."""
 
+    max_tree_depth: int | None = None  # 10; 8 on the recurrent models (docs/guide/defaults.md)
+
+    def resolved(self, model):
+        """Trees of at most 2^10 - 1 leapfrog steps; 2^8 - 1 on the recurrent models, whose trees reach the
+        cap at every draw (tied LSTM, 2026-11-25: 1,023 steps in all 200 kept draws). There a depth-10
+        iteration of the untied LSTM took 37-65 s, so 200 of them ran past the 2-hour ``max_hours``;
+        at depth 8 an iteration takes 6-9 s (docs/guide/defaults.md)."""
+        depth = 8 if getattr(model, "text", False) else 10
+        chain = super().resolved(model)
+        return dataclasses.replace(chain, max_tree_depth=depth if self.max_tree_depth is None else self.max_tree_depth)
+
 
 @register("hmc")
 @dataclass

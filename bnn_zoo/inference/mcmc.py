@@ -294,6 +294,11 @@ class NUTS(_MCMC):
 
     name = "nuts"
 
+    def __post_init__(self):
+        super().__post_init__()
+        if not (isinstance(self.max_tree_depth, int) and self.max_tree_depth >= 1):
+            raise BnnZooError(f"NUTS max_tree_depth must be an integer >= 1, got {self.max_tree_depth!r}")
+
     def _kernel(self, model, init_strategy):
         return _NUTSKernel(model, max_tree_depth=self.max_tree_depth, **self._shared(init_strategy))
 
