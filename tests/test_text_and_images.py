@@ -136,13 +136,18 @@ def test_recurrent_models_default_to_gals_dropout_guide_and_other_methods_to_the
     assert isinstance(cnn.guide, config.MeanField) and isinstance(cnn.prior, config.FanIn)
 
 
+def _resolved_inference(data: str, model: str, inference):
+    """The inference config a run of `model` on `data` resolves to (its architecture-dependent defaults)."""
+    run = config.RunConfig(data=config.REGISTRY["data"][data](), model=config.REGISTRY["model"][model](), inference=inference)
+    return run.resolved(run.data.load(0)).inference
+
+
 def test_nuts_and_hmc_default_to_short_chains_on_the_cnn_and_the_recurrent_models():
     """1,000 NUTS iterations on the digits CNN take 3.2 hours, past the 2-hour limit; 100 + 100 fit
     (docs/guide/defaults.md). Given numbers are kept, other models keep 500 + 500, ChEES its own."""
 
     def draws(data, model, inference):
-        run = config.RunConfig(data=config.REGISTRY["data"][data](), model=config.REGISTRY["model"][model](), inference=inference)
-        resolved = run.resolved(run.data.load(0)).inference
+        resolved = _resolved_inference(data, model, inference)
         return resolved.num_warmup, resolved.num_samples
 
     assert draws("digits", "cnn", config.NUTS()) == draws("toy-text", "lstm-tied", config.HMC()) == (100, 100)
@@ -156,8 +161,7 @@ def test_nuts_trees_default_to_depth_8_on_the_recurrent_models():
     """Their trees reach 1,023 steps at every draw and a depth-10 run passes the time limit (docs/guide/defaults.md)."""
 
     def depth(data, model, nuts):
-        run = config.RunConfig(data=config.REGISTRY["data"][data](), model=config.REGISTRY["model"][model](), inference=nuts)
-        return run.resolved(run.data.load(0)).inference.max_tree_depth
+        return _resolved_inference(data, model, nuts).max_tree_depth
 
     assert depth("toy-text", "lstm-tied", config.NUTS()) == depth("toy-text", "embedding-rnn", config.NUTS()) == 8
     assert depth("digits", "cnn", config.NUTS()) == depth("toy-cubic", "mlp", config.NUTS()) == 10
