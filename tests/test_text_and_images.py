@@ -113,14 +113,16 @@ def test_recurrent_models_refuse_feature_data(capsys):
     assert "recurrent models take text data" in capsys.readouterr().err
 
 
+def resolved(data: str, model: str, **options) -> config.RunConfig:
+    """The run config `model` on `data` resolves to: its data- and architecture-dependent defaults written out."""
+    run = config.RunConfig(data=config.REGISTRY["data"][data](), model=config.REGISTRY["model"][model](), **options)
+    return run.resolved(run.data.load(0))
+
+
 def test_recurrent_models_default_to_gals_dropout_guide_and_other_methods_to_the_scale_mixture():
     """Under a single Normal prior, mean-field and SGLD on toy-text's LSTMs keep the prior (the majority
     class); under the scale mixture they learn. HMC's steps must resolve the narrow component, so NUTS,
     HMC and ChEES take a wider one; Laplace needs a Normal's precision (docs/guide/defaults.md)."""
-
-    def resolved(data, model, **options):
-        run = config.RunConfig(data=config.REGISTRY["data"][data](), model=config.REGISTRY["model"][model](), **options)
-        return run.resolved(run.data.load(0))
 
     lstm = resolved("toy-text", "lstm-tied")
     assert isinstance(lstm.guide, config.Dropout) and isinstance(lstm.prior, config.Normal)
@@ -136,19 +138,13 @@ def test_recurrent_models_default_to_gals_dropout_guide_and_other_methods_to_the
     assert isinstance(cnn.guide, config.MeanField) and isinstance(cnn.prior, config.FanIn)
 
 
-def _resolved_inference(data: str, model: str, inference):
-    """The inference config a run of `model` on `data` resolves to (its architecture-dependent defaults)."""
-    run = config.RunConfig(data=config.REGISTRY["data"][data](), model=config.REGISTRY["model"][model](), inference=inference)
-    return run.resolved(run.data.load(0)).inference
-
-
 def test_nuts_and_hmc_default_to_short_chains_on_the_cnn_and_the_recurrent_models():
     """1,000 NUTS iterations on the digits CNN take 3.2 hours, past the 2-hour limit; 100 + 100 fit
     (docs/guide/defaults.md). Given numbers are kept, other models keep 500 + 500, ChEES its own."""
 
     def draws(data, model, inference):
-        resolved = _resolved_inference(data, model, inference)
-        return resolved.num_warmup, resolved.num_samples
+        chain = resolved(data, model, inference=inference).inference
+        return chain.num_warmup, chain.num_samples
 
     assert draws("digits", "cnn", config.NUTS()) == draws("toy-text", "lstm-tied", config.HMC()) == (100, 100)
     assert draws("toy-text", "embedding-rnn", config.NUTS()) == (100, 100)
@@ -161,7 +157,7 @@ def test_nuts_trees_default_to_depth_8_on_the_recurrent_models():
     """Their trees reach 1,023 steps at every draw and a depth-10 run passes the time limit (docs/guide/defaults.md)."""
 
     def depth(data, model, nuts):
-        return _resolved_inference(data, model, nuts).max_tree_depth
+        return resolved(data, model, inference=nuts).inference.max_tree_depth
 
     assert depth("toy-text", "lstm-tied", config.NUTS()) == depth("toy-text", "embedding-rnn", config.NUTS()) == 8
     assert depth("digits", "cnn", config.NUTS()) == depth("toy-cubic", "mlp", config.NUTS()) == 10
