@@ -218,6 +218,7 @@ QUICK_FIT = ["--inference.steps", "2", "--evaluation.plots", "false", "--quiet"]
         (["fit", "--inference", "nuts", "--inference.num_chains", "0"], "NUTS num_chains must be an integer >= 1, got 0"),
         (["fit", "--inference", "nuts", "--inference.step_size", "0.1"], "--inference.step_size is not an option of inference nuts"),
         (["fit", "--inference", "nuts", "--inference.max_tree_depth", "0"], "NUTS max_tree_depth must be an integer >= 1, got 0"),
+        (["fit", "--inference", "hmc", "--inference.max_leapfrog", "0"], "HMC max_leapfrog must be an integer >= 1, got 0"),
         (["fit", "--inference", "nuts", "--inference.chain_method", "threads"], "--inference.chain_method"),
         (["fit", "--inference", "chees", "--inference.chain_method", "parallel"], "--inference.chain_method is not an option of inference chees"),
         (["fit", "--inference", "sgld", "--inference.step_size", "0"], "SGMCMC needs step_size > 0"),

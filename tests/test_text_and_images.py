@@ -162,3 +162,15 @@ def test_nuts_trees_default_to_depth_8_on_the_recurrent_models():
     assert depth("toy-text", "lstm-tied", config.NUTS()) == depth("toy-text", "embedding-rnn", config.NUTS()) == 8
     assert depth("digits", "cnn", config.NUTS()) == depth("toy-cubic", "mlp", config.NUTS()) == 10
     assert depth("toy-text", "lstm-untied", config.NUTS(max_tree_depth=10)) == 10
+
+
+def test_hmc_trajectories_default_to_255_steps_on_the_models_with_short_chains():
+    """Uncapped, the digits CNN's step size fell 140x in three iterations and one took 2,995 full-data
+    gradients (docs/guide/defaults.md); 255 is NUTS's cap at depth 8, 1,000 ChEES's."""
+
+    def cap(data, model, hmc):
+        return resolved(data, model, inference=hmc).inference.max_leapfrog
+
+    assert cap("digits", "cnn", config.HMC()) == cap("toy-text", "embedding-rnn", config.HMC()) == 255
+    assert cap("digits", "mlp", config.HMC()) == cap("toy-cubic", "linear", config.HMC()) == 1000
+    assert cap("digits", "cnn", config.HMC(max_leapfrog=2000)) == 2000

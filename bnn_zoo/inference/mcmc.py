@@ -103,6 +103,18 @@ class _HMCKernel(_TransitionValues, pyro_mcmc.HMC):
     # iteration 100 (step sizes 0.004-0.02) and 0.036 s after (0.08-0.18), 8x (2026-11-24).
     cheaper_after_mass_update = True
 
+    def __init__(self, model, max_leapfrog: int, **kwargs):
+        super().__init__(model, **kwargs)
+        self.max_leapfrog = max_leapfrog
+
+    @property
+    def num_steps(self) -> int:
+        # Capped as ChEES's trajectories are: early dual averaging can cut the step size 60-140x in a few
+        # iterations, and a fixed length then costs thousands of full-data gradients an iteration (the
+        # digits CNN's fourth iteration: 2,995 steps, 141 s; 2026-11-25). The cap is fixed once warm-up
+        # ends, as the step size is, so the kept draws' kernel is still one reversible HMC kernel.
+        return min(super().num_steps, self.max_leapfrog)
+
 
 @dataclass
 class _MCMC:
@@ -311,12 +323,23 @@ class HMC(_MCMC):
     Args:
         trajectory_length: the integration time per transition.
         step_size: the initial step size.
+        max_leapfrog: the most leapfrog steps in one trajectory (caps trajectory_length / step_size, as
+            :class:`ChEES` does): a transition costs at most this many gradients, however small warm-up
+            makes the step size.
     """
 
     trajectory_length: float = 1.0
     step_size: float = 0.01
+    max_leapfrog: int = 1000
 
     name = "hmc"
 
+    def __post_init__(self):
+        super().__post_init__()
+        if not (isinstance(self.max_leapfrog, int) and self.max_leapfrog >= 1):
+            raise BnnZooError(f"HMC max_leapfrog must be an integer >= 1, got {self.max_leapfrog!r}")
+
     def _kernel(self, model, init_strategy):
-        return _HMCKernel(model, step_size=self.step_size, trajectory_length=self.trajectory_length, **self._shared(init_strategy))
+        return _HMCKernel(
+            model, max_leapfrog=self.max_leapfrog, step_size=self.step_size, trajectory_length=self.trajectory_length, **self._shared(init_strategy)
+        )
