@@ -151,6 +151,19 @@ def test_nuts_and_hmc_default_to_short_chains_on_the_cnn_and_the_recurrent_model
     assert draws("digits", "mlp", config.NUTS()) == draws("toy-cubic", "mlp", config.HMC()) == (500, 500)
     assert draws("digits", "cnn", config.NUTS(num_warmup=300)) == (300, 100)
     assert draws("digits", "cnn", config.ChEES()) == (500, 250)
+    assert draws("toy-text", "lstm-untied", config.ChEES()) == (200, 100)
+
+
+def test_chees_on_the_recurrent_models_defaults_to_4_chains_and_255_steps():
+    """16 chains of 750 iterations would take hours there (docs/guide/defaults.md); other models keep 16 and 1,000."""
+
+    def chains_and_cap(data, model, chees):
+        method = resolved(data, model, inference=chees).inference
+        return method.num_chains, method.max_leapfrog
+
+    assert chains_and_cap("toy-text", "lstm-tied", config.ChEES()) == (4, 255)
+    assert chains_and_cap("digits", "cnn", config.ChEES()) == chains_and_cap("toy-cubic", "mlp", config.ChEES()) == (16, 1000)
+    assert chains_and_cap("toy-text", "embedding-rnn", config.ChEES(num_chains=16)) == (16, 255)
 
 
 def test_nuts_trees_default_to_depth_8_on_the_recurrent_models():
@@ -174,3 +187,13 @@ def test_hmc_trajectories_default_to_255_steps_on_the_models_with_short_chains()
     assert cap("digits", "cnn", config.HMC()) == cap("toy-text", "embedding-rnn", config.HMC()) == 255
     assert cap("digits", "mlp", config.HMC()) == cap("toy-cubic", "linear", config.HMC()) == 1000
     assert cap("digits", "cnn", config.HMC(max_leapfrog=2000)) == 2000
+
+
+def test_the_embedding_rnn_says_when_its_word_type_dropout_does_not_apply(recwarn):
+    """Under any method but the dropout guide it is the untied LSTM (HMC's draws equal to the last digit)."""
+    from bnn_zoo.experiments.run import prepare
+
+    with pytest.warns(UserWarning, match="this fit is the lstm-untied model's"):
+        prepare(config.RunConfig(data=config.ToyText(), model=config.EmbeddingRNN(), inference=config.SGLD()), progress=False)
+    prepare(config.RunConfig(data=config.ToyText(), model=config.EmbeddingRNN()), progress=False)  # the dropout guide by default
+    assert not [w for w in recwarn if "word-type" in str(w.message)]

@@ -633,12 +633,27 @@ class HMC(_PyroChain):
 class ChEES(_Chain):
     """Many HMC chains in lockstep, trajectory length by the ChEES criterion, jittered (Hoffman et al. 2021)."""
 
-    num_samples: int = 250
-    num_chains: int = 16
+    num_warmup: int | None = None  # 500; 200 on the recurrent models (docs/guide/defaults.md)
+    num_samples: int | None = None  # 250; 100 on the recurrent models
+    num_chains: int | None = None  # 16; 4 on the recurrent models
     target_accept: float = 0.651
-    max_leapfrog: int = 1000
+    max_leapfrog: int | None = None  # 1000; 255 on the recurrent models
     mass_matrix: Literal["pooled", "within"] = "pooled"  # within: each chain's own variance (BNN modes; docs/guide/inference.md)
     compile: bool = False  # torch.compile the potential: seconds to compile, each step 2.5-4x cheaper
+
+    def resolved(self, model):
+        """16 chains of 500 warm-up iterations and 250 draws, trajectories of at most 1,000 steps; on the
+        recurrent models 4 chains of 200 + 100 and at most 255 steps. A lockstep gradient there costs about
+        0.011 s a chain (tied LSTM, 2 threads, 2026-11-25), so the defaults' 16 x 750 iterations of about
+        100 steps would take 4 hours, and early warm-up, before the first mass matrix, ran into the
+        1,000-step cap (docs/guide/defaults.md)."""
+        text = getattr(model, "text", False)
+        defaults = (
+            dict(num_warmup=200, num_samples=100, num_chains=4, max_leapfrog=255)
+            if text
+            else dict(num_warmup=500, num_samples=250, num_chains=16, max_leapfrog=1000)
+        )
+        return dataclasses.replace(self, **{k: v if getattr(self, k) is None else getattr(self, k) for k, v in defaults.items()})
 
 
 @dataclass

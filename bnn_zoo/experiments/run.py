@@ -15,7 +15,7 @@ from bnn_zoo.bnn import BNN
 from bnn_zoo.errors import BnnZooError
 from bnn_zoo.evaluation import classification_metrics, language_model_metrics, regression_metrics
 from bnn_zoo.evaluation.collapse import diagnose
-from bnn_zoo.experiments.config import DEFAULT_LIKELIHOOD, RunConfig, build_network, to_dict
+from bnn_zoo.experiments.config import DEFAULT_LIKELIHOOD, Dropout, RunConfig, build_network, to_dict
 from bnn_zoo.inference import fit
 from bnn_zoo.io import save_dataset, writable_folder, write_json, write_yaml
 
@@ -197,6 +197,11 @@ def prepare(config: RunConfig, out_dir=None, progress: bool = True, resume: bool
         if not resume:  # a fresh run must not pick up an old run's state
             for stale in (checkpoint, out / "ais_checkpoint.pt"):
                 stale.unlink(missing_ok=True)
+    if getattr(config.model, "embedding_dropout", False) and not isinstance(config.guide, Dropout):
+        warnings.warn(
+            f"the embedding-rnn's word-type dropout acts only under the dropout guide; this fit is the lstm-{config.model.gates} model's",
+            stacklevel=2,
+        )
     if config.inference.bnn:
         out_features = classes if isinstance(likelihood, likelihoods.Categorical) else 1
         net = build_network(config.model, dataset, out_features)
