@@ -483,6 +483,10 @@ class InferenceConfig:
         """This method with its architecture-dependent defaults written out (none unless a method says)."""
         return self
 
+    def _given_or(self, **defaults) -> InferenceConfig:
+        """This config with each of these fields that was not given (None) set to its default here."""
+        return dataclasses.replace(self, **{k: v for k, v in defaults.items() if getattr(self, k) is None})
+
     def recurrent_prior(self) -> PriorConfig:
         """The recurrent models' prior under this method (the dropout guide aside): Blundell et al.'s scale
         mixture. Under a single Normal, mean-field SVI, SGLD and HMC on toy-text's LSTMs keep the prior
@@ -587,11 +591,7 @@ class _PyroChain(_Chain):
         iterations take 3.2 hours, 200 took 74 minutes, inside the 2-hour ``max_hours``, at test accuracy
         0.978 (2026-11-25; docs/guide/defaults.md)."""
         default = 100 if getattr(model, "short_chains", False) else 500
-        return dataclasses.replace(
-            self,
-            num_warmup=default if self.num_warmup is None else self.num_warmup,
-            num_samples=default if self.num_samples is None else self.num_samples,
-        )
+        return self._given_or(num_warmup=default, num_samples=default)
 
 
 @register("nuts")
@@ -606,9 +606,7 @@ class NUTS(_PyroChain):
         cap at every draw (tied LSTM, 2026-11-25: 1,023 steps in all 200 kept draws). There a depth-10
         iteration of the untied LSTM took 37-65 s, so 200 of them ran past the 2-hour ``max_hours``;
         at depth 8 one takes 5-13 s, and NUTS reaches test accuracy 1.0 on all three in 20-33 minutes (docs/guide/defaults.md)."""
-        depth = 8 if getattr(model, "text", False) else 10
-        chain = super().resolved(model)
-        return dataclasses.replace(chain, max_tree_depth=depth if self.max_tree_depth is None else self.max_tree_depth)
+        return super().resolved(model)._given_or(max_tree_depth=8 if getattr(model, "text", False) else 10)
 
 
 @register("hmc")
@@ -623,9 +621,7 @@ class HMC(_PyroChain):
         chains, where each step is a pass of a 13,770-26,000-weight network over all the training data.
         Uncapped, dual averaging cut the digits CNN's step size 140x in three iterations, the fourth took
         2,995 steps and the time limit stopped the run (2026-11-25; docs/guide/defaults.md)."""
-        cap = 255 if getattr(model, "short_chains", False) else 1000
-        chain = super().resolved(model)
-        return dataclasses.replace(chain, max_leapfrog=cap if self.max_leapfrog is None else self.max_leapfrog)
+        return super().resolved(model)._given_or(max_leapfrog=255 if getattr(model, "short_chains", False) else 1000)
 
 
 @register("chees")
@@ -647,13 +643,9 @@ class ChEES(_Chain):
         0.011 s a chain (tied LSTM, 2 threads, 2026-11-25), and at the general defaults the time limit
         stopped every run (3 hours projected); with these ChEES finishes in 4-6 minutes at test accuracy
         0.93-0.97, its chains not mixed (docs/guide/defaults.md)."""
-        text = getattr(model, "text", False)
-        defaults = (
-            dict(num_warmup=200, num_samples=100, num_chains=4, max_leapfrog=255)
-            if text
-            else dict(num_warmup=500, num_samples=250, num_chains=16, max_leapfrog=1000)
-        )
-        return dataclasses.replace(self, **{k: v if getattr(self, k) is None else getattr(self, k) for k, v in defaults.items()})
+        if getattr(model, "text", False):
+            return self._given_or(num_warmup=200, num_samples=100, num_chains=4, max_leapfrog=255)
+        return self._given_or(num_warmup=500, num_samples=250, num_chains=16, max_leapfrog=1000)
 
 
 @dataclass
