@@ -133,9 +133,10 @@ class _MCMC:
     progress: bool = True
 
     name = "mcmc"
+    counts = {"num_warmup": 0, "num_samples": 1, "num_chains": 1}  # integer settings and their least values
 
     def __post_init__(self):
-        for name, least in (("num_warmup", 0), ("num_samples", 1), ("num_chains", 1)):
+        for name, least in self.counts.items():
             value = getattr(self, name)
             if not (isinstance(value, int) and value >= least):
                 raise BnnZooError(f"{type(self).__name__} {name} must be an integer >= {least}, got {value!r}")
@@ -305,11 +306,7 @@ class NUTS(_MCMC):
     max_tree_depth: int = 10
 
     name = "nuts"
-
-    def __post_init__(self):
-        super().__post_init__()
-        if not (isinstance(self.max_tree_depth, int) and self.max_tree_depth >= 1):
-            raise BnnZooError(f"NUTS max_tree_depth must be an integer >= 1, got {self.max_tree_depth!r}")
+    counts = _MCMC.counts | {"max_tree_depth": 1}
 
     def _kernel(self, model, init_strategy):
         return _NUTSKernel(model, max_tree_depth=self.max_tree_depth, **self._shared(init_strategy))
@@ -333,11 +330,7 @@ class HMC(_MCMC):
     max_leapfrog: int = 1000
 
     name = "hmc"
-
-    def __post_init__(self):
-        super().__post_init__()
-        if not (isinstance(self.max_leapfrog, int) and self.max_leapfrog >= 1):
-            raise BnnZooError(f"HMC max_leapfrog must be an integer >= 1, got {self.max_leapfrog!r}")
+    counts = _MCMC.counts | {"max_leapfrog": 1}
 
     def _kernel(self, model, init_strategy):
         return _HMCKernel(
