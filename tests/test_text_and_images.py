@@ -190,10 +190,19 @@ def test_hmc_trajectories_default_to_255_steps_on_the_models_with_short_chains()
 
 
 def test_the_embedding_rnn_says_when_its_word_type_dropout_does_not_apply(recwarn):
-    """Under any method but the dropout guide it is the untied LSTM (HMC's draws equal to the last digit)."""
+    """Under any method but the dropout guide it is the untied LSTM: the same start, the same log
+    posterior (so HMC's draws agree to the last digit), and the command says so."""
     from bnn_zoo.experiments.run import prepare
+    from bnn_zoo.inference.potential import LogPosterior
 
+    untied = prepare(config.RunConfig(data=config.ToyText(), model=config.LSTMUntied(), inference=config.SGLD()), progress=False)
     with pytest.warns(UserWarning, match="this fit is the lstm-untied model's"):
-        prepare(config.RunConfig(data=config.ToyText(), model=config.EmbeddingRNN(), inference=config.SGLD()), progress=False)
+        embedding = prepare(config.RunConfig(data=config.ToyText(), model=config.EmbeddingRNN(), inference=config.SGLD()), progress=False)
+    start = untied.model.network_init(0)
+    assert all(torch.equal(start[k], v) for k, v in embedding.model.network_init(0).items())
+    x, y = untied.dataset.train
+    at_start = {k: v[None] for k, v in start.items()}
+    log_densities = [LogPosterior(run.model, x.shape[0]).batched(at_start, x, y) for run in (untied, embedding)]
+    assert torch.equal(*log_densities)
     prepare(config.RunConfig(data=config.ToyText(), model=config.EmbeddingRNN()), progress=False)  # the dropout guide by default
     assert not [w for w in recwarn if "word-type" in str(w.message)]
