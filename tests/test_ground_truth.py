@@ -3,6 +3,8 @@ NUTS and mean-field SVI with the closed-form posterior and evidence."""
 
 import os
 import signal
+import subprocess
+import sys
 
 import arviz as az
 import numpy as np
@@ -132,6 +134,37 @@ def test_a_failed_chain_process_is_one_clear_error(blr_data, how, message):
     model = bz.BNN(_FailsInChild(how), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.5))
     with torch_threads(2), pytest.raises(bz.BnnZooError, match=message):
         bz.fit(model, *blr_data, bz.HMC(num_warmup=5, num_samples=5, num_chains=2, jit_compile=False, progress=False))
+
+
+_FORK_WHILE_TQDM_LOCKED = """
+import threading, torch
+from tqdm import std
+import bnn_zoo as bz
+
+std.tqdm.get_lock()
+held, done = threading.Event(), threading.Event()
+def monitor():  # as tqdm's monitor thread does every 10 s: hold the lock while the chains fork
+    with std.TqdmDefaultWriteLock.th_lock:
+        held.set()
+        done.wait()
+threading.Thread(target=monitor, daemon=True).start()
+held.wait()
+torch.set_num_threads(2)
+x = torch.randn(20, 3)
+model = bz.BNN(bz.models.MLP(3, [], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.5))
+fit = bz.fit(model, x, x.sum(1), bz.HMC(num_warmup=3, num_samples=3, num_chains=2, jit_compile=False, progress=False))
+done.set()
+print(fit.sample_stats["n_steps"].shape[0])
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="chains fork only where two cores are usable")
+def test_chains_forked_while_another_thread_holds_tqdms_lock_do_not_hang():
+    """A lock held by another thread at a fork stays held in the child, where no thread releases it;
+    tqdm's monitor thread takes tqdm's lock every 10 s, and a chain's first progress bar waited on it
+    forever (a CI run, 2026-11-25). Here the lock is held for the whole fork, so the hang is certain."""
+    done = subprocess.run([sys.executable, "-c", _FORK_WHILE_TQDM_LOCKED], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.split() == ["2"], done.stderr[-2000:]
 
 
 def test_forked_chains_never_outnumber_the_threads_the_caller_gives_torch():

@@ -20,6 +20,7 @@ import math
 import multiprocessing
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -29,6 +30,7 @@ import pyro
 import pyro.infer.mcmc as pyro_mcmc
 import torch
 from pyro.infer.autoguide.initialization import init_to_sample, init_to_value
+from tqdm import std as tqdm_std
 
 from bnn_zoo.errors import BnnZooError
 from bnn_zoo.inference.budget import TimeLimit, check_max_hours
@@ -240,6 +242,7 @@ def _workers(n: int, parallel: bool) -> int:
 def _chain_process(chain: Callable[[int], dict], c: int, threads: int, send) -> None:
     """A forked chain: its result as torch.save bytes, or its error as JSON (never a pickled object)."""
     torch.set_num_threads(threads)  # before any op: the inherited OpenMP pool does not survive fork
+    _free_tqdm_lock()
     try:
         buffer = io.BytesIO()
         torch.save(chain(c), buffer)
@@ -249,6 +252,14 @@ def _chain_process(chain: Callable[[int], dict], c: int, threads: int, send) -> 
         send.send_bytes(b"er" + json.dumps([kind, str(exc)]).encode())
     finally:
         send.close()
+
+
+def _free_tqdm_lock() -> None:
+    """Give this forked child a free tqdm lock. tqdm's monitor thread takes its lock every 10 s in the
+    parent; a fork at that moment copies it held, no thread here will release it, and the chain's first
+    progress bar (Pyro makes one even when disabled) waits forever (a CI run hung so, 2026-11-25)."""
+    tqdm_std.TqdmDefaultWriteLock.th_lock = threading.RLock()
+    tqdm_std.tqdm.set_lock(tqdm_std.TqdmDefaultWriteLock())
 
 
 def _chain_result(receive, c: int, process) -> dict:
