@@ -197,6 +197,7 @@ QUICK_FIT = ["--inference.steps", "2", "--evaluation.plots", "false", "--quiet"]
         # option ranges: guides, priors, likelihoods, methods, evaluation, seed
         (["fit", "--guide", "matrix-normal", "--guide.rank", "0"], "rank (None: full Cholesky factors) must be a whole number >= 1, got 0"),
         (["fit", "--guide", "matrix-normal", "--guide.rank", "-2"], "must be a whole number >= 1, got -2"),
+        (["fit", "--guide", "matrix-normal", "--guide.scales", "true", "--guide.local_reparam", "true"], "local_reparam needs Kronecker-factored outputs"),
         (["fit", "--guide", "mean-field", "--guide.init_scale", "-1"], "init_scale (the starting sd of every weight) must be a finite number > 0, got -1"),
         (["fit", "--guide", "flow", "--guide.num_flows", "0"], "num_flows must be a whole number >= 1, got 0"),
         (["fit", "--guide", "dropout", "--guide.p", "1.5"], "dropout probabilities must lie in [0, 1), got [1.5"),

@@ -36,6 +36,7 @@ GUIDES = [
     ("mean-field", {"local_reparam": True}),
     ("matrix-normal", {"rank": 2}),
     ("matrix-normal", {"local_reparam": True}),
+    ("matrix-normal", {"scales": True}),
     ("dropout", {"p": 0.3}),
     ("dropout", {"p": 0.3, "masks": "example"}),
 ]

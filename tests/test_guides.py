@@ -22,11 +22,12 @@ def mean_field_elbo(blr_model, blr_data):
     [
         ("matrix-normal", {}, 2000, 0.05),
         ("matrix-normal", {"rank": 1}, 2000, 0.05),
+        ("matrix-normal", {"scales": True}, 2000, 0.05),
         ("flow", {"transform": "affine"}, 2000, 0.02),
         pytest.param("flow", {"transform": "spline"}, 1500, 0.02, marks=pytest.mark.slow),  # 3 minutes: spline coupling is slow on CPU
         ("flow", {"transform": "affine", "scope": "layer"}, 2000, 0.02),
     ],
-    ids=["matrix-normal", "matrix-normal-rank1", "flow-affine", "flow-spline", "flow-affine-layer"],
+    ids=["matrix-normal", "matrix-normal-rank1", "matrix-normal-scales", "flow-affine", "flow-spline", "flow-affine-layer"],
 )
 def test_richer_guides_beat_mean_field_and_stay_below_the_evidence(blr_model, blr_data, blr_exact, mean_field_elbo, guide, options, steps, lr):
     post = bz.fit(blr_model, *blr_data, bz.SVI(guide=guide, guide_options=options, steps=steps, lr=lr, **SETTINGS))

@@ -11,7 +11,7 @@ import bnn_zoo as bz
 from bnn_zoo.guides.matrix_normal import MatrixNormal
 
 
-def _random_mn(n, m, rank=None, shape=None, seed=0):
+def _random_mn(n, m, rank=None, shape=None, seed=0, scales=False):
     g = torch.Generator().manual_seed(seed)
     loc = torch.randn(n, m, generator=g, dtype=torch.float64)
     if rank is None:  # lower Cholesky factors
@@ -22,12 +22,17 @@ def _random_mn(n, m, rank=None, shape=None, seed=0):
     else:  # [diag(sqrt d), P]
         a = torch.cat([torch.diag(torch.rand(n, generator=g, dtype=torch.float64) + 0.5), torch.randn(n, rank, generator=g, dtype=torch.float64)], 1)
         b = torch.cat([torch.diag(torch.rand(m, generator=g, dtype=torch.float64) + 0.5), torch.randn(m, rank, generator=g, dtype=torch.float64)], 1)
-    return MatrixNormal(loc, a, b, shape)
+    scale = torch.rand(n, m, generator=g, dtype=torch.float64) * 2 + 0.1 if scales else None
+    return MatrixNormal(loc, a, b, shape, scale)
 
 
 def _dense(q):
-    """vec(W) stacks columns: vec(W) ~ N(vec M, V (x) U)."""
-    return MultivariateNormal(q.loc.T.reshape(-1), torch.kron(q.col_cov, q.row_cov))
+    """vec(W) stacks columns: vec(W) ~ N(vec M, V (x) U), or N(vec M, D (V (x) U) D) with D = diag(vec S)."""
+    cov = torch.kron(q.col_cov, q.row_cov)
+    if q.scale is not None:
+        d = q.scale.T.reshape(-1)
+        cov = d[:, None] * cov * d[None, :]
+    return MultivariateNormal(q.loc.T.reshape(-1), cov)
 
 
 def _vec(w, n, m):
@@ -35,8 +40,9 @@ def _vec(w, n, m):
 
 
 @pytest.mark.parametrize("rank", [None, 2])
-def test_closed_form_kl_and_density_equal_the_dense_gaussian(rank):
-    q = _random_mn(3, 4, rank)
+@pytest.mark.parametrize("scales", [False, True])
+def test_closed_form_kl_and_density_equal_the_dense_gaussian(rank, scales):
+    q = _random_mn(3, 4, rank, scales=scales)
     g = torch.Generator().manual_seed(9)
     p = dist.Normal(0.3 * torch.randn(3, 4, generator=g, dtype=torch.float64), torch.rand(3, 4, generator=g, dtype=torch.float64) + 0.5).to_event(2)
     dense_p = MultivariateNormal(p.base_dist.loc.T.reshape(-1), torch.diag(p.base_dist.scale.T.reshape(-1) ** 2))
@@ -71,12 +77,13 @@ def test_design_formula_for_an_isotropic_prior_and_conv_shaped_weights():
     assert q.rsample((4,)).shape == (4, 2, 3, 2)
 
 
-def test_sample_covariance_of_vec_w_matches_v_kron_u():
-    q = _random_mn(2, 3, rank=1)
+@pytest.mark.parametrize("scales", [False, True])
+def test_sample_covariance_of_vec_w_matches_v_kron_u(scales):
+    q = _random_mn(2, 3, rank=1, scales=scales)
     num = 200_000
     draws = _vec(q.rsample((num,)), 2, 3)
     cov = torch.cov(draws.T)
-    truth = torch.kron(q.col_cov, q.row_cov)
+    truth = _dense(q).covariance_matrix
     # standard error of a sample covariance: sqrt((S_ii S_jj + S_ij^2) / num)
     se = ((truth.diagonal()[:, None] * truth.diagonal()[None, :] + truth**2) / num).sqrt()
     assert torch.all((cov - truth).abs() < 5 * se), ((cov - truth) / se).abs().max()
@@ -93,3 +100,23 @@ def test_a_1000_by_1000_layer_holds_order_n2_plus_m2_numbers(rank):
     factors = n * n + m * m if rank is None else (n + m) * (rank + 1)
     assert count == n * m + factors + bias  # the mean M, two factors (a full n x n parameter each, or diag + rank), biases
     assert count <= n * m + n**2 + m**2 + 2 * 1000 and count < 1e-5 * (n * m) ** 2
+
+
+@pytest.mark.parametrize("rank", [None, 2])
+def test_per_weight_scales_carry_every_weights_variance_and_start_at_mean_fields_start(rank):
+    """With scales=true U and V are correlation matrices: Var(W_ij) = S_ij^2 exactly, at the start
+    (init_scale^2, mean-field's start, no correlation) and after the factors have moved."""
+    model = bz.BNN(bz.models.MLP(3, [5], 2))
+    guide = bz.guides.build("matrix-normal", model, model.network_init(0), rank=rank, scales=True, init_scale=0.05)
+    for name in guide.shapes:
+        q = guide.distribution(name)
+        torch.testing.assert_close(_dense(q).covariance_matrix, torch.diag(torch.full((q.n * q.m,), 0.05**2)), rtol=1e-5, atol=1e-4 if rank else 0)
+    with torch.no_grad():
+        for p in guide.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    for name in guide.shapes:
+        q = guide.distribution(name)
+        for cov in (q.row_cov, q.col_cov):
+            torch.testing.assert_close(cov.diagonal(), torch.ones(cov.shape[0]))
+        assert (cov - torch.diag(cov.diagonal())).abs().max() > 0.01  # correlated now
+        torch.testing.assert_close(_dense(q).covariance_matrix.diagonal(), q.scale.T.reshape(-1) ** 2)

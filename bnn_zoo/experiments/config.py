@@ -424,6 +424,10 @@ class GuideConfig:
     def options(self) -> dict:
         return dataclasses.asdict(self)
 
+    def resolved(self, model: ModelConfig | UserNetwork) -> GuideConfig:
+        """This guide with its architecture-dependent defaults written out (none unless a guide says)."""
+        return self
+
 
 @register("mean-field")
 @dataclass
@@ -443,6 +447,14 @@ class MatrixNormal(GuideConfig):
     init_scale: float = 1e-2
     rank: int | None = None
     local_reparam: bool = False
+    scales: bool | None = None  # a per-weight scale, U and V correlations; None: true on the recurrent models (docs/guide/defaults.md)
+
+    def resolved(self, model):
+        """Per-weight scales on the recurrent models. Louizos & Welling's family ties every weight's
+        variance to its row's and column's (U_ii V_jj) and on toy-text's LSTMs moves all of them onto the
+        scale mixture's wide component: the majority class, 0.66. With a scale per weight and the
+        correlations in U and V, the tied LSTM reads the sentences (0.94, as mean-field)."""
+        return dataclasses.replace(self, scales=getattr(model, "text", False)) if self.scales is None else self
 
 
 @register("flow")
@@ -780,6 +792,7 @@ class RunConfig:
         """This config with its data-dependent defaults written out (the likelihood, SVI's guide, the prior)."""
         likelihood = self.likelihood or default_likelihood(dataset, known_noise=self.inference.bnn)  # a GP learns its noise
         guide = self.guide or (self.default_guide() if self.inference.takes_guide else None)
+        guide = guide and guide.resolved(self.model)
         prior = self.prior or self.default_prior(guide)
         return dataclasses.replace(self, likelihood=likelihood, guide=guide, prior=prior, inference=self.inference.resolved(self.model))
 

@@ -13,6 +13,15 @@ O((n m)^2). The KL to a diagonal Gaussian prior is closed form (registered below
 which for s_ij = s, mu = 0 is DESIGN.md's 1/2 [tr(U) tr(V)/s^2 + ||M||^2/s^2 - nm + nm log s^2 - m log|U| - n log|V|].
 Pyro has no matrix-normal distribution, hence this one. ``local_reparam=True`` samples a dense layer's
 outputs x W^T ~ N(x M^T, (x V x^T) U) per example during training (:mod:`bnn_zoo.local_noise`).
+
+``scales=True`` adds a per-weight scale S (n, m): W = M + S * (L_U Z L_V^T), elementwise, so
+vec(W) ~ N(vec M, D (V (x) U) D) with D = diag(vec S). The correlations are still the Kronecker
+ones, but each weight's variance S_ij^2 U_ii V_jj is its own, not the rank-one pattern U_ii V_jj.
+The density and the KL stay closed form: log|D (V (x) U) D| = m log|U| + n log|V| + 2 sum log S_ij.
+Mean-field is the case U = V = I, where the guide starts. Why: under a scale-mixture prior a
+network needs most weights on the narrow component and a few on the wide one; with variances tied
+in rows and columns, Louizos & Welling's family cannot say that, and on toy-text's LSTMs it moves
+every weight onto the wide component and predicts the majority class (docs/guide/defaults.md).
 """
 
 from __future__ import annotations
@@ -26,7 +35,7 @@ from pyro.distributions.torch_distribution import TorchDistribution
 from pyro.nn import PyroParam
 from torch.distributions import register_kl
 
-from bnn_zoo.errors import positive
+from bnn_zoo.errors import BnnZooError, positive
 from bnn_zoo.guides.mean_field import MeanField
 from bnn_zoo.guides.registry import flag, register
 from bnn_zoo.local_noise import MatrixNormalWeights
@@ -37,15 +46,16 @@ class MatrixNormal(TorchDistribution):
     """MN(loc, U, V) given scale factors L_U (..., n, r_u) and L_V (..., m, r_v); event shape ``shape``.
     A square factor must be lower triangular with a positive diagonal (a Cholesky factor).
 
-    ``shape`` is the weight's own shape, whose trailing dims flatten to m = prod(shape[1:]).
+    ``shape`` is the weight's own shape, whose trailing dims flatten to m = prod(shape[1:]). ``scale``
+    (..., n, m), if given, multiplies the spread elementwise: W = loc + scale * (L_U Z L_V^T).
     """
 
     arg_constraints = {}
     has_rsample = True
 
-    def __init__(self, loc, row_factor, col_factor, shape=None, validate_args=None):
+    def __init__(self, loc, row_factor, col_factor, shape=None, scale=None, validate_args=None):
         shape = torch.Size(shape or loc.shape[-2:])
-        self.loc, self.row_factor, self.col_factor = loc, row_factor, col_factor
+        self.loc, self.row_factor, self.col_factor, self.scale = loc, row_factor, col_factor, scale
         self.n, self.m = row_factor.shape[-2], col_factor.shape[-2]
         batch = torch.broadcast_shapes(loc.shape[:-2], row_factor.shape[:-2], col_factor.shape[:-2])
         self._draw = None  # (the last rsample, the noise Z that made it)
@@ -62,6 +72,7 @@ class MatrixNormal(TorchDistribution):
             self.row_factor.expand(batch_shape + self.row_factor.shape[-2:]),
             self.col_factor.expand(batch_shape + self.col_factor.shape[-2:]),
             self.event_shape,
+            None if self.scale is None else self.scale.expand(batch_shape + self.scale.shape[-2:]),
         )
 
     @property
@@ -79,7 +90,8 @@ class MatrixNormal(TorchDistribution):
     def rsample(self, sample_shape=()):
         shape = torch.Size(sample_shape) + self.batch_shape
         z = torch.randn(shape + (self.row_factor.shape[-1], self.col_factor.shape[-1]), dtype=self.loc.dtype, device=self.loc.device)
-        w = (self.loc + self.row_factor @ z @ self.col_factor.transpose(-1, -2)).reshape(shape + self.event_shape)
+        spread = self.row_factor @ z @ self.col_factor.transpose(-1, -2)
+        w = (self.loc + (spread if self.scale is None else self.scale * spread)).reshape(shape + self.event_shape)
         self._draw = (w, z)
         return w
 
@@ -93,11 +105,12 @@ class MatrixNormal(TorchDistribution):
             squares = self._draw[1].pow(2).sum((-1, -2))
         else:
             d = value.reshape(value.shape[: value.dim() - len(self.event_shape)] + (self.n, self.m)) - self.loc
+            d = d if self.scale is None else d / self.scale
             x = torch.linalg.solve_triangular(chol_u, d, upper=False)  # L_U^-1 D
             squares = torch.linalg.solve_triangular(chol_v, x.transpose(-1, -2), upper=False).pow(2).sum((-1, -2))  # L_V^-1 (L_U^-1 D)^T
         logdet_u, logdet_v = _logdet(chol_u), _logdet(chol_v)
         n, m = self.n, self.m
-        return -0.5 * (n * m * math.log(2 * math.pi) + m * logdet_u + n * logdet_v + squares)
+        return -0.5 * (n * m * math.log(2 * math.pi) + m * logdet_u + n * logdet_v + _logdet_scale(self.scale) + squares)
 
 
 def _cholesky(factor: torch.Tensor) -> torch.Tensor:
@@ -113,6 +126,11 @@ def _logdet(chol: torch.Tensor) -> torch.Tensor:
     return 2 * chol.diagonal(dim1=-2, dim2=-1).log().sum(-1)
 
 
+def _logdet_scale(scale: torch.Tensor | None) -> torch.Tensor | float:
+    """log|D^2| = 2 sum log S_ij, the per-weight scales' share of log|D (V (x) U) D| (0 without them)."""
+    return 0.0 if scale is None else 2 * scale.log().sum((-1, -2))
+
+
 @register_kl(MatrixNormal, dist.Independent)
 def _kl_matrix_normal_diagonal_normal(q, p):
     if not isinstance(p.base_dist, dist.Normal) or p.event_shape != q.event_shape:
@@ -121,16 +139,18 @@ def _kl_matrix_normal_diagonal_normal(q, p):
     mu, s2 = p.base_dist.loc.reshape(shape), p.base_dist.scale.pow(2).reshape(shape)
     # diag(V (x) U) as (n, m): U_ii is the squared norm of L_U's row i, so U itself is never formed
     var = q.row_factor.pow(2).sum(-1)[..., :, None] * q.col_factor.pow(2).sum(-1)[..., None, :]
-    logdet_u, logdet_v = _logdet(_cholesky(q.row_factor)), _logdet(_cholesky(q.col_factor))
-    return 0.5 * (((var + (q.loc - mu) ** 2) / s2).sum((-1, -2)) - q.n * q.m + s2.log().sum((-1, -2)) - q.m * logdet_u - q.n * logdet_v)
+    var = var if q.scale is None else var * q.scale.pow(2)
+    logdet_q = q.m * _logdet(_cholesky(q.row_factor)) + q.n * _logdet(_cholesky(q.col_factor)) + _logdet_scale(q.scale)
+    return 0.5 * (((var + (q.loc - mu) ** 2) / s2).sum((-1, -2)) - q.n * q.m + s2.log().sum((-1, -2)) - logdet_q)
 
 
 class _Factor(LocalParamModule):
-    """A covariance factor L with L L^T = U: lower Cholesky (rank None) or [diag(sqrt d), P] (rank k)."""
+    """A covariance factor L with L L^T = U: lower Cholesky (rank None) or [diag(sqrt d), P] (rank k).
+    With ``unit_rows`` each row is divided by its norm, so U is a correlation matrix (U_ii = 1)."""
 
-    def __init__(self, size: int, variance: float, rank: int | None, device: torch.device):
+    def __init__(self, size: int, variance: float, rank: int | None, device: torch.device, unit_rows: bool = False):
         super().__init__()
-        self.rank = rank
+        self.rank, self.unit_rows = rank, unit_rows
         if rank is None:
             self.tril = PyroParam(math.sqrt(variance) * torch.eye(size, device=device), constraints.lower_cholesky)
         else:
@@ -139,32 +159,38 @@ class _Factor(LocalParamModule):
             self.low_rank = PyroParam(1e-3 * torch.randn(size, rank).to(device))  # the CPU stream: a seed gives one guide anywhere
 
     def forward(self):
-        if self.rank is None:
-            return self.tril
-        return torch.cat([torch.diag_embed(self.diag.sqrt()), self.low_rank], -1)
+        factor = self.tril if self.rank is None else torch.cat([torch.diag_embed(self.diag.sqrt()), self.low_rank], -1)
+        return factor / factor.norm(dim=-1, keepdim=True) if self.unit_rows else factor
 
 
 class MatrixNormalGuide(LocalParamModule):
-    """MN over every weight with 2 or more dims; the mean-field guide over the other sites (biases, noise)."""
+    """MN over every weight with 2 or more dims; the mean-field guide over the other sites (biases, noise).
 
-    def __init__(self, model, init_values, init_scale: float = 1e-2, rank: int | None = None, local_reparam: bool = False):
+    The marginal variance of W_ij is U_ii V_jj; every weight starts at sd ``init_scale``, both factors
+    at sqrt(init_scale) I. With ``scales`` U and V are correlation matrices, so the variance is S_ij^2
+    alone, and the guide starts where mean-field does: S at init_scale, U = V = I."""
+
+    def __init__(self, model, init_values, init_scale: float = 1e-2, rank: int | None = None, local_reparam: bool = False, scales: bool = False):
         super().__init__()
         self.local_reparam = local_reparam
         self.shapes = {k: p.shape for k, p in model.params.items() if p.dim() >= 2}
-        # the marginal variance of W_ij is U_ii V_jj: start both factors at init_scale * I
         self.locs = LocalParamModule()
         self.rows, self.cols = LocalParamModule(), LocalParamModule()
+        self.scales = LocalParamModule() if scales else None
         for name, shape in self.shapes.items():
             key = name.replace(".", "__")
             n, m = shape[0], math.prod(shape[1:])
             setattr(self.locs, key, PyroParam(init_values[name].detach().reshape(n, m).clone()))
-            setattr(self.rows, key, _Factor(n, init_scale, rank, model.device))
-            setattr(self.cols, key, _Factor(m, init_scale, rank, model.device))
+            setattr(self.rows, key, _Factor(n, 1.0 if scales else init_scale, rank, model.device, unit_rows=scales))
+            setattr(self.cols, key, _Factor(m, 1.0 if scales else init_scale, rank, model.device, unit_rows=scales))
+            if scales:
+                setattr(self.scales, key, PyroParam(torch.full((n, m), init_scale, device=model.device), constraints.softplus_positive))
         self.rest = MeanField(model, init_values, init_scale, sites=[k for k in model.latent_shapes() if k not in self.shapes], local_reparam=local_reparam)
 
     def distribution(self, name: str) -> MatrixNormal:
         key = name.replace(".", "__")
-        return MatrixNormal(getattr(self.locs, key), getattr(self.rows, key)(), getattr(self.cols, key)(), self.shapes[name])
+        scale = None if self.scales is None else getattr(self.scales, key)
+        return MatrixNormal(getattr(self.locs, key), getattr(self.rows, key)(), getattr(self.cols, key)(), self.shapes[name], scale)
 
     def site_distributions(self) -> dict[str, tuple[dist.Distribution, dict]]:
         sites = {}
@@ -182,9 +208,16 @@ class MatrixNormalGuide(LocalParamModule):
 
 
 @register(
-    "matrix-normal", "matrix-normal MN(M, U, V) per weight matrix (full Cholesky; rank=k for low-rank + diagonal); local_reparam=true|false (dense layers)"
+    "matrix-normal",
+    "matrix-normal MN(M, U, V) per weight matrix (full Cholesky; rank=k for low-rank + diagonal); scales=true adds a per-weight scale; "
+    "local_reparam=true|false (dense layers)",
 )
-def matrix_normal(model, init_values, init_scale: float = 1e-2, rank: int | None = None, local_reparam: bool = False):
+def matrix_normal(model, init_values, init_scale: float = 1e-2, rank: int | None = None, local_reparam: bool = False, scales: bool = False):
     init_scale = positive("the matrix-normal guide's init_scale", init_scale)
     rank = None if rank is None else positive("the matrix-normal guide's rank (None: full Cholesky factors)", rank, integer=True)
-    return MatrixNormalGuide(model, init_values, init_scale=init_scale, rank=rank, local_reparam=flag(local_reparam))
+    local_reparam, scales = flag(local_reparam), flag(scales)
+    if local_reparam and scales:
+        raise BnnZooError(
+            "the matrix-normal guide's local_reparam needs Kronecker-factored outputs, which per-weight scales break; set scales=false or local_reparam=false"
+        )
+    return MatrixNormalGuide(model, init_values, init_scale=init_scale, rank=rank, local_reparam=local_reparam, scales=scales)
