@@ -62,6 +62,7 @@ class ToyCubic(DataConfig):
     """Heek's cubic toy regression, y = x^3 + N(0, 3^2), x ~ U[-4, 4] (embedded; drawn from the run's seed)."""
 
     n_train: int = 20
+    """training points (the test set is 200 points on U[-4, 4])"""
 
     def load(self, seed):
         from bnn_zoo.data import toy_cubic
@@ -101,9 +102,13 @@ class UCI(DataConfig):
     """
 
     path: str = ""
+    """the dataset's folder (data.txt, index_features.txt, index_target.txt, index_train_K.txt, index_test_K.txt)"""
     split: int = 0
+    """which of the folder's train/test splits (K in index_train_K.txt)"""
     part: Literal["test", "validation"] = "test"
-    allow_overlap: bool = False  # score a split whose test rows are also training rows
+    """test: train on the split's training rows, score its test rows; validation: Gal & Ghahramani's 80/20 selection split of the training rows"""
+    allow_overlap: bool = False
+    """score a split whose test rows are also training rows (refused otherwise)"""
 
     def load(self, seed):
         from bnn_zoo.data import load_uci
@@ -120,9 +125,13 @@ class Text(DataConfig):
     """A text corpus as next-token windows (first 90% train, last 10% test)."""
 
     path: str = ""
+    """a UTF-8 text file, or a folder holding input.txt"""
     level: Literal["char", "word"] = "char"
+    """tokens are characters or whitespace-separated words"""
     seq_len: int = 64
+    """tokens of context per window; the model predicts the next one"""
     max_vocab: int | None = None
+    """keep the most frequent tokens, the rest as one unknown token (at least 3; null: all)"""
 
     def load(self, seed):
         from bnn_zoo.data import text
@@ -152,7 +161,9 @@ class MLP(ModelConfig):
     """Multilayer perceptron: dense layers of ``hidden`` units with one activation."""
 
     hidden: list[int] = field(default_factory=lambda: [50])
+    """units of each hidden layer ([] is a linear model)"""
     activation: Literal["tanh", "relu", "sigmoid", "elu", "gelu"] = "tanh"
+    """the hidden layers' nonlinearity"""
 
     def build(self, dataset, out_features):
         from bnn_zoo import models
@@ -177,10 +188,15 @@ class CNN(ModelConfig):
     """LeNet on images; dropout=all (lenet-all) or dense (lenet-ip) says which weights take dropout."""
 
     channels: list[int] = field(default_factory=lambda: [16, 32])
+    """output channels of each convolution (each followed by max pooling)"""
     kernel: int = 3
+    """convolution kernel size"""
     pool: int = 2
+    """max-pooling size"""
     dense: int = 64
+    """units of the dense layer before the output"""
     dropout: Literal["all", "dense"] = "all"
+    """which weights the dropout guide drops: all (lenet-all) or the dense layers only (lenet-ip)"""
 
     short_chains = True
 
@@ -196,7 +212,9 @@ class CNN(ModelConfig):
 @dataclass
 class _Recurrent(ModelConfig):
     embed: int = 32
+    """embedding size"""
     hidden: int = 64
+    """LSTM hidden units"""
 
     text = True
     short_chains = True
@@ -231,6 +249,7 @@ class EmbeddingRNN(_Recurrent):
     """An LSTM whose embedding also takes word-type dropout (Gal & Ghahramani 2016b)."""
 
     gates: Literal["tied", "untied"] = "untied"
+    """one gate matrix with one dropout mask (tied) or one per gate (untied)"""
     embedding_dropout = True
 
 
@@ -269,7 +288,9 @@ class FanIn(PriorConfig):
     """N(0, gain^2 / fan_in) on weights, N(0, bias_scale^2) on biases: the output's prior sd stays O(1)."""
 
     gain: float = 1.0
+    """weight sd times sqrt(fan_in)"""
     bias_scale: float = 1.0
+    """bias sd"""
 
     def build(self, dataset, likelihood, guide):
         from bnn_zoo import priors
@@ -283,6 +304,7 @@ class Normal(PriorConfig):
     """N(0, scale^2) on every weight and bias (Gal: scale = 1 / length-scale)."""
 
     scale: float = 1.0
+    """sd of every weight and bias"""
 
     def build(self, dataset, likelihood, guide):
         from bnn_zoo import priors
@@ -298,8 +320,11 @@ class ScaleMixture(PriorConfig):
     ChEES take it with scale2 = 0.05 (``InferenceConfig.recurrent_prior``; docs/guide/defaults.md)."""
 
     pi: float = 0.5
+    """weight of the wide component"""
     scale1: float = 1.0
-    scale2: float = 0.0025  # e^-6, the largest of Blundell et al.'s narrow scales
+    """sd of the wide component"""
+    scale2: float = 0.0025
+    """sd of the narrow component (e^-6, the largest of Blundell et al.'s narrow scales)"""
 
     def build(self, dataset, likelihood, guide):
         from bnn_zoo import priors
@@ -321,6 +346,7 @@ class GalKeras(PriorConfig):
     """
 
     length_scale: float = 1e-2
+    """Gal's prior length-scale l in his Keras weight decay l^2 (1 - p) / (2 N tau)"""
 
     def build(self, dataset, likelihood, guide):
         from bnn_zoo import priors
@@ -351,7 +377,9 @@ class Gaussian(LikelihoodConfig):
     by precision tau = 1 / sigma^2 in the targets' original units (Gal & Ghahramani's tau)."""
 
     scale: float | None = None
+    """fixed noise sd in standardised units (null: learned, unless precision is given)"""
     precision: float | None = None
+    """fixed noise precision tau = 1 / sigma^2 in the targets' original units (null: learned, unless scale is given)"""
 
     task = "regression"
 
@@ -435,8 +463,11 @@ class MeanField(GuideConfig):
     """Diagonal Gaussian over every weight (Bayes by Backprop); local_reparam samples pre-activations."""
 
     init_scale: float = 1e-2
+    """every weight's starting sd"""
     parametrization: Literal["softplus", "log"] = "softplus"
+    """sd = softplus(rho) or exp(rho)"""
     local_reparam: bool = False
+    """sample pre-activations instead of weights in training (Kingma et al. 2015; dense and conv layers)"""
 
 
 @register("matrix-normal")
@@ -445,15 +476,19 @@ class MatrixNormal(GuideConfig):
     """Matrix-normal MN(M, U, V) per weight matrix (full Cholesky; rank=k for low rank + diagonal)."""
 
     init_scale: float = 1e-2
+    """every weight's starting sd"""
     rank: int | None = None
+    """null: full Cholesky U and V; k: diagonal plus rank k"""
     local_reparam: bool = False
-    scales: bool | None = None  # a per-weight scale, U and V correlations; None: true on the recurrent models (docs/guide/defaults.md)
+    """sample a dense layer's outputs instead of its weights in training (not with scales)"""
+    scales: bool | None = None
+    """a scale per weight, with U and V correlation matrices; null: true on the recurrent models (docs/guide/defaults.md)"""
 
     def resolved(self, model):
-        """Per-weight scales on the recurrent models. Louizos & Welling's family ties every weight's
-        variance to its row's and column's (U_ii V_jj) and on toy-text's LSTMs moves all of them onto the
-        scale mixture's wide component: the majority class, 0.66. With a scale per weight and the
-        correlations in U and V, the tied LSTM reads the sentences (0.94, as mean-field)."""
+        """Per-weight scales on the recurrent models. In Louizos & Welling's family a weight's sd moves
+        with its row's and column's variances, which on toy-text's LSTMs reach the scale mixture's wide
+        component within 3,000 steps: the majority class, 0.66. With a scale per weight it moves at
+        mean-field's pace, and the tied LSTM reads the sentences (0.94, as mean-field; docs/guide/defaults.md)."""
         return dataclasses.replace(self, scales=getattr(model, "text", False)) if self.scales is None else self
 
 
@@ -462,11 +497,16 @@ class MatrixNormal(GuideConfig):
 class Flow(GuideConfig):
     """A normalizing flow over all weights (scope=joint) or one per weight matrix (scope=layer)."""
 
-    transform: Literal["auto", "affine", "spline"] = "auto"  # auto: affine up to 1,024 latents, spline coupling above
+    transform: Literal["auto", "affine", "spline"] = "auto"
+    """auto: affine autoregressive up to 1,024 latents, spline coupling above"""
     num_flows: int = 2
+    """flow layers"""
     scope: Literal["joint", "layer"] = "joint"
+    """joint: one flow over all latents; layer: one per weight matrix, mean-field elsewhere"""
     init_scale: float = 1e-2
-    hidden: Union[int, list[int], None] = None  # coupling-net widths; None: 256 up to 4,096 latents, ~2^19 / latents above
+    """every weight's starting sd"""
+    hidden: Union[int, list[int], None] = None
+    """coupling-net widths; null: 256 up to 4,096 latents, about 2^19 / latents above"""
 
 
 @register("dropout")
@@ -475,7 +515,9 @@ class Dropout(GuideConfig):
     """Gal's dropout mixture (MC dropout as VI); p is the drop probability, one or one per weight matrix."""
 
     p: Union[float, list[float]] = 0.1
+    """drop probability, one or one per weight matrix"""
     masks: Literal["step", "example"] = "step"
+    """one mask per draw (step) or one per data point (example)"""
 
 
 # ---------------------------------------------------------------------------- inference
@@ -523,23 +565,40 @@ def default_batch(batch_size: int | None, n: int) -> int | None:
 class SVI(InferenceConfig):
     """Stochastic VI with a guide (--guide): Adam on the ELBO, closed-form KL where it exists."""
 
-    steps: int | None = None  # default 3000; or give epochs (steps = epochs x batches per epoch), not both
+    steps: int | None = None
+    """optimisation steps (null: 3,000); or give epochs, not both"""
     epochs: int | None = None
+    """passes over the training data (steps = epochs x batches per epoch)"""
     lr: float = 1e-2
-    lr_decay: float = 0.1  # the rate ends at lr x 0.1: a constant rate leaves the variances noisy (docs/guide/defaults.md)
-    batch_size: int | None = None  # None: full batch up to 1,000 training rows, 128 above
+    """Adam's learning rate"""
+    lr_decay: float = 0.1
+    """the rate falls geometrically to lr x lr_decay by the last step (1: constant; docs/guide/defaults.md)"""
+    batch_size: int | None = None
+    """minibatch size (null: full batch up to 1,000 training rows, 128 above)"""
     num_particles: int = 1
+    """guide draws per step, vectorised"""
     kl_weight: float = 1.0
+    """the KL discount tau: the optimum is the tempered posterior p(w) p(y | w)^(1 / tau)"""
     kl_warmup: int = 0
+    """steps over which the KL weight rises linearly to kl_weight (0: none)"""
     objective: Literal["elbo", "renyi"] = "elbo"
+    """the ELBO, or Li & Turner's Renyi bound of order alpha"""
     alpha: float = 0.5
+    """the Renyi order (objective renyi)"""
     validation: float = 0.0
+    """fraction of the training data held out for early stopping (0: none)"""
     eval_every: int = 100
+    """steps between validation scores"""
     patience: int = 5
+    """validation scores without improvement before stopping"""
     checkpoint_every: int = 1000
+    """steps between checkpoints"""
     num_draws: int = 1000
-    lockstep: bool = False  # fit by the batched engine (bnn_zoo.inference.lockstep), alone or beside other fits
-    direct: bool = True  # the ELBO written out for bnn-zoo's guides (bnn_zoo.inference.elbo); false: Pyro's TraceMeanField_ELBO
+    """guide draws kept for prediction and the InferenceData"""
+    lockstep: bool = False
+    """fit by the batched engine (bnn_zoo.inference.lockstep), alone or beside other fits"""
+    direct: bool = True
+    """the ELBO written out for bnn-zoo's guides (bnn_zoo.inference.elbo); false: Pyro's TraceMeanField_ELBO"""
 
     takes_guide = True
 
@@ -564,10 +623,15 @@ class SVI(InferenceConfig):
 @dataclass
 class _Chain(InferenceConfig):
     num_warmup: int = 500
+    """warm-up iterations per chain"""
     num_samples: int = 500
+    """draws kept per chain"""
     num_chains: int = 2
+    """chains"""
     init: Literal["network", "prior", "svi"] = "network"
-    max_hours: float | None = 2.0  # stop with the fixes once the pace projects past it (the digits CNN's NUTS: 4 hours); null: none
+    """where each chain starts: the network's own initialisation, a prior draw, or an SVI fit"""
+    max_hours: float | None = 2.0
+    """stop with the fixes once the pace projects past it (the digits CNN's NUTS: 4 hours); null: no limit"""
 
     def build(self, run, model, dataset, checkpoint, progress):
         from bnn_zoo import inference
@@ -591,9 +655,12 @@ class _Chain(InferenceConfig):
 
 @dataclass
 class _PyroChain(_Chain):
-    num_warmup: int | None = None  # 500; 100 on the cnn and the recurrent models (docs/guide/defaults.md)
-    num_samples: int | None = None  # 500; 100 on the cnn and the recurrent models
-    chain_method: Literal["parallel", "sequential"] = "parallel"  # parallel: a forked process per chain, as many as cores
+    num_warmup: int | None = None
+    """warm-up iterations per chain (null: 500; 100 on the cnn and the recurrent models)"""
+    num_samples: int | None = None
+    """draws kept per chain (null: 500; 100 on the cnn and the recurrent models)"""
+    chain_method: Literal["parallel", "sequential"] = "parallel"
+    """parallel: a forked process per chain, as many as cores; sequential: one after another"""
 
     def resolved(self, model):
         """500 warm-up iterations and 500 draws per chain; 100 and 100 on the models whose config sets
@@ -611,7 +678,8 @@ class _PyroChain(_Chain):
 class NUTS(_PyroChain):
     """The No-U-Turn sampler (Pyro's), step size by dual averaging, diagonal mass matrix."""
 
-    max_tree_depth: int | None = None  # 10; 8 on the recurrent models (docs/guide/defaults.md)
+    max_tree_depth: int | None = None
+    """trees of at most 2^depth - 1 leapfrog steps (null: 10; 8 on the recurrent models)"""
 
     def resolved(self, model):
         """Trees of at most 2^10 - 1 leapfrog steps; 2^8 - 1 on the recurrent models, whose trees reach the
@@ -626,7 +694,8 @@ class NUTS(_PyroChain):
 class HMC(_PyroChain):
     """Hamiltonian Monte Carlo with a fixed trajectory length (Pyro's), at most max_leapfrog steps a transition."""
 
-    max_leapfrog: int | None = None  # 1000; 255 on the cnn and the recurrent models (docs/guide/defaults.md)
+    max_leapfrog: int | None = None
+    """leapfrog steps per trajectory at most (null: 1,000; 255 on the cnn and the recurrent models)"""
 
     def resolved(self, model):
         """Trajectories of at most 1,000 leapfrog steps; 255 (NUTS's at depth 8) on the models with short
@@ -641,13 +710,20 @@ class HMC(_PyroChain):
 class ChEES(_Chain):
     """Many HMC chains in lockstep, trajectory length by the ChEES criterion, jittered (Hoffman et al. 2021)."""
 
-    num_warmup: int | None = None  # 500; 200 on the recurrent models (docs/guide/defaults.md)
-    num_samples: int | None = None  # 250; 100 on the recurrent models
-    num_chains: int | None = None  # 16; 4 on the recurrent models
+    num_warmup: int | None = None
+    """warm-up iterations (null: 500; 200 on the recurrent models)"""
+    num_samples: int | None = None
+    """draws kept per chain (null: 250; 100 on the recurrent models)"""
+    num_chains: int | None = None
+    """chains run in lockstep (null: 16; 4 on the recurrent models)"""
     target_accept: float = 0.651
-    max_leapfrog: int | None = None  # 1000; 255 on the recurrent models
-    mass_matrix: Literal["pooled", "within"] = "pooled"  # within: each chain's own variance (BNN modes; docs/guide/inference.md)
-    compile: bool = False  # torch.compile the potential: seconds to compile, each step 2.5-4x cheaper
+    """the mean acceptance rate dual averaging aims the step size at"""
+    max_leapfrog: int | None = None
+    """leapfrog steps per trajectory at most (null: 1,000; 255 on the recurrent models)"""
+    mass_matrix: Literal["pooled", "within"] = "pooled"
+    """pooled: the variance of all chains' draws; within: each chain's own, averaged (BNN modes; docs/guide/inference.md)"""
+    compile: bool = False
+    """torch.compile the potential: seconds to compile, each step 2.5-4x cheaper"""
 
     def resolved(self, model):
         """16 chains of 500 warm-up iterations and 250 draws, trajectories of at most 1,000 steps; on the
@@ -663,11 +739,17 @@ class ChEES(_Chain):
 @dataclass
 class _SGMCMC(InferenceConfig):
     step_size: float = 1e-4
-    batch_size: int | None = None  # None: full batch up to 1,000 training rows, 128 above (as SVI)
+    """the step size (the peak step size for cyclical)"""
+    batch_size: int | None = None
+    """minibatch size (null: full batch up to 1,000 training rows, 128 above, as SVI)"""
     num_samples: int = 500
+    """draws kept per chain"""
     thinning: int = 10
+    """steps between kept draws"""
     burn_in: int = 5000
+    """steps before the first kept draw (sgld, sghmc)"""
     num_chains: int = 2
+    """chains"""
 
     def build(self, run, model, dataset, checkpoint, progress):
         from bnn_zoo.inference import SGMCMC as Method
@@ -688,6 +770,7 @@ class SGHMC(_SGMCMC):
     """Stochastic-gradient HMC with friction (Chen et al. 2014)."""
 
     friction: float = 0.1
+    """the momentum's friction"""
 
 
 @register("cyclical")
@@ -696,7 +779,9 @@ class Cyclical(_SGMCMC):
     """Cyclical SGLD (Zhang et al. 2020): cosine step-size cycles, draws in each cycle's second half."""
 
     cycles: int = 4
+    """cosine step-size cycles"""
     exploration: float = 0.5
+    """fraction of each cycle spent exploring before draws are kept"""
 
 
 @register("laplace")
@@ -705,11 +790,17 @@ class Laplace(InferenceConfig):
     """Laplace at the MAP (GGN full, diag or kron) with MacKay's evidence and type-II prior precision."""
 
     subset: Literal["all", "last_layer"] = "all"
-    hessian: Literal["auto", "full", "diag", "kron"] = "auto"  # auto: full up to 5,000 weights, diag above
+    """all weights, or the last layer's only"""
+    hessian: Literal["auto", "full", "diag", "kron"] = "auto"
+    """the GGN's form; auto: full up to 5,000 weights, diag above"""
     optimize_prior: bool = True
+    """choose the prior precision by MacKay's evidence (type II)"""
     map_steps: int = 2000
+    """Adam steps to the MAP"""
     lr: float = 1e-2
+    """Adam's learning rate for the MAP"""
     batch_size: int | None = None
+    """Adam's minibatch size for the MAP (null: full batch)"""
 
     def recurrent_prior(self):
         """The fan-in Normal: Laplace's prior precision is a Normal's."""
@@ -727,9 +818,13 @@ class GP(InferenceConfig):
     """A GPyTorch GP baseline by type-II ML; nngp is the infinite-width kernel of a relu MLP under the fan-in prior."""
 
     kernel: Literal["rbf", "matern52", "nngp"] = "rbf"
+    """rbf, matern52, or nngp (the infinite-width kernel of a relu MLP under the fan-in prior)"""
     inducing: int = 128
+    """inducing points of a classification GP"""
     steps: int = 300
+    """Adam steps of type-II maximum likelihood"""
     lr: float = 0.05
+    """Adam's learning rate"""
 
     bnn = False
 
@@ -765,13 +860,20 @@ class GP(InferenceConfig):
 class Evaluation:
     """What is computed after the fit, on the test split and the training data."""
 
-    elbo_samples: int = 1000  # guide draws for the ELBO and its standard error
-    predict_samples: int | None = None  # posterior draws per test prediction (None: every stored draw)
-    evidence: list[Literal["ais", "iw"]] = field(default_factory=list)  # extra log-evidence estimates
+    elbo_samples: int = 1000
+    """guide draws for the ELBO and its standard error"""
+    predict_samples: int | None = None
+    """posterior draws per test prediction (null: every stored draw)"""
+    evidence: list[Literal["ais", "iw"]] = field(default_factory=list)
+    """extra log-evidence estimates: ais (annealed importance sampling), iw (importance-weighted bound)"""
     ais_steps: int = 500
+    """annealing steps of AIS"""
     iw_k: int = 100
-    plots: bool = True  # diagnostic plots in the result folder (sweeps of many cells may skip them)
-    training_evidence: bool = True  # ELBO, PSIS-LOO and `evidence` on the training data (selection runs may skip them)
+    """importance samples of the IW bound"""
+    plots: bool = True
+    """diagnostic plots in the result folder (sweeps of many cells may skip them)"""
+    training_evidence: bool = True
+    """ELBO, PSIS-LOO and evidence on the training data (selection runs may skip them)"""
 
 
 @dataclass
@@ -779,14 +881,23 @@ class RunConfig:
     """One fit: what is fitted to what, how, and what is measured."""
 
     data: DataConfig = field(default_factory=ToyCubic)
+    """what is fitted"""
     model: Union[ModelConfig, UserNetwork] = field(default_factory=MLP)
-    prior: PriorConfig | None = None  # None: see RunConfig.default_prior
-    likelihood: LikelihoodConfig | None = None  # None: the data's task decides
+    """the network: a registered model or your own torch.nn.Module class"""
+    prior: PriorConfig | None = None
+    """null: normal for the dropout guide, the scale mixture on the recurrent models, fanin otherwise (docs/guide/defaults.md)"""
+    likelihood: LikelihoodConfig | None = None
+    """null: the data's task decides"""
     inference: InferenceConfig = field(default_factory=SVI)
-    guide: GuideConfig | None = None  # svi only; None: dropout for the recurrent models, mean-field otherwise
+    """how the posterior is approximated"""
+    guide: GuideConfig | None = None
+    """svi only; null: dropout for the recurrent models, mean-field otherwise"""
     evaluation: Evaluation = field(default_factory=Evaluation)
+    """what is measured"""
     seed: int = 0
-    device: str | None = None  # cpu (default) or cuda: where a BNN is fitted
+    """seeds the embedded datasets' draw (toy-cubic, toy-text), the network's start and every random draw of the fit"""
+    device: str | None = None
+    """cpu (default) or cuda: where a BNN is fitted"""
 
     def resolved(self, dataset) -> RunConfig:
         """This config with its data-dependent defaults written out (the likelihood, SVI's guide, the prior)."""
@@ -890,7 +1001,9 @@ def _default(f: dataclasses.Field):
 
 def parser():
     """The jsonargparse parser of a RunConfig (its fields as ``--data.path``-style options)."""
-    from jsonargparse import ArgumentParser, DefaultHelpFormatter
+    from jsonargparse import ArgumentParser, DefaultHelpFormatter, set_parsing_settings
+
+    set_parsing_settings(docstring_parse_attribute_docstrings=True)  # each option's help is its field's docstring
 
     class Help(DefaultHelpFormatter):
         def _get_help_string(self, action):  # a kind's registered names, not every importable subclass
@@ -902,7 +1015,7 @@ def parser():
             name = name or {
                 "likelihood": "the data's task decides",
                 "guide": "dropout for the recurrent models, mean-field otherwise; svi only",
-                "prior": "normal with the dropout guide, fanin otherwise",
+                "prior": "normal with the dropout guide, the scale mixture on the recurrent models, fanin otherwise",
             }.get(action.dest)
             return f"{' | '.join(REGISTRY[action.dest])} (default: {name}){options}"
 
