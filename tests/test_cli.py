@@ -188,6 +188,26 @@ def test_list_and_help(capsys):
     assert "--guide.masks {step,example}" in capsys.readouterr().out
 
 
+def test_every_fit_option_has_its_own_help_text(capsys):
+    """`bnn-zoo fit --KIND.help NAME` explains each option from its config field's docstring, not just its type."""
+    from jsonargparse import ArgumentParser
+
+    from bnn_zoo.experiments import config
+
+    parser = config.parser()  # also turns on jsonargparse's reading of attribute docstrings
+    actions = [a for a in parser._actions if a.dest not in ("help", "config") and not a.dest.endswith(".help")]
+    for kind, names in config.REGISTRY.items():
+        for name, cls in names.items():
+            one = ArgumentParser()
+            one.add_class_arguments(cls, kind, fail_untyped=True)
+            actions += [a for a in one._actions if a.dest.startswith(f"{kind}.") and a.dest != f"{kind}.help"]
+    bare = sorted({a.dest for a in actions if not (a.help or "").strip() or a.help.lstrip().startswith("(type")})
+    assert not bare, f"options without help text: {bare}"
+    with pytest.raises(SystemExit):
+        main(["fit", "--inference.help", "hmc"])
+    assert "leapfrog steps per trajectory at most (null: 1,000; 255 on the cnn and" in " ".join(capsys.readouterr().out.split())
+
+
 def test_help_and_import_defer_torch_pyro_and_arviz():
     """`bnn-zoo --help` and `import bnn_zoo` load none of the heavy libraries (they cost seconds);
     the first use of a public name imports its home."""
