@@ -197,7 +197,7 @@ def test_every_fit_option_has_its_own_help_text(capsys):
     parser = config.parser()  # also turns on jsonargparse's reading of attribute docstrings
     actions = [a for a in parser._actions if a.dest not in ("help", "config") and not a.dest.endswith(".help")]
     for kind, names in config.REGISTRY.items():
-        for name, cls in names.items():
+        for cls in names.values():
             one = ArgumentParser()
             one.add_class_arguments(cls, kind, fail_untyped=True)
             actions += [a for a in one._actions if a.dest.startswith(f"{kind}.") and a.dest != f"{kind}.help"]
