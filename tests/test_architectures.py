@@ -105,6 +105,22 @@ def test_word_type_dropout_drops_every_occurrence_together_and_equals_the_naive_
     assert abs(mask.mean() - 0.5) < 0.05
 
 
+def test_the_embeddings_gradient_is_the_same_on_every_run_with_two_threads():
+    """Indexing weight.T[ids] accumulated the rows of repeated ids in a varying order on two threads, so a
+    toy-text fit did not reproduce to the last digit; the embedding's gradient must not depend on the run."""
+    embedding = bz.models.rnn.Embedding(41, 32)
+    ids = torch.randint(1, 41, (300, 12), generator=torch.Generator().manual_seed(0))
+    ids[:, 6:] = 0  # padding: one id repeated 1,800 times, as in toy-text's batches
+    upstream = torch.randn(300, 12, 32, generator=torch.Generator().manual_seed(1))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        grads = [torch.autograd.grad((embedding(ids) * upstream).sum(), embedding.weight)[0] for _ in range(100)]
+    finally:
+        torch.set_num_threads(threads)
+    assert all(torch.equal(grads[0], g) for g in grads[1:])
+
+
 def test_lenet_dropout_placement_all_versus_dense():
     model_all = bz.BNN(bz.models.LeNet(dropout="all"), bz.priors.Normal(1.0), bz.likelihoods.Categorical())
     model_ip = bz.BNN(bz.models.LeNet(dropout="dense"), bz.priors.Normal(1.0), bz.likelihoods.Categorical())

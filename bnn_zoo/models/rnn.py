@@ -13,6 +13,7 @@ import math
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from bnn_zoo.errors import BnnZooError
 from bnn_zoo.local_noise import bernoulli_mask, dropout_keep, input_mask
@@ -127,7 +128,9 @@ class Embedding(nn.Module):
             self.weight.normal_(0.0, 1 / math.sqrt(self.dim))
 
     def forward(self, ids):
-        vectors = self.weight.T[ids]
+        # not weight.T[ids]: on more than one thread that index's backward adds the rows of repeated ids
+        # in a varying order, so a text fit did not reproduce to the last digit (F.embedding's does)
+        vectors = F.embedding(ids, self.weight.T)
         keep = dropout_keep(self, "weight")
         return vectors if keep is None else vectors * word_type_mask(ids, keep, vectors)[..., None]
 
