@@ -488,7 +488,7 @@ class MatrixNormal(GuideConfig):
         """Per-weight scales on the recurrent models. In Louizos & Welling's family a weight's sd moves
         with its row's and column's variances, which on toy-text's LSTMs reach the scale mixture's wide
         component within 3,000 steps: the majority class, 0.66. With a scale per weight it moves at
-        mean-field's pace, and the tied LSTM reads the sentences (0.94, as mean-field; docs/guide/defaults.md)."""
+        mean-field's pace, and the tied LSTM reads the sentences (0.98; mean-field 0.95; docs/guide/defaults.md)."""
         return dataclasses.replace(self, scales=getattr(model, "text", False)) if self.scales is None else self
 
 
