@@ -210,7 +210,7 @@ def fit_parser():
     parser.add_argument("--config", action=ActionConfigFile, help="a run config in YAML (a result folder's config.yaml); later options override it")
     parser.add_argument("--out", type=str, required=True, help="output folder; bnn_zoo.load(DIR) reads the fitted posterior back")
     parser.add_argument("--resume", action="store_true", help="continue an interrupted run from DIR/checkpoint.pt (SVI, SG-MCMC, ChEES) and ais_checkpoint.pt")
-    parser.add_argument("--overwrite", action="store_true", help="replace the run already in DIR (its files are deleted first)")
+    parser.add_argument("--overwrite", action="store_true", help="replace the run in DIR (its files are deleted first; never a file bnn-zoo did not write)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     return parser
 
@@ -219,7 +219,7 @@ def _fit(argv):
     from bnn_zoo.experiments import config
     from bnn_zoo.experiments.demo import print_table
     from bnn_zoo.experiments.run import execute
-    from bnn_zoo.io import output_folder
+    from bnn_zoo.io import discard_if_unused, output_folder
 
     parser = fit_parser()
     args = parser.parse_args(config.resolve_names(argv))
@@ -231,8 +231,8 @@ def _fit(argv):
     try:
         result = execute(run_config, out, progress=not args.quiet, resume=args.resume)
     except BnnZooError:
-        if fresh and not any(out.iterdir()):  # refused before anything was written: leave no trace
-            out.rmdir()
+        if fresh:  # refused before anything was written: leave no trace
+            discard_if_unused(out)
         raise
     print_table([result], title=f"{result.metrics['data']}: {result.name}; files in {out}")
     return 0

@@ -6,7 +6,6 @@ import hashlib
 import json
 import math
 import os
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -54,24 +53,69 @@ def remove_temporaries(folder) -> None:
 
 
 RESULT_MARKERS = ("metrics.json", "posterior.json", "checkpoint.pt", "config.yaml")  # what makes a folder a bnn-zoo result
+OWNER_MARK = ".bnn-zoo-result"  # written into every folder `output_folder` claims: the proof that bnn-zoo may clear it
+RESULT_FILES = frozenset(
+    {
+        *RESULT_MARKERS,
+        OWNER_MARK,
+        "posterior.nc",
+        "state.pt",
+        "predictions.nc",
+        "ais_checkpoint.pt",
+        *(f"{plot}.png" for plot in ("predictive", "loss", "energy", "trace", "rank")),
+    }
+)  # every file a run writes into its folder, and so all that --overwrite may delete
 
 
 def output_folder(path, overwrite: bool = False, resume: bool | None = False, option: str = "--out") -> Path:
-    """Check a run's result folder before any work. An existing run in it is kept unless ``overwrite``
-    (which clears the folder) or ``resume`` (which continues an unfinished run; None: the command has
-    no --resume) says otherwise."""
+    """Check a run's result folder before any work, and mark it as bnn-zoo's (``OWNER_MARK``). An
+    existing run in it is kept unless ``overwrite`` (which deletes the run's files, see
+    :func:`clear_result_folder`) or ``resume`` (which continues an unfinished run; None: the command
+    has no --resume) says otherwise."""
     path = Path(path)
-    if path.is_dir() and any(path.iterdir()):
+    if path.is_dir() and any(p.name != OWNER_MARK for p in path.iterdir()):
         if not any((path / marker).exists() for marker in RESULT_MARKERS):
             raise BnnZooError(f"{option} {path} is a folder with other files in it; give a new or empty folder")
         if overwrite:
-            shutil.rmtree(path)
+            clear_result_folder(path, option)
         elif not resume:
             ways = "--overwrite to replace it" + ("" if resume is None else " or --resume to continue it")
             raise BnnZooError(f"{option} {path} already holds a run; pass {ways}, or choose another folder")
         elif (path / "metrics.json").exists():
             raise BnnZooError(f"{option} {path} holds a finished run, so there is nothing to resume; pass --overwrite to fit it again")
-    return writable_folder(path, option)
+    path = writable_folder(path, option)
+    atomic_write(path / OWNER_MARK, lambda tmp: Path(tmp).write_text("a bnn-zoo result folder: bnn-zoo fit --overwrite may clear it\n"))
+    return path
+
+
+def clear_result_folder(path: Path, option: str = "--out") -> None:
+    """Delete a run's files from ``path``, and nothing else. Only a folder bnn-zoo marked as its own
+    (``OWNER_MARK``) that holds nothing but files a run writes (``RESULT_FILES``, temporaries) is
+    cleared; any other folder raises before a file is deleted."""
+    if not (path / OWNER_MARK).is_file():
+        raise BnnZooError(
+            f"{option} {path} has no {OWNER_MARK} file, so bnn-zoo cannot tell that it wrote this folder and --overwrite "
+            "deletes nothing; remove the folder yourself or choose another"
+        )
+    foreign = sorted(p.name for p in path.iterdir() if not _written_by_a_run(p))
+    if foreign:
+        listed = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise BnnZooError(
+            f"{option} {path} holds files bnn-zoo did not write ({listed}), so --overwrite deletes nothing; move them out or choose another folder"
+        )
+    for p in path.iterdir():
+        p.unlink()
+
+
+def _written_by_a_run(p: Path) -> bool:
+    return (p.is_symlink() or p.is_file()) and (p.name in RESULT_FILES or p.match(TEMPORARY))
+
+
+def discard_if_unused(path: Path) -> None:
+    """Remove a folder `output_folder` made for a run that then wrote nothing into it."""
+    if path.is_dir() and all(p.name == OWNER_MARK for p in path.iterdir()):
+        (path / OWNER_MARK).unlink(missing_ok=True)
+        path.rmdir()
 
 
 def writable_folder(path, option: str = "--out") -> Path:

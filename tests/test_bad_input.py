@@ -328,3 +328,33 @@ def test_an_unforeseen_failure_is_one_line_with_the_traceback_in_a_file(monkeypa
     assert err.count("\n") == 1 and "unexpected RuntimeError: something bnn-zoo did not foresee (a bug in bnn-zoo" in err
     path = err.rsplit("traceback is in ", 1)[1].rstrip(")\n")
     assert "Traceback" in open(path).read()
+
+
+def _tree(folder):
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_overwrite_deletes_only_what_bnn_zoo_wrote(tmp_path, monkeypatch, capsys):
+    """--overwrite clears a folder only when bnn-zoo marked it as its own and it holds nothing else."""
+    monkeypatch.chdir(tmp_path)
+    fit = ["fit", *QUICK_FIT, "--out"]
+    mine = tmp_path / "mine"  # a user's folder that happens to hold a config.yaml
+    (mine / "src").mkdir(parents=True)
+    (mine / "thesis.tex").write_text("\\chapter{Results}\n")
+    (mine / "config.yaml").write_text("seed: 0\n")
+    (mine / "src" / "main.py").write_text("print('hi')\n")
+    before = _tree(mine)
+    assert main([*fit, "mine", "--overwrite"]) == 2
+    assert "has no .bnn-zoo-result file" in capsys.readouterr().err
+    assert _tree(mine) == before
+
+    assert main([*fit, "run"]) == 0  # a run's own folder is cleared and fitted again
+    assert main([*fit, "run", "--overwrite"]) == 0
+    capsys.readouterr()
+    (tmp_path / "run" / "notes.txt").write_text("mine\n")  # then the user keeps a file in it
+    (tmp_path / "run" / "figures").mkdir()
+    before = _tree(tmp_path / "run")
+    assert main([*fit, "run", "--overwrite"]) == 2
+    err = capsys.readouterr().err
+    assert "holds files bnn-zoo did not write (figures, notes.txt), so --overwrite deletes nothing" in err and err.count("\n") == 1
+    assert _tree(tmp_path / "run") == before
