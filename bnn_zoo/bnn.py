@@ -171,7 +171,7 @@ class BNN:
         net = copy.deepcopy(self.net)
         before = {name: p.detach().clone() for name, p in net.named_parameters() if name in self.params}
         owned = set()  # weights a reset_parameters re-draws (constant ones, e.g. a norm's, come back equal)
-        with torch.random.fork_rng():
+        with torch.random.fork_rng(device_type="cuda"):
             torch.manual_seed(seed)
             for prefix, module in net.named_modules():
                 if module is not net and hasattr(module, "reset_parameters"):

@@ -242,7 +242,7 @@ class Posterior:
     def _guide_block(self, block: int, size: int) -> dict[str, torch.Tensor]:
         """Guide draws block * size, ..., (block + 1) * size - 1, under their own seed (the global RNG untouched)."""
         seed = int(np.random.SeedSequence([int(self.settings.get("seed", 0)), block]).generate_state(1)[0])
-        with torch.no_grad(), torch.random.fork_rng(devices=[self.model.device] if self.model.device.type == "cuda" else []):
+        with torch.no_grad(), torch.random.fork_rng(devices=[self.model.device] if self.model.device.type == "cuda" else [], device_type="cuda"):
             torch.manual_seed(seed)
             return {k: v.detach() for k, v in sample_guide(self.guide, self.model, size, self.x, self.y).items()}
 
@@ -366,7 +366,7 @@ class Posterior:
             {k: (("chain", "draw", *_dims(k, v.shape[1:])), v.reshape(self.num_chains, -1, *v.shape[1:]).numpy()) for k, v in draws.items()},
             coords={"chain": np.arange(self.num_chains), "draw": kept["posterior"].numpy()},
         )
-        with torch.random.fork_rng():  # the same fit always writes the same file
+        with torch.random.fork_rng(device_type="cuda"):  # the same fit always writes the same file
             torch.manual_seed(int(self.settings.get("seed", 0)))
             y_rep = torch.cat(
                 list(self._per_draw(self.x, self._chain_index(kept["function"]), lambda f, lat: self.model.likelihood.distribution(f, lat).sample()))
@@ -489,7 +489,7 @@ def load_posterior(header: dict, state: dict, model=None, guide=None, cls: type 
     x, y = state["x"], state["y"]
     seed = int(settings.get("seed", 0))
     rebuild = guide is None and state["guide"] is not None and settings.get("guide_source") in ("registry", "class")
-    with torch.random.fork_rng():
+    with torch.random.fork_rng(device_type="cuda"):
         pyro.set_rng_seed(seed)  # as SVI.run seeds before building: random parts (flow permutations) come out the same
         if rebuild:
             spec = settings["guide"] if settings["guide_source"] == "registry" else saving.resolve_class(settings["guide"])

@@ -9,6 +9,8 @@ warnings.filterwarnings("ignore", category=FutureWarning)
 if os.environ.get("PYTEST_XDIST_WORKER"):  # one worker per core (pyproject's -n): a thread each, or they oversubscribe the cores
     torch.set_num_threads(1)
 
+import arviz as az  # noqa: E402
+
 import bnn_zoo as bz  # noqa: E402
 from bnn_zoo.evaluation.exact import linear_regression  # noqa: E402
 
@@ -50,6 +52,17 @@ def blr_exact(blr_data):
 def flat(sites: dict) -> torch.Tensor:
     """Weights then bias, matching the exact posterior's ordering."""
     return torch.cat([sites["layers.0.weight"].reshape(*sites["layers.0.weight"].shape[:-2], -1), sites["layers.0.bias"]], -1)
+
+
+def assert_matches_exact_posterior_within_4_mcse(fit, blr_exact):
+    """Every weight's posterior mean and sd within 4 Monte Carlo standard errors (ArviZ's) of the exact ones."""
+    idata = fit.to_inference_data()
+    draws = flat({k: v.double() for k, v in fit.samples.items()}).reshape(-1, 4)
+    mcse_mean = flat({k: torch.as_tensor(az.mcse(idata, method="mean")[k].values) for k in fit.samples}).reshape(-1)
+    mcse_sd = flat({k: torch.as_tensor(az.mcse(idata, method="sd")[k].values) for k in fit.samples}).reshape(-1)
+    exact_sd = blr_exact.cov.diagonal().sqrt()
+    assert torch.all((draws.mean(0) - blr_exact.mean).abs() < 4 * mcse_mean.double()), (draws.mean(0), blr_exact.mean, mcse_mean)
+    assert torch.all((draws.std(0) - exact_sd).abs() < 4 * mcse_sd.double()), (draws.std(0), exact_sd, mcse_sd)
 
 
 class InterruptingMLP(bz.models.MLP):

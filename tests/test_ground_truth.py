@@ -6,11 +6,10 @@ import signal
 import subprocess
 import sys
 
-import arviz as az
 import numpy as np
 import pytest
 import torch
-from conftest import flat, torch_threads
+from conftest import assert_matches_exact_posterior_within_4_mcse, flat, torch_threads
 
 import bnn_zoo as bz
 
@@ -28,18 +27,8 @@ def svi_fit(blr_model, blr_data, request):
     return bz.fit(blr_model, *blr_data, method)
 
 
-def _assert_matches_exact_posterior_within_4_mcse(fit, blr_exact):
-    idata = fit.to_inference_data()
-    draws = flat({k: v.double() for k, v in fit.samples.items()}).reshape(-1, 4)
-    mcse_mean = flat({k: torch.as_tensor(az.mcse(idata, method="mean")[k].values) for k in fit.samples}).reshape(-1)
-    mcse_sd = flat({k: torch.as_tensor(az.mcse(idata, method="sd")[k].values) for k in fit.samples}).reshape(-1)
-    exact_sd = blr_exact.cov.diagonal().sqrt()
-    assert torch.all((draws.mean(0) - blr_exact.mean).abs() < 4 * mcse_mean.double()), (draws.mean(0), blr_exact.mean, mcse_mean)
-    assert torch.all((draws.std(0) - exact_sd).abs() < 4 * mcse_sd.double()), (draws.std(0), exact_sd, mcse_sd)
-
-
 def test_nuts_matches_exact_posterior_within_4_mcse(nuts_fit, blr_exact):
-    _assert_matches_exact_posterior_within_4_mcse(nuts_fit, blr_exact)
+    assert_matches_exact_posterior_within_4_mcse(nuts_fit, blr_exact)
 
 
 def test_hmc_with_capped_trajectories_still_matches_the_exact_posterior(blr_model, blr_data, blr_exact):
@@ -49,7 +38,7 @@ def test_hmc_with_capped_trajectories_still_matches_the_exact_posterior(blr_mode
     fit = bz.fit(blr_model, *blr_data, hmc)
     uncapped = 10.0 / fit.sample_stats["step_size"]  # trajectory_length / step size: what Pyro alone would take
     assert torch.all(uncapped > 3) and torch.all(fit.sample_stats["n_steps"] == 3)
-    _assert_matches_exact_posterior_within_4_mcse(fit, blr_exact)
+    assert_matches_exact_posterior_within_4_mcse(fit, blr_exact)
 
 
 def test_nuts_sample_stats_are_consistent(nuts_fit):

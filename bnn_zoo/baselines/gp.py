@@ -345,7 +345,7 @@ class GPPosterior:
         log_likelihood (for LOO/WAIC), observed and constant data, the type-II loss and, in attrs, the
         hyperparameters."""
         pred = self.predict(self.x, num_samples)
-        with torch.random.fork_rng():
+        with torch.random.fork_rng(device_type="cuda"):
             torch.manual_seed(int(self.settings.get("seed", 0)))
             y_rep = self.likelihood.distribution(pred.f, {}).sample()
         log_lik = self.likelihood.distribution(pred.f, {}).log_prob(self.y)

@@ -102,7 +102,7 @@ def ais(
         raise BnnZooError("ais needs num_steps, num_particles, leapfrog_steps >= 1, num_runs >= 2 and step_size > 0")
     # A leapfrog trajectory that diverges gives NaN, which the Metropolis test rejects; distributions
     # must not raise on it first.
-    with torch.random.fork_rng(), pyro.validation_enabled(False):
+    with torch.random.fork_rng(device_type="cuda"), pyro.validation_enabled(False):
         torch.manual_seed(seed)
         log_w, accept = _anneal(_Target(model, x, y), num_runs * num_particles, num_steps, leapfrog_steps, step_size, target_accept, progress, checkpoint)
     if checkpoint is not None:

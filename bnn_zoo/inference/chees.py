@@ -32,8 +32,9 @@ from tqdm.auto import tqdm
 
 from bnn_zoo.bnn import BNN
 from bnn_zoo.errors import BnnZooError
+from bnn_zoo.inference import xla
 from bnn_zoo.inference.budget import TimeLimit, TimeLimitExceeded, check_max_hours
-from bnn_zoo.inference.potential import LogPosterior
+from bnn_zoo.inference.potential import LogPosterior, chain_starts
 from bnn_zoo.io import atomic_torch_save, bar_disabled, check_identity, fingerprint, safe_torch_load, say_resumed
 from bnn_zoo.posterior import Posterior
 
@@ -79,6 +80,11 @@ class ChEES:
             until the first mass-matrix window ends, it stops only a run too slow even if the rest ran 10x faster);
             None: no limit. The command line's default is 2.
         progress: show a progress bar.
+        backend: ``"torch"``: this module's sampler; ``"jax"``: BlackJAX's ChEES (diagonal mass matrix
+            pooled over chains) on the model's log density traced to JAX
+            (:mod:`bnn_zoo.inference.xla`; ``pip install 'bnn-zoo[jax]'``), without checkpoints or
+            ``max_hours``; ``"auto"``: JAX where the extra is installed, the network is not recurrent
+            and ``mass_matrix`` is ``"pooled"``, torch otherwise.
     """
 
     num_warmup: int = 500
@@ -96,6 +102,7 @@ class ChEES:
     checkpoint_every: int = 100
     max_hours: float | None = None
     progress: bool = True
+    backend: str = "auto"
 
     name = "chees"
 
@@ -115,6 +122,9 @@ class ChEES:
             raise BnnZooError(f"ChEES mass_matrix must be 'within' or 'pooled', got {self.mass_matrix!r}")
         if not (isinstance(self.init, (dict, Posterior)) or self.init in (None, "prior")):
             raise BnnZooError(f"init must be None, 'prior', a fitted Posterior or a dict of site values, got {self.init!r}")
+        xla.check_backend("ChEES", self.backend)
+        if self.backend == "jax" and self.mass_matrix == "within":
+            raise BnnZooError("ChEES mass_matrix='within' exists only with backend='torch'; BlackJAX pools the mass matrix over chains")
 
     def settings(self) -> dict:
         skip = ("init", "progress", "checkpoint", "checkpoint_every", "max_hours")
@@ -126,8 +136,14 @@ class ChEES:
     def run(self, model: BNN, x: torch.Tensor, y: torch.Tensor) -> Posterior:
         start = time.perf_counter()
         generator = torch.Generator(device=model.device).manual_seed(self.seed)
+        starts = chain_starts(model, self.init, self.num_chains, self.seed, generator)
+        jax_target = self._jax_target(model, x, y, starts)
+        if jax_target is not None:
+            samples, sample_stats, info = xla.run_chees(jax_target, jax_target.start(starts), self)
+            settings = self.settings() | {"backend": "jax"}
+            return Posterior(model, x, y, samples, settings, sample_stats=sample_stats, runtime_s=time.perf_counter() - start, info=info)
         target = _Target(LogPosterior(model, x.shape[0]), x, y, model.latent_shapes(), compile=self.compile)
-        q = target.flatten(target.log_posterior.initial(self._inits(model, generator)))
+        q = target.flatten(target.log_posterior.initial(starts))
         sampler = _Sampler(target, q, self, generator)
         draws, stats, first = [], [], 0
         total = self.num_warmup + self.num_samples
@@ -167,22 +183,14 @@ class ChEES:
         samples = target.log_posterior.constrained(target.unflatten(flat))
         sample_stats = {k: torch.stack([s[k] for s in stats], dim=1) for k in stats[0]}
         info = {"trajectory_length": sampler.trajectory, "step_size": sampler.step_size}
-        return Posterior(model, x, y, samples, self.settings(), sample_stats=sample_stats, runtime_s=time.perf_counter() - start, info=info)
+        settings = self.settings() | {"backend": "torch"}
+        return Posterior(model, x, y, samples, settings, sample_stats=sample_stats, runtime_s=time.perf_counter() - start, info=info)
 
-    def _inits(self, model: BNN, generator: torch.Generator) -> dict:
-        """Site values per chain, shaped (C, *site shape)."""
-        c = self.num_chains
-        if isinstance(self.init, Posterior):
-            return self.init.draws(c)
-        if isinstance(self.init, dict):
-            return {k: torch.as_tensor(self.init[k]).expand(c, *shape).clone() for k, shape in model.latent_shapes().items()}
-        if self.init == "prior":
-            priors = {**{k: model.site_prior(k) for k in model.params}, **model.likelihood.latent_prior()}
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(int(torch.randint(2**31, (), generator=generator)))
-                return {k: d.sample((c,)) for k, d in priors.items()}
-        inits = [model.network_init(self.seed + chain) for chain in range(c)]
-        return {k: torch.stack([v[k] for v in inits]) for k in inits[0]}
+    def _jax_target(self, model: BNN, x, y, starts: dict):
+        """The JAX backend's target when this run uses it (None: the torch sampler runs)."""
+        if self.mass_matrix == "within" or xla.resolve_backend(self.backend, model) != "jax":
+            return None
+        return xla.jax_target("ChEES", model, x, y, starts)
 
 
 class _Target:

@@ -115,7 +115,7 @@ class Laplace:
         # A learned Gaussian noise is a hyperparameter here, fitted by type-II ML with the prior precision
         # (MacKay's evidence framework, his alpha and beta): at its MAP alone, 20 points drive it to 0.
         noise = Gaussian.site if isinstance(model.likelihood, Gaussian) and model.likelihood.scale is None else None
-        with torch.random.fork_rng():
+        with torch.random.fork_rng(device_type="cuda"):
             torch.manual_seed(self.seed)
             previous, best = None, None  # (log scale, evidence gradient) of the last round; the best round
             for r in range(self.rounds if self.optimize_prior or noise else 1):

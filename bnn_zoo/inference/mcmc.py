@@ -33,7 +33,9 @@ from pyro.infer.autoguide.initialization import init_to_sample, init_to_value
 from tqdm import std as tqdm_std
 
 from bnn_zoo.errors import BnnZooError
+from bnn_zoo.inference import xla
 from bnn_zoo.inference.budget import TimeLimit, check_max_hours
+from bnn_zoo.inference.potential import chain_starts
 from bnn_zoo.io import bar_disabled
 from bnn_zoo.posterior import Posterior
 
@@ -178,7 +180,8 @@ class _MCMC:
         chains = _run_chains(chain, self.num_chains, parallel=parallel)
         samples = {k: torch.stack([ch["samples"][k] for ch in chains]) for k in model.latent_shapes()}
         sample_stats = {k: torch.stack([ch["stats"][k] for ch in chains]) for k in chains[0]["stats"]}
-        return Posterior(model, x, y, samples, self.settings(), sample_stats=sample_stats, runtime_s=time.perf_counter() - start)
+        settings = self.settings() | ({"backend": "torch"} if "backend" in self.settings() else {})
+        return Posterior(model, x, y, samples, settings, sample_stats=sample_stats, runtime_s=time.perf_counter() - start)
 
     def _shared(self, init_strategy) -> dict:
         """Kernel arguments NUTS and HMC share."""
@@ -312,12 +315,33 @@ class NUTS(_MCMC):
             10x faster; NUTS's cost about as much after it, so NUTS does not wait.
         progress: show Pyro's progress bar (in parallel, chain 0's).
         max_tree_depth: the deepest trajectory doubling.
+        backend: ``"torch"``: Pyro's NUTS; ``"jax"``: NumPyro's NUTS (same adaptation: dual averaging,
+            windowed mass matrix) on the model's log density traced to JAX
+            (:mod:`bnn_zoo.inference.xla`; ``pip install 'bnn-zoo[jax]'``), its chains one after another
+            in this process, without ``max_hours``; ``"auto"``: JAX where the extra is installed and the
+            network is not recurrent, torch otherwise.
     """
 
     max_tree_depth: int = 10
+    backend: str = "auto"
 
     name = "nuts"
     counts = _MCMC.counts | {"max_tree_depth": 1}
+
+    def __post_init__(self):
+        super().__post_init__()
+        xla.check_backend("NUTS", self.backend)
+
+    def run(self, model, x, y) -> Posterior:
+        if xla.resolve_backend(self.backend, model) == "jax":
+            start = time.perf_counter()
+            starts = chain_starts(model, self.init, self.num_chains, self.seed, torch.Generator().manual_seed(self.seed))
+            target = xla.jax_target("NUTS", model, x, y, starts)
+            if target is not None:
+                samples, stats = xla.run_nuts(target, target.start(starts), self, progress=not bar_disabled(self.progress))
+                settings = self.settings() | {"backend": "jax"}
+                return Posterior(model, x, y, samples, settings, sample_stats=stats, runtime_s=time.perf_counter() - start)
+        return super().run(model, x, y)
 
     def _kernel(self, model, init_strategy):
         return _NUTSKernel(model, max_tree_depth=self.max_tree_depth, **self._shared(init_strategy))

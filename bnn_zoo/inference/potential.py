@@ -163,6 +163,23 @@ class LogPosterior:
         return latent, total
 
 
+def chain_starts(model: BNN, init, chains: int, seed: int, generator: torch.Generator) -> dict:
+    """Site values where each of ``chains`` chains starts, shaped (chains, *site shape): ``init`` None,
+    the network's own initialisation under seed + chain; ``"prior"``, prior draws; a fitted Posterior,
+    one of its draws per chain; a dict, its values in every chain."""
+    if init is None:
+        starts = [model.network_init(seed + chain) for chain in range(chains)]
+        return {k: torch.stack([v[k] for v in starts]) for k in starts[0]}
+    if isinstance(init, dict):
+        return {k: torch.as_tensor(init[k]).expand(chains, *shape).clone() for k, shape in model.latent_shapes().items()}
+    if init == "prior":
+        priors = {**{k: model.site_prior(k) for k in model.params}, **model.likelihood.latent_prior()}
+        with torch.random.fork_rng(devices=[], device_type="cuda"):
+            torch.manual_seed(int(torch.randint(2**31, (), generator=generator)))
+            return {k: d.sample((chains,)) for k, d in priors.items()}
+    return init.draws(chains)  # a fitted Posterior
+
+
 def _normal(d: Distribution) -> Normal | None:
     """d itself if a Normal, its base if a Normal reinterpreted by ``to_event``; None otherwise."""
     while isinstance(d, Independent):
