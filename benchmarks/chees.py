@@ -5,7 +5,8 @@ whole wall time, compile included. Problems: the toy 1-50-1 tanh BNN (N(0, 1) pr
 standardised data, N = 20) and Boston 13-50-1 (noise 0.35; needs ../shared/data/uci/bostonHousing).
 One thread each. NumPyro runs its NUTS with its default settings, 2 chains one after the other.
 
-    python benchmarks/chees.py                       # the toy problem
+    python benchmarks/chees.py                       # the toy problem: NumPyro's NUTS, bnn-zoo's NUTS and ChEES
+                                                     # on the jax backend, ChEES on the torch backend
     python benchmarks/chees.py --problem boston --data ../shared/data/uci/bostonHousing [--mass-matrix pooled within]
     python benchmarks/chees.py --seeds 0 1 2 3 4     # a table per seed, then each sampler's median ESS/s
     python benchmarks/chees.py --check               # ChEES's predictive against a long Pyro NUTS run
@@ -16,7 +17,8 @@ One thread each. NumPyro runs its NUTS with its default settings, 2 chains one a
                                                      # the same for the digits CNN and toy-text's LSTM
                                                      # (autograd) by chunk of chains, against one batch
 
-NumPyro is the optional ``bench`` extra (pip install 'bnn-zoo[bench]').
+NumPyro and the jax backend are the optional ``bench`` extra (pip install 'bnn-zoo[bench]'). Each run writes
+its rows to benchmarks/results/chees-PROBLEM.json (date, machine, commit).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import arviz as az  # noqa: E402
 import numpy as np  # noqa: E402
+import results  # noqa: E402
 import torch  # noqa: E402
 
 import bnn_zoo as bz  # noqa: E402
@@ -61,20 +64,35 @@ def weight_rhat(samples: dict) -> float:
     return float(max(float(az.rhat(ds)[k].max()) for k in ds.data_vars))
 
 
-def run_chees(x, y, x_test, noise, chains, warmup, samples, seed, compile, mass_matrix="pooled"):
+def run_chees(x, y, x_test, noise, chains, warmup, samples, seed, compile=False, mass_matrix="pooled", backend="torch"):
+    method = bz.ChEES(
+        num_chains=chains, num_warmup=warmup, num_samples=samples, seed=seed, compile=compile, mass_matrix=mass_matrix, progress=False, backend=backend
+    )
+    label = f"bnn-zoo ChEES ({backend}), {chains} chains" + (", compiled" if compile else "") + (", within-chain mass" if mass_matrix == "within" else "")
+    return run_bnn_zoo(x, y, x_test, noise, method, label, f"{warmup}+{samples}")
+
+
+def run_nuts(x, y, x_test, noise, draws, seed, backend):
+    """bnn-zoo's NUTS with NumPyro's row's draws, 2 chains (on the jax backend one after the other)."""
+    method = bz.NUTS(num_warmup=draws, num_samples=draws, num_chains=2, seed=seed, progress=False, backend=backend)
+    sampler = "Pyro" if backend == "torch" else "NumPyro on the traced torch model"
+    return run_bnn_zoo(x, y, x_test, noise, method, f"bnn-zoo NUTS ({backend}: {sampler}), 2 chains", f"{draws}+{draws}")
+
+
+def run_bnn_zoo(x, y, x_test, noise, method, label, draws):
     model = bz.BNN(bz.models.MLP(x.shape[1], [50], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(noise))
     start = time.perf_counter()
-    method = bz.ChEES(num_chains=chains, num_warmup=warmup, num_samples=samples, seed=seed, compile=compile, mass_matrix=mass_matrix, progress=False)
     post = bz.fit(model, x, y, method)
     wall = time.perf_counter() - start
+    assert post.settings["backend"] == method.backend, post.settings  # no silent fallback
     with torch.no_grad():
         f = model.forward({k: post.samples[k] for k in model.params}, x_test)[..., 0].numpy()
     ess, rhat = function_diagnostics(f)
     stats = post.sample_stats
     steps = float(stats["n_steps"].float().mean())
     return {
-        "sampler": f"bnn-zoo ChEES, {chains} chains" + (", compiled" if compile else "") + (", within-chain mass" if mass_matrix == "within" else ""),
-        "draws": f"{warmup}+{samples}",
+        "sampler": label,
+        "draws": draws,
         "wall": wall,
         "steps": steps,
         "ess": ess,
@@ -275,6 +293,8 @@ def main():
     parser.add_argument("--check", action="store_true", help="compare ChEES's predictive with a long Pyro NUTS run instead")
     parser.add_argument("--gradient", action="store_true", help="time one batched potential and gradient per chain count instead")
     parser.add_argument("--chunks", action="store_true", help="time the CNN's and the LSTM's batched gradient by chunk of chains instead")
+    parser.add_argument("--backends", choices=("jax", "torch"), nargs="+", default=["jax", "torch"], help="bnn-zoo's backends to run")
+    parser.add_argument("--pyro-nuts", action="store_true", help="also run NUTS on the torch backend (Pyro's; 10-15x slower than NumPyro)")
     parser.add_argument("--glibc-defaults", action="store_true", help="leave glibc's malloc as it is (a Python user's default), not bz.keep_freed_memory()")
     args = parser.parse_args()
     if not args.glibc_defaults:
@@ -293,13 +313,24 @@ def main():
         time_gradients(x, y, noise, args.chains)
         return
     print(f"# {time.strftime('%Y-%m-%d')}, {platform.machine()}, torch {torch.__version__}, 1 thread; {args.problem}: N = {len(x)}, noise {noise}")
-    rates = {}  # sampler -> ESS/s per seed
+    rates, record = {}, []  # sampler -> ESS/s per seed; every row, for the results file
     for seed in args.seeds:
         rows = [run_numpyro(x, y, x_test, noise, args.numpyro_draws, args.numpyro_draws, seed)]
-        for compiled in (False, True) if args.compile else (False,):
-            for mass in args.mass_matrix:
-                rows += [run_chees(x, y, x_test, noise, c, args.warmup, args.samples, seed, compiled, mass) for c in args.chains]
+        if "jax" in args.backends:
+            rows.append(run_nuts(x, y, x_test, noise, args.numpyro_draws, seed, "jax"))
+            rows += [run_chees(x, y, x_test, noise, c, args.warmup, args.samples, seed, backend="jax") for c in args.chains]
+        if args.pyro_nuts:
+            rows.append(run_nuts(x, y, x_test, noise, args.numpyro_draws, seed, "torch"))
+        if "torch" in args.backends:
+            for compiled in (False, True) if args.compile else (False,):
+                for mass in args.mass_matrix:
+                    rows += [run_chees(x, y, x_test, noise, c, args.warmup, args.samples, seed, compiled, mass) for c in args.chains]
         print_table(rows, f"seed {seed}")
+        base = rows[0]["ess"] / rows[0]["wall"]
+        for r in rows:
+            record.append(
+                {"seed": seed, **{k: v for k, v in r.items() if k != "f"}, "ess_per_s": r["ess"] / r["wall"], "vs_numpyro": r["ess"] / r["wall"] / base}
+            )
         for r in rows:
             rates.setdefault(r["sampler"], []).append(r["ess"] / r["wall"])
     if len(args.seeds) > 1:
@@ -310,6 +341,8 @@ def main():
         print("|---|---|---|---|")
         for sampler, values in rates.items():
             print(f"| {sampler} | {', '.join(f'{v:.1f}' for v in values)} | {np.median(values):.1f} | {np.median(values) / base:.2f}x |")
+    settings = {k: getattr(args, k) for k in ("problem", "chains", "warmup", "samples", "numpyro_draws", "seeds")}
+    print(f"results: {results.write(f'chees-{args.problem}', record, threads=1, **settings)}")
 
 
 def print_table(rows: list[dict], title: str) -> None:

@@ -680,6 +680,8 @@ class NUTS(_PyroChain):
 
     max_tree_depth: int | None = None
     """trees of at most 2^depth - 1 leapfrog steps (null: 10; 8 on the recurrent models)"""
+    backend: Literal["auto", "torch", "jax"] = "auto"
+    """jax: NumPyro's NUTS on the model traced to XLA (pip install 'bnn-zoo[jax]'); auto: jax where installed, except recurrent models"""
 
     def resolved(self, model):
         """Trees of at most 2^10 - 1 leapfrog steps; 2^8 - 1 on the recurrent models, whose trees reach the
@@ -724,6 +726,8 @@ class ChEES(_Chain):
     """pooled: the variance of all chains' draws; within: each chain's own, averaged (BNN modes; docs/guide/inference.md)"""
     compile: bool = False
     """torch.compile the potential: seconds to compile, each step 2.5-4x cheaper"""
+    backend: Literal["auto", "torch", "jax"] = "auto"
+    """jax: BlackJAX's ChEES on the model traced to XLA (pip install 'bnn-zoo[jax]'); auto: jax where installed, except recurrent models"""
 
     def resolved(self, model):
         """16 chains of 500 warm-up iterations and 250 draws, trajectories of at most 1,000 steps; on the

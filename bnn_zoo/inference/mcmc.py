@@ -180,8 +180,11 @@ class _MCMC:
         chains = _run_chains(chain, self.num_chains, parallel=parallel)
         samples = {k: torch.stack([ch["samples"][k] for ch in chains]) for k in model.latent_shapes()}
         sample_stats = {k: torch.stack([ch["stats"][k] for ch in chains]) for k in chains[0]["stats"]}
-        settings = self.settings() | ({"backend": "torch"} if "backend" in self.settings() else {})
-        return Posterior(model, x, y, samples, settings, sample_stats=sample_stats, runtime_s=time.perf_counter() - start)
+        return Posterior(model, x, y, samples, self.settings() | self.ran_on("torch"), sample_stats=sample_stats, runtime_s=time.perf_counter() - start)
+
+    def ran_on(self, backend: str) -> dict:
+        """The backend a run used, for its settings (HMC has only torch's)."""
+        return {"backend": backend} if hasattr(self, "backend") else {}
 
     def _shared(self, init_strategy) -> dict:
         """Kernel arguments NUTS and HMC share."""
@@ -339,8 +342,7 @@ class NUTS(_MCMC):
             target = xla.jax_target("NUTS", model, x, y, starts)
             if target is not None:
                 samples, stats = xla.run_nuts(target, target.start(starts), self, progress=not bar_disabled(self.progress))
-                settings = self.settings() | {"backend": "jax"}
-                return Posterior(model, x, y, samples, settings, sample_stats=stats, runtime_s=time.perf_counter() - start)
+                return Posterior(model, x, y, samples, self.settings() | self.ran_on("jax"), sample_stats=stats, runtime_s=time.perf_counter() - start)
         return super().run(model, x, y)
 
     def _kernel(self, model, init_strategy):
