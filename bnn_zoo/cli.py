@@ -52,6 +52,12 @@ def main(argv=None) -> int:
     )
     p.add_argument("dirs", nargs="+", metavar="DIR", help="result folders written by `bnn-zoo fit --out` or `bnn-zoo demo` (runs/demo/svi ...)")
     p.add_argument("--out", default="comparison", help="folder for the table and plots (default: comparison)")
+    p.add_argument(
+        "--reference",
+        metavar="DIR",
+        help="a converged MCMC run of the same model and data: adds each run's distance from it (regression: w2, variance_ratio; "
+        "classification: agreement, total_variation)",
+    )
 
     p = sub.add_parser(
         "sweep",
@@ -243,7 +249,7 @@ def _compare(args):
     from bnn_zoo.experiments.demo import print_comparison
     from bnn_zoo.io import writable_folder
 
-    table = report(args.dirs, writable_folder(args.out))
+    table = report(args.dirs, writable_folder(args.out), reference=args.reference)
     print_comparison(table, title=f"{len(table)} runs; table and plots in {args.out}")
     return 0
 

@@ -78,7 +78,7 @@ def load_results(results) -> list:
     return loaded
 
 
-def compare(results: list) -> pd.DataFrame:
+def compare(results: list, reference=None) -> pd.DataFrame:
     """One row per run: run, data, model (architecture), inference, the log-evidence estimates with SEs,
     LOO elpd/SE/p_loo and the worst Pareto k, WAIC with its SE, test metrics, MCMC diagnostics and run
     time. Runs on the same training data are also ranked by ``az.compare`` (rank, elpd_diff, dse,
@@ -90,11 +90,15 @@ def compare(results: list) -> pd.DataFrame:
     Args:
         results: fitted ``bnn_zoo.experiments.run.Result`` objects or result folders (posterior.nc and
             metrics.json, as ``bnn-zoo fit --out`` writes them).
+        reference: a converged MCMC run of the same model and data (a Result or result folder): each
+            run's predictions are scored against it (:mod:`bnn_zoo.evaluation.reference`: W2 and the
+            predictive variance ratios for regression, agreement and total variation for classifiers).
 
     Returns:
         The comparison table, one row per run.
     """
     runs = load_results(results)
+    distances = _against_reference(runs, reference) if reference is not None else {}
     rows = []
     for r in runs:
         m = r.metrics
@@ -122,6 +126,7 @@ def compare(results: list) -> pd.DataFrame:
             **{k: m.get(k) for k in TEST + DIAGNOSTICS},
             "runtime_s": m.get("runtime_s"),
             "n_train": m.get("n_train"),
+            **distances.get(r.name, {}),
         }
         rows.append(row)
     table = pd.DataFrame(rows)
@@ -129,6 +134,20 @@ def compare(results: list) -> pd.DataFrame:
         ranked = az.compare({r.name: r.idata for r in runs}, ic="loo")  # warns itself on high Pareto k
         table = table.merge(ranked[["rank", "elpd_diff", "dse", "weight"]], left_on="run", right_index=True).sort_values("rank")
     return table.dropna(axis=1, how="all").reset_index(drop=True)
+
+
+def _against_reference(runs: list, reference) -> dict:
+    """Each run's :func:`~bnn_zoo.evaluation.reference.scores` against ``reference``, by run name."""
+    from bnn_zoo.evaluation import reference as ref
+
+    (truth,) = load_results([reference])
+    ref.check_reference(truth.metrics, truth.name)
+    if truth.predictions is None:
+        raise BnnZooError(f"the reference {truth.name} has no predictions.nc; fit it with bnn-zoo fit --out DIR")
+    missing = [r.name for r in runs if r.predictions is None]
+    if missing:
+        raise BnnZooError(f"{', '.join(missing)} have no test predictions to score against the reference")
+    return {r.name: ref.scores(r.predictions, truth.predictions) for r in runs}
 
 
 def architecture(model: str) -> str:
@@ -150,16 +169,16 @@ def to_markdown(table: pd.DataFrame, digits: int = 3) -> str:
     return "\n".join(lines) + "\n"
 
 
-def report(results, out_dir) -> pd.DataFrame:
+def report(results, out_dir, reference=None) -> pd.DataFrame:
     """compare() written to ``out_dir``: comparison.csv and comparison.md, and the plots: compare.png
     (az.plot_compare), reliability.png (Heek's calibration bins, or interval coverage for regression),
     bands.png (1-D regression), evidence.png (by architecture) and <run>_trace.png / <run>_rank.png /
-    <run>_energy.png for MCMC runs."""
+    <run>_energy.png for MCMC runs; with ``reference``, the distance columns of :func:`compare`."""
     from bnn_zoo.evaluation import plots
     from bnn_zoo.io import atomic_write
 
     runs = load_results(results)
-    table = compare(runs)
+    table = compare(runs, reference)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write(out / "comparison.csv", lambda tmp: table.to_csv(tmp, index=False))

@@ -145,6 +145,10 @@ COMPARE_COLUMNS = [
     ("weight", "weight", None, "{:.2f}"),
     ("WAIC", "waic_elpd", None, "{:.1f}"),
     *[(h, k, None, f) for h, k, f in COLUMNS if k in ("rmse", "test_log_likelihood", "accuracy", "nll", "ece")],
+    ("W2 to ref", "w2", None, "{:.3f}"),
+    ("var / ref var", "variance_ratio", None, "{:.2f}"),
+    ("agreement", "agreement", None, "{:.3f}"),
+    ("TV to ref", "total_variation", None, "{:.3f}"),
     ("time s", "runtime_s", None, "{:.1f}"),
 ]
 

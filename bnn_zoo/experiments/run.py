@@ -13,7 +13,7 @@ import xarray as xr
 
 from bnn_zoo.bnn import BNN
 from bnn_zoo.errors import BnnZooError
-from bnn_zoo.evaluation import classification_metrics, language_model_metrics, regression_metrics
+from bnn_zoo.evaluation import classification_metrics, language_model_metrics, reference, regression_metrics
 from bnn_zoo.evaluation.collapse import diagnose
 from bnn_zoo.experiments.config import DEFAULT_LIKELIHOOD, Dropout, RunConfig, build_network, to_dict
 from bnn_zoo.inference import fit
@@ -108,6 +108,9 @@ def evaluate(
         settings=posterior.settings,
         **model.describe(),
     )
+    if posterior.method in ("nuts", "hmc", "chees") and pred is not None:  # can it serve as a reference posterior?
+        f = pred.f if predict_samples is None else posterior.predict(x_test).f
+        metrics.update(reference.convergence(f.reshape(posterior.num_chains, -1, *f.shape[1:])))
     if posterior.x.shape[0] < x.shape[0]:
         metrics["n_validation"] = int(x.shape[0] - posterior.x.shape[0])  # held out for early stopping
     metrics.update({k: v for k, v in posterior.info.items() if v != ""})  # stop_reason, early-stopping step
@@ -329,6 +332,9 @@ def test_predictions(name, posterior, dataset, metrics, pred):
             y_train=("train", dataset.y_train.reshape(-1).numpy()),
         )
         ds.attrs["truth"] = "x^3" if dataset.name == "toy-cubic" else ""
+    if y.shape[1] == 1:  # for the distance to a reference posterior (bnn_zoo.evaluation.reference)
+        q = reference.predictive_quantiles(pred)[..., 0] * dataset.y_std + dataset.y_mean
+        ds = ds.assign(quantile=(("obs", "level"), q.T.numpy()), level=("level", reference.QUANTILE_LEVELS.numpy()))
     return ds
 
 

@@ -1,0 +1,91 @@
+"""How far an approximate posterior's predictions are from those of a reference posterior of the same
+model and data: a converged MCMC run (Wilson, Izmailov et al. 2021, "Evaluating Approximate Inference
+in Bayesian Deep Learning"; the NeurIPS 2021 BDL competition's metrics).
+
+- Regression: the 1-D Wasserstein-2 distance between the two predictive distributions of y at each
+  test point, W2^2 = int_0^1 (F^-1(u) - G^-1(u))^2 du, by the midpoint rule on ``QUANTILE_LEVELS``
+  (the quantiles each run stores in predictions.nc, in original units), averaged over test points.
+  Its Monte Carlo floor, the W2 of a predictive to itself, is about 0.04 predictive sds (the sample
+  quantiles of ``Y_DRAWS`` draws; more from few draws of f);
+  and the ratio of predictive variances, sd^2 / sd_ref^2, as a geometric mean over all test points
+  and over the thirds of the test points where the reference is least and most uncertain (below 1:
+  over-confident against the posterior).
+- Classification: top-1 agreement of the predictive class probabilities, and their total variation
+  (1/2) sum_c |p_c - p_ref,c|, averaged over test points.
+
+A reference must have converged: R-hat of f at the test inputs below ``RHAT_MAX`` across at least
+``CHAINS_MIN`` chains and bulk ESS of f above ``ESS_MIN`` (:func:`convergence`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import arviz as az
+import numpy as np
+import torch
+import xarray as xr
+
+from bnn_zoo.errors import BnnZooError
+
+QUANTILE_LEVELS = (torch.arange(100, dtype=torch.float64) + 0.5) / 100
+Y_DRAWS = 4000  # y draws per test point behind the stored quantiles (each f draw repeated with fresh noise)
+RHAT_MAX, ESS_MIN, CHAINS_MIN = 1.01, 400, 4
+SCORES = ["w2", "variance_ratio", "variance_ratio_certain", "variance_ratio_uncertain", "agreement", "total_variation"]
+
+
+def predictive_quantiles(pred, seed: int = 0) -> torch.Tensor:
+    """Quantiles of the predictive distribution of y at ``QUANTILE_LEVELS``: (levels, N, outputs).
+
+    From at least ``Y_DRAWS`` draws of y (each draw of f with fresh noise), under a generator of its
+    own so the run's other random numbers are unchanged."""
+    repeats = max(1, math.ceil(Y_DRAWS / pred.f.shape[0]))
+    with torch.random.fork_rng(device_type="cuda"):
+        torch.manual_seed(seed)
+        draws = torch.cat([pred.sample().reshape(pred.f.shape) for _ in range(repeats)]).double()
+    index = (QUANTILE_LEVELS * draws.shape[0]).long()  # the midpoint level's order statistic
+    return torch.cat([chunk.sort(0).values[index] for chunk in draws.split(256, dim=1)], dim=1).float()
+
+
+def convergence(f: torch.Tensor) -> dict:
+    """Whether draws of f (chains, draws, test points) can serve as a reference: max R-hat and min bulk
+    ESS of f over the test points, with the verdict and why."""
+    chains = f.shape[0]
+    ds = az.convert_to_dataset({"f": f.reshape(chains, f.shape[1], -1).numpy()})
+    rhat = float(np.nanmax(az.rhat(ds)["f"].values)) if chains > 1 else float("nan")
+    ess = float(np.nanmin(az.ess(ds, method="bulk")["f"].values))
+    failed = [
+        *([f"{chains} chains < {CHAINS_MIN}"] if chains < CHAINS_MIN else []),
+        *([f"R-hat of f {rhat:.3f} >= {RHAT_MAX}"] if not rhat < RHAT_MAX else []),
+        *([f"bulk ESS of f {ess:.0f} <= {ESS_MIN}"] if not ess > ESS_MIN else []),
+    ]
+    note = "; ".join(failed) if failed else f"R-hat of f {rhat:.3f} < {RHAT_MAX}, bulk ESS of f {ess:.0f} > {ESS_MIN}, {chains} chains"
+    return {"max_rhat_test_f": rhat, "min_ess_bulk_test_f": ess, "reference_converged": not failed, "reference_note": note}
+
+
+def check_reference(metrics: dict, name: str) -> None:
+    """Refuse a run whose metrics do not say it converged (see :func:`convergence`)."""
+    if not metrics.get("reference_converged", False):
+        why = metrics.get("reference_note", "it is not an MCMC run with its convergence measured")
+        raise BnnZooError(f"{name} cannot serve as a reference posterior: {why}; run MCMC longer or with more chains (bnn-zoo reference)")
+
+
+def scores(predictions: xr.Dataset, reference: xr.Dataset) -> dict:
+    """The distance of one run's test predictions (predictions.nc) from the reference's (see module)."""
+    if predictions.sizes.get("obs") != reference.sizes.get("obs") or not np.array_equal(predictions["y"].values, reference["y"].values):
+        raise BnnZooError("the reference was scored on other test data; fit it on the same dataset and split")
+    if "probs" in predictions and "probs" in reference:
+        p, q = predictions["probs"].values, reference["probs"].values
+        return {"agreement": float(np.mean(p.argmax(-1) == q.argmax(-1))), "total_variation": float(0.5 * np.abs(p - q).sum(-1).mean())}
+    if "quantile" not in predictions or "quantile" not in reference:
+        raise BnnZooError("a run's predictions.nc holds no predictive quantiles (runs fitted before they were stored); fit it again")
+    gap = predictions["quantile"].values - reference["quantile"].values  # (obs, level)
+    log_ratio = 2 * (np.log(predictions["sd"].values) - np.log(reference["sd"].values))
+    order = np.argsort(reference["sd"].values)
+    third = max(1, len(order) // 3)
+    return {
+        "w2": float(np.sqrt((gap**2).mean(-1)).mean()),
+        "variance_ratio": float(np.exp(log_ratio.mean())),
+        "variance_ratio_certain": float(np.exp(log_ratio[order[:third]].mean())),
+        "variance_ratio_uncertain": float(np.exp(log_ratio[order[-third:]].mean())),
+    }
