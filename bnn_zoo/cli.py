@@ -83,6 +83,12 @@ def main(argv=None) -> int:
     p.add_argument("dirs", nargs="+", metavar="SWEEPDIR", help="sweep folders (their cells are pooled)")
     p.add_argument("--by", default="dataset,inference", help="labels to group by, comma-separated (default dataset,inference)")
     p.add_argument("--reference", help="a CSV of published numbers: dataset, metric, mean, se (or dataset, M, M_se, ...)")
+    p.add_argument(
+        "--reference-method",
+        metavar="INFERENCE",
+        help="score every cell against the converged cell of this inference label with the same data, model and seed "
+        "(e.g. chees): w2 and variance_ratio, or agreement and total_variation",
+    )
     p.add_argument("--out", help="where to write OUT.csv and OUT.md (default: SWEEPDIR/table)")
 
     p = sub.add_parser(
@@ -286,7 +292,10 @@ def _table(args):
     from bnn_zoo.experiments import table
 
     by = [b.strip() for b in args.by.split(",") if b.strip()]
-    frame = table.aggregate(pd.concat([table.collect(d) for d in args.dirs]), by)
+    cells = pd.concat([table.collect(d) for d in args.dirs])
+    if args.reference_method:
+        cells = table.with_posterior_reference(cells, args.reference_method)
+    frame = table.aggregate(cells, by)
     if args.reference:
         frame = table.with_reference(frame, args.reference, by)
     csv, md = table.write(frame, by, args.out or Path(args.dirs[0]) / "table")

@@ -15,6 +15,7 @@ from test_bad_input import _uci_folder
 
 import bnn_zoo as bz
 from bnn_zoo.cli import main
+from bnn_zoo.evaluation import reference
 from bnn_zoo.experiments import protocols, table
 from bnn_zoo.experiments.sweep import Sweep, override, run_sweep, sweep_status
 
@@ -260,3 +261,27 @@ def test_execution_options_refuse_nonsense(capsys):
     with pytest.raises(SystemExit):
         main(["reproduce", "uci-gal", "--data", ".", "--epochs", "-1", "--out", "o"])
     assert "invalid positive integer value: '-1'" in capsys.readouterr().err
+
+
+def test_table_scores_each_cell_against_its_reference_cell(tmp_path, capsys):
+    """Each seed's SVI cell is scored against the ChEES cell of its own seed, which matches nothing else."""
+    chees = {"class_path": "ChEES", "init_args": {"num_chains": 8, "num_warmup": 150, "num_samples": 300, "backend": "torch"}}
+    spec = {"base": BASE | FIXED_NOISE, "grid": {"seed": [0, 1]}, "zip": {"inference": ["svi", chees]}}
+    run_sweep(Sweep.from_dict(spec), tmp_path, workers=1, show_progress=False)
+    cells = table.with_posterior_reference(table.collect(tmp_path), "chees")
+    assert cells["reference_converged"].sum() == 2, cells["reference_note"]
+    for _, svi in cells[cells.inference == "svi-mean-field"].iterrows():
+        truth = cells[(cells.inference == "chees") & (cells.seed == svi.seed)].folder.item()
+        expected = reference.scores(*(table_predictions(f) for f in (svi.folder, truth)))
+        assert svi.w2 == pytest.approx(expected["w2"]) and svi.variance_ratio == pytest.approx(expected["variance_ratio"])
+    assert (cells[cells.inference == "chees"].w2 == 0).all()
+    assert main(["table", str(tmp_path), "--by", "inference", "--reference-method", "chees", "--out", str(tmp_path / "t")]) == 0
+    assert "w2" in capsys.readouterr().out
+    assert main(["table", str(tmp_path), "--reference-method", "nuts"]) == 2
+    assert "no finished cell has inference 'nuts'; the cells' inference labels are chees, svi-mean-field" in capsys.readouterr().err
+
+
+def table_predictions(folder):
+    from bnn_zoo.evaluation.compare import load_predictions
+
+    return load_predictions(os.path.join(folder, "predictions.nc"))

@@ -55,10 +55,11 @@ class _Loaded:
             raise BnnZooError(f"{metrics_path} holds a JSON {type(self.metrics).__name__}, not the mapping of metrics a fit writes; re-run the fit")
         self.idata = load_inference_data(folder / "posterior.nc")
         path = folder / "predictions.nc"
-        self.predictions = _load_predictions(path) if path.is_file() else None
+        self.predictions = load_predictions(path) if path.is_file() else None
 
 
-def _load_predictions(path):
+def load_predictions(path):
+    """A result folder's predictions.nc (test predictions in original units), read into memory."""
     try:
         with xr.open_dataset(path, engine="h5netcdf") as ds:
             return ds.load()

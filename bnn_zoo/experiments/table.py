@@ -13,7 +13,23 @@ from bnn_zoo.errors import BnnZooError
 from bnn_zoo.experiments.sweep import sweep_status
 
 ALIASES = {"test_ll": "test_log_likelihood"}  # reference-table names for the zoo's metric names
-SHOWN = ["rmse", "test_log_likelihood", "coverage_95", "accuracy", "nll", "elbo", "evidence_laplace", "log_marginal_likelihood", "runtime_s"]
+SHOWN = [
+    "rmse",
+    "test_log_likelihood",
+    "coverage_95",
+    "accuracy",
+    "nll",
+    "elbo",
+    "evidence_laplace",
+    "log_marginal_likelihood",
+    "w2",
+    "variance_ratio",
+    "agreement",
+    "total_variation",
+    "max_rhat_test_f",
+    "min_ess_bulk_test_f",
+    "runtime_s",
+]
 
 
 def collect(sweep_dir, stage: str = "final") -> pd.DataFrame:
@@ -22,8 +38,9 @@ def collect(sweep_dir, stage: str = "final") -> pd.DataFrame:
     for info in sweep_status(sweep_dir)["done"]:
         if info.get("stage", "final") != stage:
             continue
-        status = json.loads((Path(sweep_dir) / "cells" / info["key"] / "status.json").read_text())
-        rows.append({"key": info["key"], **info.get("labels", {}), **status.get("metrics", {})})
+        folder = Path(sweep_dir) / "cells" / info["key"]
+        status = json.loads((folder / "status.json").read_text())
+        rows.append({"key": info["key"], "folder": str(folder), **info.get("labels", {}), **status.get("metrics", {})})
     if not rows:
         raise BnnZooError(f"no finished cells in {sweep_dir}; see bnn-zoo sweep --status {sweep_dir}")
     return pd.DataFrame(rows)
@@ -47,6 +64,28 @@ def aggregate(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:
 
 def _is_label(column: str) -> bool:
     return column in ("seed", "selection_score") or "." in column or column.startswith("selected:")
+
+
+def with_posterior_reference(frame: pd.DataFrame, method: str) -> pd.DataFrame:
+    """Every cell scored against the cell whose inference is ``method`` (a reference posterior, e.g.
+    ``chees``) and whose other labels (dataset, model, seed, the data axes) it shares: the columns of
+    :func:`bnn_zoo.evaluation.reference.scores`. A reference that did not converge scores nothing (its
+    ``reference_converged`` stays in the table)."""
+    from bnn_zoo.evaluation import reference
+    from bnn_zoo.evaluation.compare import load_predictions
+
+    if method not in set(frame["inference"]):
+        raise BnnZooError(f"no finished cell has inference {method!r}; the cells' inference labels are {', '.join(sorted(set(frame['inference'])))}")
+    keys = [c for c in frame.columns if c in ("dataset", "model", "seed") or ("." in c and not c.startswith(("inference.", "guide.")))]
+    converged = frame["reference_converged"].eq(True) if "reference_converged" in frame else False
+    truths = frame[(frame["inference"] == method) & converged]
+    label = lambda row: tuple(None if pd.isna(row[k]) else row[k] for k in keys)  # noqa: E731
+    truth_of = {label(row): load_predictions(Path(row["folder"]) / "predictions.nc") for _, row in truths.iterrows()}
+    scored = []
+    for _, row in frame.iterrows():
+        truth, path = truth_of.get(label(row)), Path(row["folder"]) / "predictions.nc"
+        scored.append(reference.scores(load_predictions(path), truth) if truth is not None and path.is_file() else {})
+    return pd.concat([frame.reset_index(drop=True), pd.DataFrame(scored)], axis=1)
 
 
 def with_reference(table: pd.DataFrame, reference, by: list[str]) -> pd.DataFrame:
