@@ -342,7 +342,8 @@ def main():
         for sampler, values in rates.items():
             print(f"| {sampler} | {', '.join(f'{v:.1f}' for v in values)} | {np.median(values):.1f} | {np.median(values) / base:.2f}x |")
     settings = {k: getattr(args, k) for k in ("problem", "chains", "warmup", "samples", "numpyro_draws", "seeds")}
-    print(f"results: {results.write(f'chees-{args.problem}', record, threads=1, **settings)}")
+    name = f"chees-{args.problem}" + ("" if set(args.backends) == {"jax", "torch"} else f"-{args.backends[0]}")
+    print(f"results: {results.write(name, record, threads=1, **settings)}")
 
 
 def print_table(rows: list[dict], title: str) -> None:

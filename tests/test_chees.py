@@ -27,7 +27,7 @@ def _within_4_mcse(post, exact):
 
 @pytest.fixture(scope="module")
 def chees_fit(blr_model, blr_data):
-    return bz.fit(blr_model, *blr_data, bz.ChEES(num_chains=16, num_warmup=150, num_samples=200, seed=0, progress=False))
+    return bz.fit(blr_model, *blr_data, bz.ChEES(num_chains=16, num_warmup=150, num_samples=200, seed=0, progress=False, backend="torch"))
 
 
 def test_chees_matches_the_exact_blr_posterior_within_4_mcse(chees_fit, blr_exact):
@@ -35,7 +35,7 @@ def test_chees_matches_the_exact_blr_posterior_within_4_mcse(chees_fit, blr_exac
 
 
 def test_chees_with_the_within_chain_mass_matrix_matches_the_exact_blr_posterior(blr_model, blr_data, blr_exact):
-    method = bz.ChEES(num_chains=16, num_warmup=150, num_samples=200, seed=0, mass_matrix="within", progress=False)
+    method = bz.ChEES(num_chains=16, num_warmup=150, num_samples=200, seed=0, mass_matrix="within", progress=False, backend="torch")
     _within_4_mcse(bz.fit(blr_model, *blr_data, method), blr_exact)
 
 
@@ -48,7 +48,7 @@ def test_chees_adapts_to_a_posterior_whose_scales_differ_4000_fold(blr_data):
     model = bz.BNN(bz.models.MLP(3, [], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(NOISE))
     exact = linear_regression(x, y, weight_scale=1.0, bias_scale=1.0, noise_scale=NOISE)
     assert exact.cov.diagonal().max() / exact.cov.diagonal().min() > 1e7
-    post = bz.fit(model, x, y, bz.ChEES(num_chains=16, num_warmup=150, num_samples=150, seed=1, progress=False))
+    post = bz.fit(model, x, y, bz.ChEES(num_chains=16, num_warmup=150, num_samples=150, seed=1, progress=False, backend="torch"))
     _within_4_mcse(post, exact)
 
 
@@ -59,7 +59,7 @@ def test_a_diverged_chain_leaves_the_trajectory_adaptation_finite(blr_model, blr
     from bnn_zoo.inference.chees import LOG_T_CLIP, _Sampler, _Target
 
     x, y = blr_data
-    settings = bz.ChEES(num_chains=4, seed=0, progress=False)
+    settings = bz.ChEES(num_chains=4, seed=0, progress=False, backend="torch")
     generator = torch.Generator().manual_seed(0)
     target = _Target(LogPosterior(blr_model, len(x)), x, y.reshape(-1, 1), blr_model.latent_shapes())
     start = blr_exact.mean.float() + 0.01 * torch.randn(4, 4, generator=generator)  # (weights, bias) per chain
@@ -169,7 +169,7 @@ def test_chees_sample_stats_describe_each_draw(chees_fit):
 
 
 def test_chees_is_reproducible_checks_its_settings_and_runs_a_recurrent_model(blr_model, blr_data):
-    short = bz.ChEES(num_chains=4, num_warmup=10, num_samples=5, seed=3, progress=False)
+    short = bz.ChEES(num_chains=4, num_warmup=10, num_samples=5, seed=3, progress=False, backend="torch")
     a, b = bz.fit(blr_model, *blr_data, short), bz.fit(blr_model, *blr_data, short)
     assert all(torch.equal(a.samples[k], b.samples[k]) for k in a.samples)
     with pytest.raises(bz.BnnZooError, match="num_chains must be an integer >= 2"):
@@ -198,7 +198,7 @@ def test_the_compiled_potential_and_gradient_equal_the_eager_ones(blr_data):
 def test_an_interrupted_chees_run_resumes_to_the_same_draws(blr_data, tmp_path, interrupting_mlp):
     Interrupting = interrupting_mlp
     model = bz.BNN(Interrupting(3, [], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.5))
-    settings = dict(num_chains=4, num_warmup=40, num_samples=30, seed=1, checkpoint_every=7, progress=False)
+    settings = dict(num_chains=4, num_warmup=40, num_samples=30, seed=1, checkpoint_every=7, progress=False, backend="torch")
     full = bz.fit(model, *blr_data, bz.ChEES(**settings))
     total_calls = Interrupting.calls
     ck = tmp_path / "ck.pt"
@@ -259,7 +259,7 @@ def test_a_run_projected_past_max_hours_stops_with_the_fix_and_resumes(blr_model
     from bnn_zoo.inference import budget
 
     monkeypatch.setattr(budget, "GRACE_S", 0.0)
-    settings = dict(num_chains=4, num_warmup=20, num_samples=10, seed=2, progress=False)
+    settings = dict(num_chains=4, num_warmup=20, num_samples=10, seed=2, progress=False, backend="torch")
     full = bz.fit(blr_model, *blr_data, bz.ChEES(**settings))
     ck = tmp_path / "ck.pt"
     message = r"ChEES would take at least .* hours, even if its iterations after iteration 5 ran 10x faster .*\(1 of 30 iterations"
@@ -269,7 +269,7 @@ def test_a_run_projected_past_max_hours_stops_with_the_fix_and_resumes(blr_model
     resumed = bz.fit(blr_model, *blr_data, bz.ChEES(checkpoint=ck, **settings))
     assert all(torch.equal(resumed.samples[k], full.samples[k]) for k in full.samples)
     for chain_method in ("sequential", "parallel"):
-        nuts = bz.NUTS(num_warmup=5, num_samples=5, num_chains=2, max_hours=1e-9, chain_method=chain_method, progress=False)
+        nuts = bz.NUTS(num_warmup=5, num_samples=5, num_chains=2, max_hours=1e-9, chain_method=chain_method, progress=False, backend="torch")
         message = r"^NUTS would take about .* hours at its pace so far \(1 of 10 iterations.*raise max_hours$"
         with torch_threads(2), pytest.raises(bz.BnnZooError, match=message):  # two threads: the parallel chains fork
             bz.fit(blr_model, *blr_data, nuts)

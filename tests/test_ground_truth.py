@@ -17,7 +17,7 @@ import bnn_zoo as bz
 @pytest.fixture(scope="module")
 def nuts_fit(blr_model, blr_data):
     with torch_threads(2):  # two threads: the chains fork (where two cores are usable), as on the command line
-        return bz.fit(blr_model, *blr_data, bz.NUTS(num_warmup=300, num_samples=1000, num_chains=2, seed=0, progress=False))
+        return bz.fit(blr_model, *blr_data, bz.NUTS(num_warmup=300, num_samples=1000, num_chains=2, seed=0, progress=False, backend="torch"))
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["weight-draws", "local-reparam"])
@@ -106,7 +106,7 @@ class _FailsInChild(torch.nn.Module):
 
 def test_parallel_chains_give_the_sequential_draws(blr_model, blr_data, nuts_fit):
     """Chain c is seeded with seed + c in its own process: forking changes the wall time, not one draw."""
-    settings = dict(num_warmup=300, num_samples=1000, num_chains=2, seed=0, progress=False, chain_method="sequential")
+    settings = dict(num_warmup=300, num_samples=1000, num_chains=2, seed=0, progress=False, chain_method="sequential", backend="torch")
     sequential = bz.fit(blr_model, *blr_data, bz.NUTS(**settings))
     assert nuts_fit.settings == sequential.settings  # chain_method is not a setting of the result
     for name in nuts_fit.samples:
