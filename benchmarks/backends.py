@@ -19,6 +19,7 @@ import time
 os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
 
 import pyro  # noqa: E402
+import render  # noqa: E402
 import results  # noqa: E402
 import torch  # noqa: E402
 
@@ -73,24 +74,18 @@ def measure(name, model, x, y) -> dict:
             value = target.torch_target(target.unflatten(leaf), (x, y))[0]
         return torch.autograd.grad(value, leaf)
 
+    torch_ms = best_ms(eager, calls=20)
+    row = {"architecture": name, "weights": sum(target.sizes), "rows": len(x), "torch_ms": torch_ms, "auto": xla.resolve_backend("auto", model)}
     value_and_grad = jax.jit(jax.value_and_grad(target.logdensity))
     qj = jnp.asarray(q.numpy())
     start = time.perf_counter()
-    jax.block_until_ready(value_and_grad(qj))
+    try:
+        jax.block_until_ready(value_and_grad(qj))
+    except Exception as exc:  # what the backend's check turns into a fall-back to torch
+        return row | {"jax_ms": None, "speedup": None, "jax_compile_s": None, "untraceable": xla._first_line(exc)}
     compile_s = time.perf_counter() - start
-    torch_ms = best_ms(eager, calls=20)
-    calls = max(5, int(200 / max(torch_ms, 1)))
-    jax_ms = best_ms(lambda: jax.block_until_ready(value_and_grad(qj)), calls=calls)
-    return {
-        "architecture": name,
-        "weights": sum(target.sizes),
-        "rows": len(x),
-        "torch_ms": torch_ms,
-        "jax_ms": jax_ms,
-        "speedup": torch_ms / jax_ms,
-        "jax_compile_s": compile_s,
-        "auto": xla.resolve_backend("auto", model),
-    }
+    jax_ms = best_ms(lambda: jax.block_until_ready(value_and_grad(qj)), calls=max(5, int(200 / max(torch_ms, 1))))
+    return row | {"jax_ms": jax_ms, "speedup": torch_ms / jax_ms, "jax_compile_s": compile_s}
 
 
 def main():
@@ -100,11 +95,7 @@ def main():
     for case in cases():
         r = measure(*case)
         rows.append(r)
-        print(
-            f"| {r['architecture']} | {r['weights']:,} | {r['rows']:,} | {r['torch_ms']:.2f} | {r['jax_ms']:.2f} | {r['speedup']:.2f}x | "
-            f"{r['jax_compile_s']:.1f} | {r['auto']} |",
-            flush=True,
-        )
+        print(render.backend_row(r), flush=True)
     print(f"results: {results.write('backends', rows, threads=1)}")
 
 

@@ -681,7 +681,7 @@ class NUTS(_PyroChain):
     max_tree_depth: int | None = None
     """trees of at most 2^depth - 1 leapfrog steps (null: 10; 8 on the recurrent models)"""
     backend: Literal["auto", "torch", "jax"] = "auto"
-    """jax: NumPyro's NUTS on the model traced to XLA (pip install 'bnn-zoo[jax]'); auto: jax where installed, except recurrent models"""
+    """jax: NumPyro's NUTS on the model traced to XLA (pip install 'bnn-zoo[jax]'); auto: jax where installed, except convolutional and recurrent models"""
 
     def resolved(self, model):
         """Trees of at most 2^10 - 1 leapfrog steps; 2^8 - 1 on the recurrent models, whose trees reach the
@@ -727,7 +727,7 @@ class ChEES(_Chain):
     compile: bool = False
     """torch.compile the potential: seconds to compile, each step 2.5-4x cheaper"""
     backend: Literal["auto", "torch", "jax"] = "auto"
-    """jax: BlackJAX's ChEES on the model traced to XLA (pip install 'bnn-zoo[jax]'); auto: jax where installed, except recurrent models"""
+    """jax: BlackJAX's ChEES on the model traced to XLA (pip install 'bnn-zoo[jax]'); auto: jax where installed, except convolutional and recurrent models"""
 
     def resolved(self, model):
         """16 chains of 500 warm-up iterations and 250 draws, trajectories of at most 1,000 steps; on the

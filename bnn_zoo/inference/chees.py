@@ -83,8 +83,8 @@ class ChEES:
         backend: ``"torch"``: this module's sampler; ``"jax"``: BlackJAX's ChEES (diagonal mass matrix
             pooled over chains) on the model's log density traced to JAX
             (:mod:`bnn_zoo.inference.xla`; ``pip install 'bnn-zoo[jax]'``), without checkpoints or
-            ``max_hours``; ``"auto"``: JAX where the extra is installed, the network is not recurrent
-            and ``mass_matrix`` is ``"pooled"``, torch otherwise.
+            ``max_hours``; ``"auto"``: JAX where the extra is installed, the network has no convolution
+            or recurrent layer and ``mass_matrix`` is ``"pooled"``, torch otherwise.
     """
 
     num_warmup: int = 500

@@ -322,7 +322,7 @@ class NUTS(_MCMC):
             windowed mass matrix) on the model's log density traced to JAX
             (:mod:`bnn_zoo.inference.xla`; ``pip install 'bnn-zoo[jax]'``), its chains one after another
             in this process, without ``max_hours``; ``"auto"``: JAX where the extra is installed and the
-            network is not recurrent, torch otherwise.
+            network has no convolution or recurrent layer (:func:`~bnn_zoo.inference.xla.resolve_backend`), torch otherwise.
     """
 
     max_tree_depth: int = 10

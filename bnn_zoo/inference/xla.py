@@ -12,7 +12,6 @@ samplers with one warning saying why. The optional extra: ``pip install 'bnn-zoo
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import math
 import re
@@ -31,6 +30,7 @@ EXTRA = ("jax", "numpyro", "blackjax", "optax", "torchax")
 BACKENDS = ("auto", "torch", "jax")
 VALUE_RTOL, GRADIENT_RTOL = 1e-4, 1e-3  # float32 sums of N terms: agreement measured at 1e-7 (value), 3e-7 (gradient)
 LENGTH_FLOOR_MAX_DIM = 4096  # BlackJAX's slow-direction length floor keeps a d x d covariance
+INITIAL_STEP_SIZE = 0.01  # BlackJAX's ChEES adapted from here on Boston 13-50-1, not from larger steps
 
 
 def available() -> bool:
@@ -46,17 +46,19 @@ def check_backend(method: str, backend: str) -> None:
 
 
 def resolve_backend(backend: str, model: BNN) -> str:
-    """``"auto"``: JAX where the extra is installed and the network has no recurrent layer (there the
-    traced gradient is slower than eager torch: benchmarks/backends.py); torch otherwise."""
+    """``"auto"``: JAX where the extra is installed and the network has no convolution or recurrent
+    layer; torch otherwise. Measured per architecture (benchmarks/backends.py): the MLP's traced
+    gradient is several times cheaper than eager torch's, the digits CNN's dearer, and bnn-zoo's
+    LSTMs do not trace (their input check reads a value)."""
     if backend != "auto":
         return backend
-    return "jax" if available() and not _recurrent(model.net) else "torch"
+    return "jax" if available() and not _traced_slower(model.net) else "torch"
 
 
-def _recurrent(net: nn.Module) -> bool:
+def _traced_slower(net: nn.Module) -> bool:
     from bnn_zoo.models.rnn import LSTM
 
-    return any(isinstance(m, (nn.RNNBase, LSTM)) for m in net.modules())
+    return any(isinstance(m, (nn.RNNBase, LSTM, nn.modules.conv._ConvNd)) for m in net.modules())
 
 
 class FallBack(Exception):
@@ -200,8 +202,7 @@ def run_nuts(target: JaxTarget, q0: torch.Tensor, method, progress: bool) -> tup
     )
     fields = ("diverging", "num_steps", "energy", "potential_energy", "adapt_state.step_size")
     init = jnp.asarray(q0.numpy()) if chains > 1 else jnp.asarray(q0[0].numpy())
-    with _quiet_numpyro():
-        mcmc.run(jax.random.PRNGKey(method.seed), init_params=init, extra_fields=fields)
+    mcmc.run(jax.random.PRNGKey(method.seed), init_params=init, extra_fields=fields)
     draws = mcmc.get_samples(group_by_chain=True)
     extra = {k: torch.from_numpy(jax.device_get(v).copy()) for k, v in mcmc.get_extra_fields(group_by_chain=True).items()}
     steps = extra["num_steps"].long()
@@ -251,32 +252,24 @@ def run_chees(target: JaxTarget, q0: torch.Tensor, method) -> tuple[dict, dict, 
     def sample(states, key):
         def one(states, key):
             states, info = jax.vmap(step)(jax.random.split(key, chains), states)
-            return states, (states.position, states.logdensity, info.is_divergent, info.num_integration_steps, info.energy)
+            return states, (states.position, states.logdensity, info.is_divergent, info.num_integration_steps, info.energy, info.acceptance_rate)
 
         return jax.lax.scan(one, states, jax.random.split(key, method.num_samples))[1]
 
-    position, logdensity, divergent, steps, energy = (torch.from_numpy(jax.device_get(a).copy()).transpose(0, 1) for a in sample(states, key_sample))
+    drawn = (torch.from_numpy(jax.device_get(a).copy()).transpose(0, 1) for a in sample(states, key_sample))
+    position, logdensity, divergent, steps, energy, accept = drawn
     step_size = float(parameters["step_size"])
-    stats = {
+    stats = {  # the torch ChEES's names
+        "acceptance_rate": accept.double(),
         "diverging": divergent.bool(),
-        "n_steps": steps.long(),
-        "step_size": torch.full(steps.shape, step_size, dtype=torch.float64),
         "energy": energy.double(),
         "lp": logdensity.double(),
+        "step_size": torch.full(steps.shape, step_size, dtype=torch.float64),
+        "n_steps": steps.long(),
+        "trajectory_length": steps.double() * step_size,
     }
     length = float(parameters["integration_steps_params"][0]) * step_size
     return target.to_torch(position), stats, {"step_size": step_size, "trajectory_length": length}
-
-
-INITIAL_STEP_SIZE = 0.01  # BlackJAX's ChEES adapted from here on Boston 13-50-1, not from larger starts
-
-
-@contextlib.contextmanager
-def _quiet_numpyro():
-    """NumPyro warns that sequential chains run one after another; that is the choice made above."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="There are not enough devices")
-        yield
 
 
 def _first_line(exc: Exception) -> str:
