@@ -79,7 +79,7 @@ def load_results(results) -> list:
     return loaded
 
 
-def compare(results: list, reference=None) -> pd.DataFrame:
+def compare(results: list, reference: object | None = None) -> pd.DataFrame:
     """One row per run: run, data, model (architecture), inference, the log-evidence estimates with SEs,
     LOO elpd/SE/p_loo and the worst Pareto k, WAIC with its SE, test metrics, MCMC diagnostics and run
     time. Runs on the same training data are also ranked by ``az.compare`` (rank, elpd_diff, dse,

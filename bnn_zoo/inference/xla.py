@@ -91,7 +91,8 @@ class JaxTarget:
 
     Args:
         model: the BNN; its network, prior and likelihood are traced as torch code.
-        x, y: the full training data (every leapfrog step sees all of it).
+        x: the training inputs (every leapfrog step sees all of them).
+        y: the training targets.
     """
 
     def __init__(self, model: BNN, x: torch.Tensor, y: torch.Tensor):
