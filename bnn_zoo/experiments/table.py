@@ -69,23 +69,29 @@ def _is_label(column: str) -> bool:
 def with_posterior_reference(frame: pd.DataFrame, method: str) -> pd.DataFrame:
     """Every cell scored against the cell whose inference is ``method`` (a reference posterior, e.g.
     ``chees``) and whose other labels (dataset, model, seed, the data axes) it shares: the columns of
-    :func:`bnn_zoo.evaluation.reference.scores`. A reference that did not converge scores nothing (its
-    ``reference_converged`` stays in the table)."""
+    :func:`bnn_zoo.evaluation.reference.scores`. A reference that did not converge scores nothing; the
+    ``reference_converged`` column says which did."""
     from bnn_zoo.evaluation import reference
     from bnn_zoo.evaluation.compare import load_predictions
 
     if method not in set(frame["inference"]):
         raise BnnZooError(f"no finished cell has inference {method!r}; the cells' inference labels are {', '.join(sorted(set(frame['inference'])))}")
     keys = [c for c in frame.columns if c in ("dataset", "model", "seed") or ("." in c and not c.startswith(("inference.", "guide.")))]
-    converged = frame["reference_converged"].eq(True) if "reference_converged" in frame else False
-    truths = frame[(frame["inference"] == method) & converged]
+    frame = frame.reset_index(drop=True)
+    frame["reference_converged"] = [_converged(row["folder"]) if row["inference"] == method else None for _, row in frame.iterrows()]
     label = lambda row: tuple(None if pd.isna(row[k]) else row[k] for k in keys)  # noqa: E731
+    truths = frame[frame["reference_converged"].eq(True)]
     truth_of = {label(row): load_predictions(Path(row["folder"]) / "predictions.nc") for _, row in truths.iterrows()}
     scored = []
     for _, row in frame.iterrows():
         truth, path = truth_of.get(label(row)), Path(row["folder"]) / "predictions.nc"
         scored.append(reference.scores(load_predictions(path), truth) if truth is not None and path.is_file() else {})
-    return pd.concat([frame.reset_index(drop=True), pd.DataFrame(scored)], axis=1)
+    return pd.concat([frame, pd.DataFrame(scored)], axis=1)
+
+
+def _converged(folder) -> bool:
+    """Whether a cell's metrics.json says it can serve as a reference (status.json keeps numbers only)."""
+    return bool(json.loads((Path(folder) / "metrics.json").read_text()).get("reference_converged", False))
 
 
 def with_reference(table: pd.DataFrame, reference, by: list[str]) -> pd.DataFrame:
