@@ -42,7 +42,7 @@ def predictive_quantiles(pred, seed: int = 0) -> torch.Tensor:
     repeats = max(1, math.ceil(Y_DRAWS / pred.f.shape[0]))
     with torch.random.fork_rng(device_type="cuda"):
         torch.manual_seed(seed)
-        draws = torch.cat([pred.sample().reshape(pred.f.shape) for _ in range(repeats)]).double()
+        draws = pred.likelihood.distribution(pred.f, pred.latent).sample((repeats,)).reshape(-1, *pred.f.shape[1:]).double()
     index = (QUANTILE_LEVELS * draws.shape[0]).long()  # the midpoint level's order statistic
     return torch.cat([chunk.sort(0).values[index] for chunk in draws.split(256, dim=1)], dim=1).float()
 
