@@ -50,17 +50,6 @@ def cases():
         yield f"lstm-{gates}", bz.BNN(bz.models.TextRNN(vocab, 32, 64, gates), bz.priors.FanInNormal(), categorical), *text.train
 
 
-def best_ms(fn, calls: int, repeats: int = 5) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        times.append((time.perf_counter() - start) / calls)
-    return 1e3 * min(times)
-
-
 def measure(name, model, x, y) -> dict:
     import jax
     import jax.numpy as jnp
@@ -74,7 +63,7 @@ def measure(name, model, x, y) -> dict:
             value = target.torch_target(target.unflatten(leaf), (x, y))[0]
         return torch.autograd.grad(value, leaf)
 
-    torch_ms = best_ms(eager, calls=20)
+    torch_ms = results.best_ms(eager, calls=20)
     row = {"architecture": name, "weights": sum(target.sizes), "rows": len(x), "torch_ms": torch_ms, "auto": xla.resolve_backend("auto", model)}
     value_and_grad = jax.jit(jax.value_and_grad(target.logdensity))
     qj = jnp.asarray(q.numpy())
@@ -84,7 +73,7 @@ def measure(name, model, x, y) -> dict:
     except Exception as exc:  # what the backend's check turns into a fall-back to torch
         return row | {"jax_ms": None, "speedup": None, "jax_compile_s": None, "untraceable": xla._first_line(exc)}
     compile_s = time.perf_counter() - start
-    jax_ms = best_ms(lambda: jax.block_until_ready(value_and_grad(qj)), calls=max(5, int(200 / max(torch_ms, 1))))
+    jax_ms = results.best_ms(lambda: jax.block_until_ready(value_and_grad(qj)), calls=max(5, int(200 / max(torch_ms, 1))))
     return row | {"jax_ms": jax_ms, "speedup": torch_ms / jax_ms, "jax_compile_s": compile_s}
 
 

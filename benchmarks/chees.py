@@ -154,15 +154,7 @@ def time_gradients(x, y, noise, chains: list[int], repeats: int = 5, calls: int 
 
     from bnn_zoo.inference.potential import LogPosterior
 
-    def best(fn):
-        fn()
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            times.append((time.perf_counter() - start) / calls)
-        return 1e3 * min(times)
+    best = lambda fn: results.best_ms(fn, calls, repeats)  # noqa: E731
 
     model = bz.BNN(bz.models.MLP(x.shape[1], [50], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(noise))
     target = LogPosterior(model, len(x))

@@ -1,4 +1,5 @@
-"""Benchmark results as data: ``benchmarks/results/NAME.json`` with the date, the machine and the commit."""
+"""Benchmark results as data (``benchmarks/results/NAME.json`` with the date, the machine and the
+commit), and the timing every script shares."""
 
 from __future__ import annotations
 
@@ -10,6 +11,18 @@ import time
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"
+
+
+def best_ms(fn, calls: int, repeats: int = 5) -> float:
+    """Milliseconds per call of ``fn``: the best of ``repeats`` runs of ``calls`` calls, after one warm-up call."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        times.append((time.perf_counter() - start) / calls)
+    return 1e3 * min(times)
 
 
 def machine() -> dict:

@@ -197,7 +197,7 @@ def run_nuts(target: JaxTarget, q0: torch.Tensor, method, progress: bool) -> tup
         num_samples=method.num_samples,
         num_chains=chains,
         # one compiled chain after another, whatever chain_method: in lockstep ("vectorized") every
-        # iteration costs the longest of the chains' trees (1.3x the wall time on the toy problem)
+        # iteration costs the longest of the chains' trees
         chain_method="sequential",
         progress_bar=progress,
     )
