@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import warnings
 from pathlib import Path
 
 from bnn_zoo.errors import BnnZooError
+from bnn_zoo.version import __version__
 
 
 class _Parser(argparse.ArgumentParser):
@@ -18,6 +20,7 @@ class _Parser(argparse.ArgumentParser):
 
 def main(argv=None) -> int:
     parser = _Parser(prog="bnn-zoo", description="Bayesian neural networks on Pyro: fit one model by SVI guides or NUTS/HMC, compare in ArviZ.")
+    parser.add_argument("--version", action="version", version=f"bnn-zoo {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = sub.add_parser(
@@ -119,6 +122,10 @@ def main(argv=None) -> int:
         from bnn_zoo.memory import keep_freed_memory
 
         keep_freed_memory()  # this process is ours: steps reuse faulted-in pages (bnn_zoo/memory.py)
+        if not sys.stderr.isatty() and "--quiet" not in sys.argv:
+            from bnn_zoo.io import start_heartbeat
+
+            start_heartbeat(float(os.environ.get("BNN_ZOO_HEARTBEAT_S", 30)))
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["fit"]:  # the run's options come from its typed config (jsonargparse), not argparse
         return _guarded(_fit, argv[1:])
@@ -231,14 +238,19 @@ def _fit(argv):
     from bnn_zoo.experiments import config
     from bnn_zoo.experiments.demo import print_table
     from bnn_zoo.experiments.run import execute
-    from bnn_zoo.io import discard_if_unused, output_folder
+    from bnn_zoo.io import check_path, discard_if_unused, output_folder
 
+    printing = [a for a in argv if a.startswith(("--print_config", "--print-config"))]
+    if printing:  # checked and resolved like a run, then printed: never a config that fit would refuse
+        argv = [a for a in argv if a not in printing] + ([] if "--out" in argv else ["--out", "-"])
     parser = fit_parser()
     args = parser.parse_args(config.resolve_names(argv))
     run_config = config.from_namespace(parser, args)
+    if printing:
+        return _print_config(run_config)
     if args.resume and args.overwrite:
         raise BnnZooError("--resume continues the run in DIR and --overwrite replaces it; pass one of them")
-    fresh = not Path(args.out).exists()
+    fresh = not check_path(args.out).exists()
     out = output_folder(args.out, args.overwrite, args.resume)
     try:
         result = execute(run_config, out, progress=not args.quiet, resume=args.resume)
@@ -247,6 +259,20 @@ def _fit(argv):
             discard_if_unused(out)
         raise
     print_table([result], title=f"{result.metrics['data']}: {result.name}; files in {out}")
+    return 0
+
+
+def _print_config(run_config) -> int:
+    """The resolved config a run would record in config.yaml, after every check a fit makes before training."""
+    import yaml
+
+    from bnn_zoo.experiments.config import to_dict
+    from bnn_zoo.experiments.run import prepare
+
+    run = prepare(run_config, progress=False)
+    if hasattr(run.method, "build_guide"):
+        run.method.build_guide(run.model)
+    print(yaml.safe_dump(to_dict(run.config), sort_keys=False), end="")
     return 0
 
 
@@ -290,15 +316,20 @@ def _table(args):
     import pandas as pd
 
     from bnn_zoo.experiments import table
+    from bnn_zoo.io import writable_folder
 
     by = [b.strip() for b in args.by.split(",") if b.strip()]
+    if not by:
+        raise BnnZooError(f"--by {args.by!r} names no label; give labels like dataset,inference")
+    out = args.out or Path(args.dirs[0]) / "table"
+    writable_folder(Path(out).parent, "--out")
     cells = pd.concat([table.collect(d) for d in args.dirs])
     if args.reference_method:
         cells = table.with_posterior_reference(cells, args.reference_method)
     frame = table.aggregate(cells, by)
     if args.reference:
         frame = table.with_reference(frame, args.reference, by)
-    csv, md = table.write(frame, by, args.out or Path(args.dirs[0]) / "table")
+    csv, md = table.write(frame, by, out)
     print(md.read_text(), end="")
     print(f"written: {csv}, {md}")
     return 0

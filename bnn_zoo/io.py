@@ -8,6 +8,7 @@ import math
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -19,6 +20,32 @@ def bar_disabled(progress: bool) -> bool:
     """Whether a progress bar stays off: when not asked for, and when stderr is not a terminal, so logs
     and CI output are not flooded with carriage-return updates."""
     return not (progress and sys.stderr.isatty())
+
+
+_doing = {"what": "", "since": 0.0}
+
+
+def announce(what: str) -> None:
+    """Say what this process is doing now; the heartbeat (``start_heartbeat``) reports it."""
+    _doing.update(what=what, since=time.monotonic())
+
+
+def start_heartbeat(every: float) -> None:
+    """Print what runs, one line every ``every`` seconds, to stderr: for commands whose output goes to a
+    file or a pipe (CI, nohup), where progress bars stay quiet."""
+    import threading
+
+    def beat():
+        while not time.sleep(every):
+            if _doing["what"]:
+                print(f"bnn-zoo: {_doing['what']} ({_duration(time.monotonic() - _doing['since'])} so far)", file=sys.stderr, flush=True)
+
+    threading.Thread(target=beat, name="bnn-zoo-heartbeat", daemon=True).start()
+
+
+def _duration(seconds: float) -> str:
+    minutes, seconds = divmod(int(seconds), 60)
+    return f"{minutes} min {seconds} s" if minutes else f"{seconds} s"
 
 
 TEMPORARY = ".*.tmp"  # what atomic_write writes before its rename; left behind only by a killed process
@@ -72,7 +99,24 @@ def output_folder(path, overwrite: bool = False, resume: bool | None = False, op
     existing run in it is kept unless ``overwrite`` (which deletes the run's files, see
     :func:`clear_result_folder`) or ``resume`` (which continues an unfinished run; None: the command
     has no --resume) says otherwise."""
+    path = check_path(path, option)
+    try:
+        return _claim(path, overwrite, resume, option)
+    except OSError as exc:  # unreadable, not writable, or gone while we looked
+        raise BnnZooError(f"cannot use {option} {path} ({exc.strerror or exc}); choose a folder you can read and write") from None
+
+
+def check_path(path, option: str = "--out") -> Path:
+    """``path`` as a Path whose every name fits the filesystem's limit (else the OS raises on any look)."""
     path = Path(path)
+    limit = os.pathconf(".", "PC_NAME_MAX") if hasattr(os, "pathconf") else 255
+    long = next((part for part in path.parts if len(part.encode()) > limit), None)
+    if long is not None:
+        raise BnnZooError(f"{option} has a name of {len(long.encode())} bytes ({long[:20]}...); this filesystem allows {limit}")
+    return path
+
+
+def _claim(path: Path, overwrite, resume, option: str) -> Path:
     if path.is_dir() and any(p.name != OWNER_MARK for p in path.iterdir()):
         if not any((path / marker).exists() for marker in RESULT_MARKERS):
             raise BnnZooError(f"{option} {path} is a folder with other files in it; give a new or empty folder")
@@ -120,7 +164,7 @@ def discard_if_unused(path: Path) -> None:
 
 def writable_folder(path, option: str = "--out") -> Path:
     """``path`` as a folder this process can write (made if missing), or one error saying why not."""
-    path = Path(path)
+    path = check_path(path, option)
     for place in (path, *path.parents):
         if place.exists() and not place.is_dir():
             where = "is a file" if place == path else f"is inside {place}, which is a file"
@@ -132,6 +176,16 @@ def writable_folder(path, option: str = "--out") -> Path:
         raise BnnZooError(f"cannot write to {option} {path} ({exc.strerror}); choose a folder you can write to") from None
     remove_temporaries(path)
     return path
+
+
+def read_json_mapping(path) -> dict | None:
+    """A JSON file's mapping, or None where the file is missing, unreadable, corrupt or not a mapping
+    (a folder's stray or half-written files are skipped, never trusted)."""
+    try:
+        value = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def fingerprint(*parts) -> str:
@@ -203,16 +257,71 @@ def write_yaml(obj, path):
     atomic_write(path, lambda tmp: Path(tmp).write_text(yaml.safe_dump(obj, sort_keys=False)))
 
 
+YAML_MAX_BYTES = 1_000_000
+YAML_MAX_VALUES = 100_000  # counted with aliases expanded, as every consumer sees them
+YAML_MAX_DIGITS = 20  # past 2**64: no count, seed or size of bnn-zoo's is that large
+
+
 def read_yaml(path, what: str = "config"):
-    """A YAML file's content, by yaml.safe_load (plain data only, no object construction)."""
+    """A YAML file's content as plain data, bounded: at most 1 MB, at most 100,000 values with aliases
+    expanded (a "billion laughs" file grows exponentially through nested aliases), integers of at
+    most 20 digits, and no key twice in one mapping (YAML lets the last silently win)."""
     import yaml
 
-    if not Path(path).is_file():
+    path = Path(path)
+    if not path.is_file():
         raise BnnZooError(f"{what} {path} does not exist")
+    if path.stat().st_size > YAML_MAX_BYTES:
+        raise BnnZooError(f"{what} {path} is {path.stat().st_size:,} bytes; bnn-zoo reads YAML files of at most {YAML_MAX_BYTES:,}")
     try:
-        return yaml.safe_load(Path(path).read_text())
+        data = yaml.load(path.read_text(), Loader=_BoundedLoader)
+        if _expanded_size(data, {}) > YAML_MAX_VALUES:
+            raise _Refused(f"it expands to more than {YAML_MAX_VALUES:,} values through its aliases (*name); write the values out")
+        return data
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise BnnZooError(f"{what} {path} is not valid YAML ({str(exc).splitlines()[0]})") from None
+    except _Refused as exc:
+        raise BnnZooError(f"{what} {path}: {exc}") from None
+
+
+class _Refused(Exception):
+    pass
+
+
+def _expanded_size(value, sizes: dict) -> int:
+    """How many values ``value`` holds once every alias is written out (shared parts counted once each)."""
+    if not isinstance(value, dict | list):
+        return 1
+    if id(value) not in sizes:
+        sizes[id(value)] = 0  # a recursive alias counts as one value, not forever
+        items = value.values() if isinstance(value, dict) else value
+        sizes[id(value)] = 1 + sum(_expanded_size(v, sizes) for v in items)
+    return sizes[id(value)]
+
+
+def _bounded_loader():
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise _Refused(f"the key {key!r} appears twice in one mapping (line {key_node.start_mark.line + 1}); keep one")
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+        def construct_yaml_int(self, node):
+            if len(node.value.lstrip("+-").replace("_", "")) > YAML_MAX_DIGITS:
+                raise _Refused(f"the integer on line {node.start_mark.line + 1} has more than {YAML_MAX_DIGITS} digits")
+            return super().construct_yaml_int(node)
+
+    Loader.add_constructor("tag:yaml.org,2002:int", Loader.construct_yaml_int)
+    return Loader
+
+
+_BoundedLoader = _bounded_loader()
 
 
 def save_inference_data(idata, path):

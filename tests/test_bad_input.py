@@ -1,5 +1,8 @@
 """Every bad input fails before training with a one-line message naming the problem and the fix."""
 
+import os
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -167,15 +170,41 @@ def _corpus_files(root):
         "uci-one-row": lambda d: (d / "index_train_0.txt").write_text("0\n"),
         "uci-constant": lambda d: (d / "data.txt").write_text("\n".join(f"{i} {i * i} 7.0" for i in range(12)) + "\n"),
         "uci-huge": lambda d: (d / "data.txt").write_text("\n".join(f"{i}e30 1 {i}" for i in range(12)) + "\n"),
+        "uci-repeated-feature": lambda d: (d / "index_features.txt").write_text("0\n0\n1\n"),
+        "uci-two-rows": lambda d: (d / "index_train_0.txt").write_text("0\n1\n"),
         "uci-nan": lambda d: (d / "data.txt").write_text("\n".join(f"{i} {'nan' if i == 5 else 1} {i}" for i in range(12)) + "\n"),
     }.items():
         _uci_folder(root / name)
         edit(root / name)
+    (root / "laughs.yaml").write_text(
+        "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(f"{n}: &{n} [{', '.join([f'*{p}'] * 9)}]\n" for p, n in zip("abcdefgh", "bcdefghi"))
+    )
+    (root / "bigint.yaml").write_text("inference: {class_path: SVI, init_args: {steps: 123456789012345678901234567890}}\n")
+    (root / "dup.yaml").write_text("seed: 1\nseed: 2\n")
+    (root / "usernet.py").write_text(
+        "import torch\n\n\nclass Boom(torch.nn.Module):\n    def __init__(self, in_features, out_features):\n"
+        "        super().__init__()\n        raise RuntimeError('my constructor failed')\n\n\n"
+        "class BadForward(torch.nn.Module):\n    def __init__(self, in_features, out_features):\n"
+        "        super().__init__()\n        self.layer = torch.nn.Linear(in_features, out_features)\n\n"
+        "    def forward(self, x):\n        raise ValueError('my forward failed')\n\n\n"
+        "class Other(torch.nn.Module):\n    def __init__(self, depth):\n        super().__init__()\n"
+    )
+    (root / "sweep-junk" / "cells" / "abc").mkdir(parents=True)
+    (root / "sweep-junk" / "sweep.yaml").write_text("name: junk\n")
+    (root / "sweep-junk" / "cells" / "abc" / "status.json").write_text('{"state": "done", "metrics": [1]}')
+    (root / "sweep-junk" / "cells" / "abc" / "cell.json").write_text("[1]")
+    (root / "sweep-junk" / "cells" / "stray.txt").write_text("junk")
+    (root / "sweep-junk" / "cells" / "def").mkdir()  # done, but its cell.json is gone
+    (root / "sweep-junk" / "cells" / "def" / "status.json").write_text('{"state": "done", "metrics": {"rmse": 1.0}}')
     (root / "flatnet.py").write_text(
         "import torch\n\n\nclass Flat(torch.nn.Module):\n"
         "    def __init__(self, in_features, out_features):\n        super().__init__()\n        self.layer = torch.nn.Linear(in_features, 1)\n\n"
         "    def forward(self, x):\n        return self.layer(x)[:, 0]\n"
     )
+    (root / "big.yaml").write_text("base: {inference: {class_path: SVI, init_args: {steps: 2}}}\ngrid: {seed: range(10000)}\n")
+    _uci_folder(root / "uci-gal-0-epochs")
+    for name, value in {"dropout_rates": "0.01", "tau_values": "0.1", "n_hidden": "50", "n_epochs": "0", "n_splits": "1"}.items():
+        (root / "uci-gal-0-epochs" / f"{name}.txt").write_text(value + "\n")
     done, partial = root / "done", root / "partial"
     for finished in (done, root / "svi"):  # a finished fit, and the demo's first run
         finished.mkdir()
@@ -261,7 +290,7 @@ QUICK_FIT = ["--inference.steps", "2", "--evaluation.plots", "false", "--quiet"]
         (["fit", "--data", "uci", "--data.path", "uci-overlap"], "2 of the 3 test rows of split 0 are also training rows (first: row 0)"),
         (["fit", "--data", "uci", "--data.path", "uci-same"], "8 of the 8 test rows of split 0 are also training rows"),
         (["fit", "--data", "uci", "--data.path", "uci-repeated"], "lists row 3 30 times"),
-        (["fit", "--data", "uci", "--data.path", "uci-one-row"], "holds 1 row; standardising needs at least 2 training rows"),
+        (["fit", "--data", "uci", "--data.path", "uci-one-row"], "holds 1 row(s); a split needs at least 5 training rows"),
         (["fit", "--data", "uci", "--data.path", "uci-constant"], "the target is constant (7) on the training rows of split 0"),
         (
             ["fit", "--data", "uci", "--data.path", "uci-huge"],
@@ -270,8 +299,39 @@ QUICK_FIT = ["--inference.steps", "2", "--evaluation.plots", "false", "--quiet"]
         (["fit", "--data", "uci", "--data.path", "uci-nan"], "contains NaN or inf (first in row 5, line 6)"),
         # a method that cannot take the network
         (["fit", "--data", "toy-text", "--model", "lstm-tied", "--inference", "laplace", "--inference.map_steps", "2"], "which this network does not support"),
-        # a user's network with the wrong output shape
+        # a user's network with the wrong output shape, or failing in its own code
         (["fit", "--model", "flatnet:Flat"], "the network returns shape (2,) for 2 input rows; it must return (N, out_features)"),
+        (["fit", "--model", "usernet:Boom"], "your network usernet.Boom(in_features=1, out_features=1) could not be built: RuntimeError: my constructor"),
+        (["fit", "--model", "usernet:Other"], "usernet.Other(in_features=1, out_features=1) could not be built: TypeError:"),
+        (["fit", "--model", "usernet:BadForward"], "the network usernet.BadForward fails on the first 2 rows of x: ValueError: my forward failed"),
+        # untrusted config files and sizes
+        (["fit", "--config", "laughs.yaml"], "laughs.yaml: it expands to more than 100,000 values through its aliases"),
+        (["fit", "--config", "bigint.yaml"], "bigint.yaml: the integer on line 1 has more than 20 digits"),
+        (["fit", "--config", "dup.yaml"], "dup.yaml: the key 'seed' appears twice in one mapping (line 2); keep one"),
+        (
+            ["fit", "--inference.steps", "123456789012345678901"],
+            "--inference.steps is 123456789012345678901; bnn-zoo's counts and sizes are at most 1,000,000,000",
+        ),
+        (["fit", "--model.hidden", "[10000000000]"], "--model.hidden is 10000000000"),
+        (["fit", "--data.n_train", "0"], "toy-cubic n_train (training points) must be a whole number >= 2, got 0"),
+        (["fit", "--data.n_train", "-3"], "must be a whole number >= 2, got -3"),
+        (["fit", "--guide", "dropout", "--guide.p", "2", "--print-config"], "dropout probabilities must lie in [0, 1), got [2.0, 2.0]"),
+        (["fit", "--out", "x" * 300], "--out has a name of 300 bytes"),
+        (["fit", "--inference", "laplace", "--inference.batch_size", "0"], "Laplace batch_size must be a whole number >= 1 or None (full batch), got 0"),
+        (["fit", "--data", "uci", "--data.path", "uci-repeated-feature"], "index_features.txt lists column 0 2 times; list each feature once"),
+        (["fit", "--data", "uci", "--data.path", "uci-two-rows"], "holds 2 row(s); a split needs at least 5 training rows"),
+        # sweep and table folders holding junk
+        (["table", "sweep-junk"], "cannot group by dataset, inference; the cells carry no labels"),
+        (["table", "partial"], "partial is not a sweep folder (no sweep.yaml)"),
+        (["table", "sweep-junk", "--by", ""], "--by '' names no label"),
+        (["table", "sweep-junk", "--out", "afile/table"], "--out afile is a file"),
+        (["sweep", "big.yaml", "--ray-address", "127.0.0.1:9"], "nothing answers at --ray-address 127.0.0.1:9"),
+        (["sweep", "big.yaml", "--ray-address", "nowhere"], "--ray-address 'nowhere' is not HOST:PORT"),
+        (["reproduce", "uci-gal", "--data", "uci-gal-0-epochs", "--out", "new"], "n_epochs.txt's value must be a whole number >= 1, got 0.0"),
+        (
+            ["reproduce", "uci-gal", "--data", "uci-gal-0-epochs", "--splits", "", "--out", "new"],
+            "--splits takes ranges and numbers like 0-19 or 0,3,5; got ''",
+        ),
     ],
 )
 def test_cli_bad_input_corpus(argv, message, capsys, tmp_path, monkeypatch):
@@ -358,3 +418,77 @@ def test_overwrite_deletes_only_what_bnn_zoo_wrote(tmp_path, monkeypatch, capsys
     err = capsys.readouterr().err
     assert "holds files bnn-zoo did not write (figures, notes.txt), so --overwrite deletes nothing" in err and err.count("\n") == 1
     assert _tree(tmp_path / "run") == before
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda m, x, y: bz.fit(m, x, y, bz.SVI), "method is the class SVI; pass an instance, e.g. bnn_zoo.SVI()"),
+        (lambda m, x, y: bz.SVI(guide="matrix-normal", guide_options="rank=2"), "SVI guide_options must be a dict, got 'rank=2' (str)"),
+        (lambda m, x, y: bz.SVI(lr="0.01"), "SVI lr must be a number, got '0.01' (str)"),
+        (lambda m, x, y: bz.SVI(steps=True), "SVI steps must be a whole number, got True (bool)"),
+        (lambda m, x, y: bz.NUTS(num_samples=2.0), "NUTS num_samples must be a whole number, got 2.0 (float)"),
+        (lambda m, x, y: bz.HMC(step_size=-0.1), "HMC step_size must be a finite number > 0, got -0.1"),
+        (lambda m, x, y: bz.Laplace(batch_size=0), "Laplace batch_size must be a whole number >= 1 or None"),
+        (lambda m, x, y: bz.fit(m, x > 0, y, QUICK), "x is boolean; pass numbers"),
+        (lambda m, x, y: bz.fit(m, x, y > 0, QUICK), "y is boolean but the likelihood is for regression"),
+    ],
+)
+def test_python_api_bad_settings_are_one_error(reg, make, message):
+    with pytest.raises(bz.BnnZooError, match=re.escape(message)) as info:
+        make(reg, torch.randn(6, 2), torch.randn(6))
+    assert "\n" not in str(info.value)
+
+
+def test_sweep_status_skips_junk_and_counts_cells(tmp_path, capsys):
+    cells = tmp_path / "s" / "cells"
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "sweep.yaml").write_text("name: s\n")
+    for key, status in {"a": '{"state": "done", "metrics": {"rmse": 1}}', "b": "{half", "c": '{"state": "exploded"}', "d": "[1]"}.items():
+        (cells / key).mkdir(parents=True)
+        (cells / key / "status.json").write_text(status)
+    (cells / "d" / "cell.json").write_text('{"labels": 3}')
+    (cells / "stray.txt").write_text("junk")
+    assert main(["sweep", str(tmp_path / "s"), "--status"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "1 done, 0 running, 0 failed, 3 pending"
+
+
+def test_a_10000_cell_sweep_expands_by_the_quick_route_to_what_the_parser_gives(tmp_path):
+    """The grid's scalar values are set on one parsed base (no parse per cell): the same configs, keys
+    and labels as parsing every cell, and a bad value still fails with the field's error."""
+    import signal
+
+    from bnn_zoo.experiments.sweep import Sweep
+
+    sweep = Sweep.from_dict({"base": {"guide": "dropout"}, "grid": {"seed": "range(2500)", "guide.p": [0.1, 0.2]}, "zip": {"data.n_train": [20, 40]}})
+    signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(TimeoutError("expanding 20,000 cells hung")))
+    signal.alarm(120)  # a hang guard, not a timing: measured about 5 s for these 10,000 cells
+    try:
+        cells = [sweep.cell(o) for o in sweep.outer()]
+    finally:
+        signal.alarm(0)
+    assert len({c.key for c in cells}) == 10_000
+    parsed = Sweep.from_dict({"base": {"guide": "dropout"}, "grid": {"seed": "range(2500)", "guide.p": [0.1, 0.2]}, "zip": {"data.n_train": [20, 40]}})
+    parsed._checked = lambda overrides: None  # the parser's route, cell by cell
+    for i in (0, 1, 7, 9_999):
+        slow = parsed.cell(sweep.outer()[i])
+        assert (slow.key, slow.config, slow.labels, slow.batch) == (cells[i].key, cells[i].config, cells[i].labels, cells[i].batch)
+    bad = Sweep.from_dict({"base": {}, "grid": {"seed": [-1]}})
+    with pytest.raises(bz.BnnZooError, match="seed must be a whole number in 0..4294967295"):
+        bad.cell(bad.outer()[0])
+
+
+def test_version_and_a_heartbeat_when_output_is_not_a_terminal(tmp_path):
+    import subprocess
+    import sys
+
+    version = subprocess.run([sys.executable, "-m", "bnn_zoo.cli", "--version"], capture_output=True, text=True)
+    assert version.returncode == 0 and version.stdout.startswith("bnn-zoo ")
+    run = subprocess.run(
+        [sys.executable, "-m", "bnn_zoo.cli", "fit", "--out", str(tmp_path / "r"), "--inference.steps", "500", "--evaluation.plots", "false"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "BNN_ZOO_HEARTBEAT_S": "0.2"},
+    )
+    assert run.returncode == 0, run.stderr
+    assert "bnn-zoo: fitting svi-mean-field on toy-cubic (" in run.stderr

@@ -26,7 +26,7 @@ import xarray as xr
 from tqdm.auto import tqdm
 
 from bnn_zoo import likelihoods, priors, saving
-from bnn_zoo.errors import BnnZooError
+from bnn_zoo.errors import BnnZooError, check_field_types
 from bnn_zoo.io import bar_disabled
 from bnn_zoo.posterior import Prediction, common_attrs, function_space_inference_data
 
@@ -208,6 +208,7 @@ class TypeII:
     name = "gp"
 
     def __post_init__(self):
+        check_field_types(self)
         if not (isinstance(self.steps, int) and self.steps > 0 and self.lr > 0):
             raise BnnZooError(f"TypeII needs a positive integer steps and lr > 0, got {self.steps}, {self.lr}")
 

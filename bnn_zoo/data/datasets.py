@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from bnn_zoo.data.validation import as_tensor
-from bnn_zoo.errors import BnnZooError
+from bnn_zoo.errors import BnnZooError, positive
 
 
 @dataclass
@@ -68,6 +68,8 @@ def _moments(t):
 
 def toy_cubic(n_train: int = 20, n_test: int = 200, seed: int = 0) -> Dataset:
     """Heek's toy regression (thesis sec. 3.2, after Hernandez-Lobato & Adams): x ~ U[-4, 4], y = x^3 + e, e ~ N(0, 3^2)."""
+    positive("toy-cubic n_train (training points)", n_train, integer=True, least=2)
+    positive("toy-cubic n_test (test points)", n_test, integer=True)
     g = torch.Generator().manual_seed(seed)
 
     def draw(n):
@@ -110,6 +112,11 @@ def load_uci(path: str | Path, split: int = 0, allow_overlap: bool = False) -> D
             raise BnnZooError(
                 f"{root / (name + '.txt')} holds indices outside 0..{bound - 1} (or none): data.txt may be truncated or the folder inconsistent; re-copy it"
             )
+    values, counts = np.unique(features, return_counts=True)
+    if counts.max() > 1:
+        raise BnnZooError(f"{root / 'index_features.txt'} lists column {values[counts.argmax()]} {counts.max()} times; list each feature once")
+    if target[0] in features:
+        raise BnnZooError(f"{root / 'index_features.txt'} lists the target column {target[0]} as a feature; remove it")
     if len(target) != 1:
         raise BnnZooError(f"{root / 'index_target.txt'} names {len(target)} target columns; bnn-zoo expects exactly one")
     _check_split(root, split, train, test, data[train, target[0]], allow_overlap)
@@ -118,14 +125,20 @@ def load_uci(path: str | Path, split: int = 0, allow_overlap: bool = False) -> D
     return Dataset(f"uci:{root.name}", x[train], y[train], x[test], y[test], info={"path": str(root), "split": split})
 
 
+MIN_TRAIN_ROWS = 5
+
+
 def _check_split(root: Path, split: int, train: np.ndarray, test: np.ndarray, y_train: np.ndarray, allow_overlap: bool) -> None:
     files = f"{root}/index_train_{split}.txt"
     values, counts = np.unique(train, return_counts=True)
     if counts.max() > 1:
         row = int(values[counts.argmax()])
         raise BnnZooError(f"{files} lists row {row} {counts.max()} times; each training row should appear once (re-make the split)")
-    if len(train) < 2:
-        raise BnnZooError(f"{files} holds {len(train)} row; standardising needs at least 2 training rows")
+    if len(train) < MIN_TRAIN_ROWS:
+        raise BnnZooError(
+            f"{files} holds {len(train)} row(s); a split needs at least {MIN_TRAIN_ROWS} training rows (to standardise, and to keep a "
+            "validation part of the training rows); re-make the split"
+        )
     shared = np.intersect1d(train, test)
     if len(shared) and not allow_overlap:
         raise BnnZooError(

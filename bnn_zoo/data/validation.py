@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from bnn_zoo.errors import BnnZooError
+from bnn_zoo.errors import BnnZooError, first_line
 from bnn_zoo.protocols import DeclaresWidths
 
 
@@ -40,7 +40,10 @@ def as_tensor(name: str, value) -> torch.Tensor:
 
 def check_inputs(model, x) -> torch.Tensor:
     """x as a float tensor of shape (N, in_features) that the network accepts."""
-    x = as_tensor("x", x).to(torch.get_default_dtype())
+    x = as_tensor("x", x)
+    if x.dtype == torch.bool:
+        raise BnnZooError("x is boolean; pass numbers (x.float() for 0/1 features), so that the encoding is your choice")
+    x = x.to(torch.get_default_dtype())
     expected = model.in_features
     if x.dim() != 2:
         hint = f"(N, {expected})" if expected else "(N, features)"
@@ -61,7 +64,10 @@ def output_width(model, x: torch.Tensor) -> int:
         with torch.no_grad():
             out = model.forward(model.params, rows)
     except RuntimeError as exc:
-        raise BnnZooError(f"the network cannot take x of shape {tuple(x.shape)} ({str(exc).splitlines()[0]}); check the number of features") from None
+        raise BnnZooError(f"the network cannot take x of shape {tuple(x.shape)} ({first_line(exc)}); check the number of features") from None
+    except Exception as exc:  # a user's network raising its own error: show it as theirs
+        net = type(getattr(model, "net", model))
+        raise BnnZooError(f"the network {net.__module__}.{net.__qualname__} fails on the first 2 rows of x: {type(exc).__name__}: {first_line(exc)}") from None
     dims = 3 if model.likelihood.task == "language-model" else 2  # (N, T, vocabulary) or (N, outputs)
     if out.dim() != dims or out.shape[0] != rows.shape[0]:
         expected = "(N, T, vocabulary)" if dims == 3 else "(N, out_features)"
@@ -76,6 +82,8 @@ def check_data(model, x, y) -> tuple[torch.Tensor, torch.Tensor]:
     """Validated (x, y): matching lengths, finite values, targets in the likelihood's canonical form."""
     x = check_inputs(model, x)
     y = as_tensor("y", y)
+    if y.dtype == torch.bool and model.likelihood.task == "regression":
+        raise BnnZooError("y is boolean but the likelihood is for regression; use likelihoods.Bernoulli() for two classes, or pass y.float()")
     if y.shape[0] != x.shape[0]:
         raise BnnZooError(f"x has {x.shape[0]} rows but y has {y.shape[0]}; pass one target per input row")
     return x, model.likelihood.check_targets(y, output_width(model, x))

@@ -23,7 +23,7 @@ from typing import Literal, Union
 
 import torch
 
-from bnn_zoo.errors import BnnZooError, check_seed, positive
+from bnn_zoo.errors import BnnZooError, check_seed, first_line, positive
 
 REGISTRY: dict[str, dict[str, type]] = {}  # kind -> {command-line name -> config class}
 
@@ -267,7 +267,14 @@ def build_network(model: ModelConfig | UserNetwork, dataset, out_features: int) 
             )
         return model.build(dataset, out_features)
     in_features = len(dataset.info["vocab"]) if text_data else dataset.in_features
-    return model(in_features, out_features)
+    try:
+        return model(in_features, out_features)
+    except Exception as exc:  # the user's code: show its error, not ours
+        name = to_dict(model)["class_path"]
+        raise BnnZooError(
+            f"your network {name}(in_features={in_features}, out_features={out_features}) could not be built: "
+            f"{type(exc).__name__}: {first_line(exc)}; bnn-zoo calls it with in_features, out_features and the --model.NAME options"
+        ) from None
 
 
 # ---------------------------------------------------------------------------- priors
@@ -944,6 +951,9 @@ class RunConfig:
     def check(self) -> RunConfig:
         """Refuse combinations that cannot mean what they say, before anything is read or trained."""
         check_seed(self.seed)
+        for name, value in _whole_numbers(dataclasses.replace(self, seed=0)):
+            if abs(value) > MAX_WHOLE:
+                raise BnnZooError(f"--{name} is {value}; bnn-zoo's counts and sizes are at most {MAX_WHOLE:,}")
         ev = self.evaluation
         positive("--evaluation.elbo_samples", ev.elbo_samples, integer=True, least=2)  # its standard error needs two
         for name in ("ais_steps", "iw_k") + (("predict_samples",) if ev.predict_samples is not None else ()):
@@ -957,6 +967,21 @@ class RunConfig:
         if "iw" in self.evaluation.evidence and (not self.inference.takes_guide or isinstance(self.guide, Dropout)):
             raise BnnZooError("--evaluation.evidence iw needs a guide with a density (svi, not the dropout guide); use ais")
         return self
+
+
+MAX_WHOLE = 10**9  # steps, draws, widths or rows past this never finish, or overflow torch's sizes
+
+
+def _whole_numbers(value, name: str = ""):
+    """Every (dotted name, int) in a config, lists included."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        yield name, value
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            yield from _whole_numbers(getattr(value, f.name), f"{name}.{f.name}".lstrip("."))
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _whole_numbers(item, name)
 
 
 # ---------------------------------------------------------------------------- to and from plain data
@@ -1084,7 +1109,7 @@ def resolve_names(argv: list[str]) -> list[str]:
         kind = arg[2:].removesuffix(".help") if arg.startswith("--") else None
         if kind in REGISTRY and not out[i + 1].startswith(("{", "[", "-")):
             out[i + 1] = named_choice(kind, out[i + 1])["class_path"]
-    return ["--print_config" if a == "--print-config" else a for a in out]
+    return out
 
 
 def parse_error_message(exc: Exception) -> str:

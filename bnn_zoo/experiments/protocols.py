@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bnn_zoo.errors import BnnZooError, check_device
+from bnn_zoo.errors import BnnZooError, check_device, positive
 from bnn_zoo.experiments import config as cfg
 from bnn_zoo.experiments.sweep import Select, Sweep
 
@@ -39,7 +39,10 @@ def uci_gal(folder: str | Path, epochs: int | None = None, splits: list[int] | N
     device = None if device is None else str(check_device(device))  # an argument's error before any file is read
     folder = Path(folder)
     grids = {name: _numbers(folder / f"{name}.txt") for name in ("dropout_rates", "tau_values", "n_hidden", "n_epochs", "n_splits")}
-    epochs = 100 * int(grids["n_epochs"][0]) if epochs is None else epochs
+    if epochs is None:
+        epochs = 100 * int(positive(f"{folder / 'n_epochs.txt'}'s value", grids["n_epochs"][0], integer=True))
+    positive(f"{folder / 'n_splits.txt'}'s value", grids["n_splits"][0], integer=True)
+    positive(f"{folder / 'n_hidden.txt'}'s value", grids["n_hidden"][0], integer=True)
     available = list(range(int(grids["n_splits"][0])))
     splits = available if splits is None else splits
     if not set(splits) <= set(available):
@@ -83,7 +86,7 @@ def uci_folders(path) -> list[Path]:
 
 def parse_splits(text: str | None) -> list[int] | None:
     """``0-19``, ``0,3,5`` or ``2``: the split numbers."""
-    if not text:
+    if text is None:
         return None
     out = []
     try:
@@ -92,6 +95,8 @@ def parse_splits(text: str | None) -> list[int] | None:
             out += list(range(int(lo), int(hi) + 1)) if hi else [int(lo)]
     except ValueError:
         raise BnnZooError(f"--splits takes ranges and numbers like 0-19 or 0,3,5; got {text!r}") from None
+    if not out or min(out) < 0:
+        raise BnnZooError(f"--splits {text!r} names no split (or a negative one); give e.g. 0-19 or 0,3,5, or leave it out for all")
     return out
 
 

@@ -17,7 +17,7 @@ from bnn_zoo.evaluation import classification_metrics, language_model_metrics, r
 from bnn_zoo.evaluation.collapse import diagnose
 from bnn_zoo.experiments.config import DEFAULT_LIKELIHOOD, Dropout, RunConfig, build_network, to_dict
 from bnn_zoo.inference import fit
-from bnn_zoo.io import save_dataset, writable_folder, write_json, write_yaml
+from bnn_zoo.io import announce, save_dataset, writable_folder, write_json, write_yaml
 
 
 @dataclass
@@ -58,6 +58,7 @@ def run(
     standardised training targets the model was fitted to (as is posterior.nc's log_likelihood).
     """
     x, y = dataset.train
+    announce(f"fitting {name} on {dataset.name}")
     posterior = fit(model, x, y, method, device=device)
     if device is not None:
         posterior = posterior.to("cpu")  # metrics, plots and files are made on the CPU
@@ -84,6 +85,7 @@ def evaluate(
     """Score a fitted posterior on the test split and the training data (see :func:`run`) and, with
     ``out_dir``, write its files. ``training_evidence=False`` skips the ELBO, LOO and ``evidence`` on
     the training data (a protocol's selection runs read only their held-out score)."""
+    announce(f"scoring {name} on {dataset.name}")
     x = dataset.train[0]
     x_test, y_test = dataset.test
     pred = None
@@ -142,6 +144,7 @@ class Prepared:
     def fit(self):
         """The fitted posterior, on the CPU (metrics, plots and files are made there); a lockstep run
         goes through the batched engine alone, so it gives what it gives beside other fits."""
+        announce(f"fitting {self.name} on {self.dataset.name}")
         if self.lockstep:
             from bnn_zoo.inference import lockstep
 

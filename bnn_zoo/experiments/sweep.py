@@ -36,15 +36,18 @@ import socket
 import threading
 import time
 import traceback
+import types
+import typing
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bnn_zoo.errors import BnnZooError
 from bnn_zoo.experiments import config as cfg
-from bnn_zoo.io import fingerprint, read_yaml, write_json, write_yaml
+from bnn_zoo.io import announce, fingerprint, read_json_mapping, read_yaml, write_json, write_yaml
 
 TOP_LEVEL = {"base", "grid", "zip", "select", "name"}
+STATES = ("done", "running", "failed", "pending")
 
 
 @dataclass
@@ -122,12 +125,60 @@ class Sweep:
         config = copy.deepcopy(self.base)
         for path, value in overrides.items():
             override(config, path, value)
-        run = cfg.from_dict(config)  # checked now: a bad axis fails before anything runs
+        run = self._checked(overrides) or cfg.from_dict(config)  # checked now: a bad axis fails before anything runs
         if self.lockstep and run.lockstep_ready() and not run.inference.lockstep:  # recorded in the cell's config: a re-run matches
             override(config, "inference.lockstep", True)
             run = dataclasses.replace(run, inference=dataclasses.replace(run.inference, lockstep=True))
         axes = {k: _plain(v) for k, v in overrides.items() if k not in ("data", "model", "inference", "seed")}
         return Cell(config, overrides, cfg.config_hash(run), axes | labels(run), stage, parent, _batch_key(cfg.to_dict(run)))
+
+    def _checked(self, overrides: dict) -> cfg.RunConfig | None:
+        """The cell's RunConfig by the quick route: the base with its class-choosing overrides, parsed
+        once per distinct choice, and the scalar overrides set on it field by field (type-checked
+        against the field's annotation, as the parser would). None where a value needs the parser."""
+        scalars = {p: v for p, v in overrides.items() if _scalar(p, v)}
+        chosen = json.dumps({p: v for p, v in overrides.items() if p not in scalars}, sort_keys=True, default=str)
+        run = self._template(chosen)
+        for path, value in scalars.items():
+            run = run and _with_field(run, path.split("."), value)
+        return run and run.check()
+
+    @functools.lru_cache(maxsize=64)  # noqa: B019 (a Sweep lives as long as its expansion)
+    def _template(self, chosen: str) -> cfg.RunConfig | None:
+        config = copy.deepcopy(self.base)
+        for path, value in json.loads(chosen).items():
+            override(config, path, value)
+        return cfg.from_dict(config)
+
+    __hash__ = object.__hash__  # for the cache: a Sweep is identified by itself
+
+
+def _scalar(path: str, value) -> bool:
+    return isinstance(value, int | float | str) and "." in path or path == "seed"
+
+
+@functools.cache
+def _hints(cls: type) -> dict:
+    return typing.get_type_hints(cls)
+
+
+def _with_field(obj, parts: list[str], value):
+    """``obj`` (a config dataclass) with the dotted field set to a plain value of its annotated type
+    (an int where a float is annotated becomes a float, as in the parser), or None if unsure."""
+    name, *rest = parts
+    fields = {f.name for f in dataclasses.fields(obj)} if dataclasses.is_dataclass(obj) else set()
+    if name not in fields:
+        return None
+    if rest:
+        child = _with_field(getattr(obj, name), rest, value)
+        return child and dataclasses.replace(obj, **{name: child})
+    hint = _hints(type(obj))[name]
+    kinds = set(typing.get_args(hint)) - {type(None)} if typing.get_origin(hint) in (typing.Union, types.UnionType) else {hint}
+    if type(value) in kinds & {int, float, str, bool}:
+        return dataclasses.replace(obj, **{name: value})
+    if type(value) is int and float in kinds and int not in kinds:
+        return dataclasses.replace(obj, **{name: float(value)})
+    return None
 
 
 def _check_order(paths: list[str]) -> None:
@@ -298,12 +349,8 @@ def _numbers(metrics: dict) -> dict:
 
 
 def read_status(cell_dir: Path) -> dict:
-    path = cell_dir / "status.json"
-    if not path.is_file():
-        return {"state": "pending"}
-    try:
-        status = json.loads(path.read_text())
-    except json.JSONDecodeError:
+    status = read_json_mapping(cell_dir / "status.json")
+    if status is None or status.get("state") not in STATES or not isinstance(status.get("metrics", {}), dict):
         return {"state": "pending"}
     if status.get("state") == "running" and status.get("host") == socket.gethostname() and not _alive(status.get("pid")):
         return {"state": "pending", "note": "was running when the sweep stopped"}
@@ -324,6 +371,8 @@ class _Executor:
     def __init__(self, workers: int = 1, use_ray: bool = False, ray_address: str | None = None, lockstep: bool = True):
         self.workers, self.use_ray, self.ray_address = max(1, workers), use_ray or ray_address is not None, ray_address
         self.lockstep = lockstep
+        if ray_address is not None:
+            check_reachable(ray_address)
         cores = os.cpu_count() or 1
         self.threads = max(1, cores // self.workers)  # workers must not oversubscribe the cores
 
@@ -363,7 +412,10 @@ class _Executor:
             raise BnnZooError("--ray needs Ray: pip install 'bnn-zoo[distributed]'") from None
         if not ray.is_initialized():
             if self.ray_address:
-                ray.init(address=self.ray_address, log_to_driver=False)
+                try:
+                    ray.init(address=self.ray_address, log_to_driver=False)
+                except ConnectionError as exc:  # something answers there, but not a Ray head
+                    raise BnnZooError(f"no Ray cluster at --ray-address {self.ray_address} ({exc}); check the address and port") from None
             else:
                 ray.init(num_cpus=self.workers, log_to_driver=False, include_dashboard=False)
         remote = ray.remote(num_cpus=1)(run_cells)
@@ -372,6 +424,21 @@ class _Executor:
             done, _ = ray.wait(list(pending), num_returns=1)
             yield ray.get(done[0])
             progress(pending.pop(done[0]))
+
+
+def check_reachable(address: str, timeout: float = 5.0) -> None:
+    """Refuse a Ray address nothing answers at, in seconds (Ray's own client retries for minutes)."""
+    if address == "auto":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise BnnZooError(f"--ray-address {address!r} is not HOST:PORT (e.g. 10.0.0.5:6379, or ray://10.0.0.5:10001)")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise BnnZooError(
+            f"nothing answers at --ray-address {address} ({exc.strerror or exc}); start the cluster (ray start --head) or fix the address"
+        ) from None
 
 
 def _exit_with(driver: int) -> None:
@@ -466,7 +533,13 @@ def _run_stage(cells: list[Cell], out: Path, executor: _Executor, bar, summary) 
         write_yaml(cell.config, folder / "cell.yaml")
         jobs.append((str(folder), cell.config))
         keys.append(cell.batch)
-    for _ in executor.map(_tasks(jobs, keys, executor.workers, executor.lockstep), bar.update):
+
+    def step(done: int) -> None:
+        bar.update(done)
+        announce(f"running sweep cells: {bar.n} of {bar.total} done")
+
+    step(0)
+    for _ in executor.map(_tasks(jobs, keys, executor.workers, executor.lockstep), step):
         pass
     ran = {Path(folder).name for folder, _ in jobs}
     for cell in cells:  # read back from disk: the truth whichever executor ran them
@@ -519,9 +592,10 @@ def sweep_status(out) -> dict[str, list[dict]]:
     out = Path(out)
     if not (out / "sweep.yaml").is_file():
         raise BnnZooError(f"{out} is not a sweep folder (no sweep.yaml); run bnn-zoo sweep FILE --out {out} first")
-    states: dict[str, list[dict]] = {"done": [], "running": [], "failed": [], "pending": []}
-    for folder in sorted((out / "cells").glob("*")):
-        info = json.loads((folder / "cell.json").read_text()) if (folder / "cell.json").is_file() else {"key": folder.name}
+    states: dict[str, list[dict]] = {state: [] for state in STATES}
+    for folder in sorted(p for p in (out / "cells").glob("*") if p.is_dir()):
+        info = read_json_mapping(folder / "cell.json") or {}
+        info = info | {"key": folder.name, "labels": info.get("labels") if isinstance(info.get("labels"), dict) else {}}
         status = read_status(folder)
         states[status["state"]].append(info | {k: v for k, v in status.items() if k in ("error", "note")})
     return states

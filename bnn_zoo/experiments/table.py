@@ -3,14 +3,14 @@ grouped by the labels asked for, optionally next to published numbers."""
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import pandas as pd
 
 from bnn_zoo.errors import BnnZooError
-from bnn_zoo.experiments.sweep import sweep_status
+from bnn_zoo.experiments.sweep import read_status, sweep_status
+from bnn_zoo.io import read_json_mapping
 
 ALIASES = {"test_ll": "test_log_likelihood"}  # reference-table names for the zoo's metric names
 SHOWN = [
@@ -39,8 +39,8 @@ def collect(sweep_dir, stage: str = "final") -> pd.DataFrame:
         if info.get("stage", "final") != stage:
             continue
         folder = Path(sweep_dir) / "cells" / info["key"]
-        status = json.loads((folder / "status.json").read_text())
-        rows.append({"key": info["key"], "folder": str(folder), **info.get("labels", {}), **status.get("metrics", {})})
+        metrics = read_status(folder).get("metrics", {})
+        rows.append({"key": info["key"], "folder": str(folder), **info["labels"], **metrics})
     if not rows:
         raise BnnZooError(f"no finished cells in {sweep_dir}; see bnn-zoo sweep --status {sweep_dir}")
     return pd.DataFrame(rows)
@@ -51,8 +51,9 @@ def aggregate(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     (sample standard deviation / sqrt(n), the "+-" of the UCI tables)."""
     missing = [b for b in by if b not in frame]
     if missing:
-        labels = [c for c in frame.columns if frame[c].dtype == object and c != "key"]
-        raise BnnZooError(f"cannot group by {', '.join(missing)}; the cells are labelled by {', '.join(labels)}")
+        labels = [c for c in frame.columns if frame[c].dtype == object and c not in ("key", "folder")]
+        known = f"the cells are labelled by {', '.join(labels)}" if labels else "the cells carry no labels (their cell.json is missing)"
+        raise BnnZooError(f"cannot group by {', '.join(missing)}; {known}")
     metrics = [c for c in frame.columns if c not in by and pd.api.types.is_numeric_dtype(frame[c]) and not _is_label(c)]
     grouped = frame.groupby(by, sort=True)[metrics]
     mean, se, n = grouped.mean(), grouped.std(ddof=1) / grouped.count() ** 0.5, frame.groupby(by, sort=True).size()
@@ -91,7 +92,7 @@ def with_posterior_reference(frame: pd.DataFrame, method: str) -> pd.DataFrame:
 
 def _converged(folder) -> bool:
     """Whether a cell's metrics.json says it can serve as a reference (status.json keeps numbers only)."""
-    return bool(json.loads((Path(folder) / "metrics.json").read_text()).get("reference_converged", False))
+    return bool((read_json_mapping(Path(folder) / "metrics.json") or {}).get("reference_converged", False))
 
 
 def with_reference(table: pd.DataFrame, reference, by: list[str]) -> pd.DataFrame:

@@ -41,6 +41,8 @@ def fit(
     Returns:
         A :class:`bnn_zoo.Posterior` (a GP: a ``GPPosterior`` with the same interface).
     """
+    if isinstance(method, type):
+        raise BnnZooError(f"method is the class {method.__name__}; pass an instance, e.g. bnn_zoo.{method.__name__}() with its settings")
     if not hasattr(method, "run"):
         raise BnnZooError(f"method must be bnn_zoo.SVI(...), NUTS, HMC, ChEES, Laplace, SGMCMC or TypeII (a GP), got {method!r}")
     if not isinstance(model, (BNN, GP)):

@@ -31,7 +31,7 @@ import torch
 from tqdm.auto import tqdm
 
 from bnn_zoo.bnn import BNN
-from bnn_zoo.errors import BnnZooError
+from bnn_zoo.errors import BnnZooError, check_field_types
 from bnn_zoo.inference import xla
 from bnn_zoo.inference.budget import TimeLimit, TimeLimitExceeded, check_max_hours
 from bnn_zoo.inference.potential import LogPosterior, chain_starts
@@ -107,6 +107,7 @@ class ChEES:
     name = "chees"
 
     def __post_init__(self):
+        check_field_types(self)
         for name, least in (("num_warmup", 0), ("num_samples", 1), ("num_chains", 2), ("max_leapfrog", 1), ("checkpoint_every", 1)):
             value = getattr(self, name)
             if not (isinstance(value, int) and value >= least):

@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 
 from bnn_zoo import saving
 from bnn_zoo.bnn import BNN, last_layer
-from bnn_zoo.errors import BnnZooError
+from bnn_zoo.errors import BnnZooError, check_field_types
 from bnn_zoo.io import bar_disabled
 from bnn_zoo.likelihoods import Gaussian
 from bnn_zoo.posterior import Posterior, load_posterior
@@ -89,6 +89,7 @@ class Laplace:
     name = "laplace"
 
     def __post_init__(self):
+        check_field_types(self)
         if self.predictive not in ("glm", "nn"):
             raise BnnZooError(f"Laplace predictive is 'glm' (linearised at the MAP) or 'nn', got {self.predictive!r}")
         if self.subset not in SUBSETS or self.hessian not in HESSIANS:
@@ -96,6 +97,8 @@ class Laplace:
         for name in ("rounds", "map_steps", "num_draws"):
             if not (isinstance(getattr(self, name), int) and getattr(self, name) >= 1):
                 raise BnnZooError(f"Laplace {name} must be a positive integer, got {getattr(self, name)!r}")
+        if self.batch_size is not None and self.batch_size < 1:
+            raise BnnZooError(f"Laplace batch_size must be a whole number >= 1 or None (full batch), got {self.batch_size!r}")
         if not (self.prior_precision > 0 and math.isfinite(self.prior_precision) and self.lr > 0):
             raise BnnZooError(f"Laplace needs prior_precision > 0 and lr > 0, got {self.prior_precision}, {self.lr}")
 
@@ -115,6 +118,7 @@ class Laplace:
         # A learned Gaussian noise is a hyperparameter here, fitted by type-II ML with the prior precision
         # (MacKay's evidence framework, his alpha and beta): at its MAP alone, 20 points drive it to 0.
         noise = Gaussian.site if isinstance(model.likelihood, Gaussian) and model.likelihood.scale is None else None
+        _curvature(target, values, xd[:2], yd[:2], names, self.hessian)  # a network it cannot take fails now, not after the MAP
         with torch.random.fork_rng(device_type="cuda"):
             torch.manual_seed(self.seed)
             previous, best = None, None  # (log scale, evidence gradient) of the last round; the best round

@@ -32,7 +32,7 @@ import torch
 from pyro.infer.autoguide.initialization import init_to_sample, init_to_value
 from tqdm import std as tqdm_std
 
-from bnn_zoo.errors import BnnZooError
+from bnn_zoo.errors import BnnZooError, check_field_types
 from bnn_zoo.inference import xla
 from bnn_zoo.inference.budget import TimeLimit, check_max_hours
 from bnn_zoo.inference.potential import chain_starts
@@ -140,6 +140,7 @@ class _MCMC:
     counts = {"num_warmup": 0, "num_samples": 1, "num_chains": 1}  # integer settings and their least values
 
     def __post_init__(self):
+        check_field_types(self)
         for name, least in self.counts.items():
             value = getattr(self, name)
             if not (isinstance(value, int) and value >= least):
@@ -368,6 +369,12 @@ class HMC(_MCMC):
 
     name = "hmc"
     counts = _MCMC.counts | {"max_leapfrog": 1}
+
+    def __post_init__(self):
+        super().__post_init__()
+        for name in ("trajectory_length", "step_size"):
+            if not (getattr(self, name) > 0 and math.isfinite(getattr(self, name))):
+                raise BnnZooError(f"HMC {name} must be a finite number > 0, got {getattr(self, name)!r}")
 
     def _kernel(self, model, init_strategy):
         return _HMCKernel(

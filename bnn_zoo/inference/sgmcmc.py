@@ -19,7 +19,7 @@ import torch
 from tqdm.auto import tqdm
 
 from bnn_zoo.bnn import BNN
-from bnn_zoo.errors import BnnZooError
+from bnn_zoo.errors import BnnZooError, check_field_types
 from bnn_zoo.inference.potential import LogPosterior
 from bnn_zoo.io import atomic_torch_save, bar_disabled, check_identity, fingerprint, safe_torch_load, say_resumed
 from bnn_zoo.posterior import Posterior
@@ -75,6 +75,7 @@ class SGMCMC:
     name = "sgmcmc"
 
     def __post_init__(self):
+        check_field_types(self)
         if self.kind not in KINDS:
             raise BnnZooError(f"unknown SG-MCMC kind {self.kind!r}; choose one of {', '.join(KINDS)}")
         for name in ("num_samples", "thinning", "num_chains", "cycles", "checkpoint_every"):

@@ -17,7 +17,7 @@ from pyro.poutine.messenger import Messenger
 from tqdm.auto import tqdm
 
 from bnn_zoo import guides
-from bnn_zoo.errors import BnnZooError
+from bnn_zoo.errors import BnnZooError, check_field_types
 from bnn_zoo.inference import elbo
 from bnn_zoo.io import atomic_torch_save, bar_disabled, check_identity, fingerprint, safe_torch_load, say_resumed
 from bnn_zoo.posterior import Posterior, Prediction
@@ -119,6 +119,7 @@ class SVI:
         }
 
     def __post_init__(self):
+        check_field_types(self)
         for name in ("steps", "num_particles", "num_draws", "checkpoint_every", "eval_every", "patience"):
             if not (isinstance(getattr(self, name), int) and getattr(self, name) > 0):
                 raise BnnZooError(f"SVI {name} must be a positive integer, got {getattr(self, name)!r}")
