@@ -749,8 +749,8 @@ class ChEES(_Chain):
 
 @dataclass
 class _SGMCMC(InferenceConfig):
-    step_size: float = 1e-4
-    """the step size (the peak step size for cyclical)"""
+    step_size: float | None = None
+    """null: adapted in burn-in (a preconditioner from the chain's iterates, eps from the curvature); a number: that fixed step (the cyclical peak)"""
     batch_size: int | None = None
     """minibatch size (null: full batch up to 1,000 training rows, 128 above, as SVI)"""
     num_samples: int = 500
@@ -758,7 +758,7 @@ class _SGMCMC(InferenceConfig):
     thinning: int = 10
     """steps between kept draws"""
     burn_in: int = 5000
-    """steps before the first kept draw (sgld, sghmc)"""
+    """steps before the first kept draw; the adaptation with step_size null (cyclical: before its cycles)"""
     num_chains: int = 2
     """chains"""
 
@@ -780,8 +780,8 @@ class SGLD(_SGMCMC):
 class SGHMC(_SGMCMC):
     """Stochastic-gradient HMC with friction (Chen et al. 2014)."""
 
-    friction: float = 0.1
-    """the momentum's friction"""
+    friction: float = 2.0
+    """the momentum's friction (with step_size null, in units of the square root of the largest curvature: 2 damps critically)"""
 
 
 @register("cyclical")
@@ -791,8 +791,8 @@ class Cyclical(_SGMCMC):
 
     cycles: int = 4
     """cosine step-size cycles"""
-    exploration: float = 0.5
-    """fraction of each cycle spent exploring before draws are kept"""
+    exploration: float = 0.25
+    """fraction of each cycle spent exploring (without noise) before draws are kept"""
 
 
 @register("laplace")

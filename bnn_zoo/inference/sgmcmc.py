@@ -15,6 +15,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyro
 import torch
 from tqdm.auto import tqdm
 
@@ -25,6 +26,12 @@ from bnn_zoo.io import atomic_torch_save, bar_disabled, check_identity, fingerpr
 from bnn_zoo.posterior import Posterior
 
 KINDS = ("sgld", "sghmc", "cyclical")
+
+
+DENSE_MAX = 1000  # weights up to which the preconditioner is a full covariance (a d x d factor per step), diagonal above
+WINDOWS = (0.15, 0.25, 0.45, 0.85)  # burn-in fractions where the preconditioner is re-estimated: doubling windows, as Stan's
+CYCLICAL_PEAK = 2  # the cyclical schedule's peak in SCALED_STEPs: its sampling half starts at one
+SCALED_STEP = 0.2  # eps * lambda_max in whitened coordinates: Langevin's variance bias there is eps lambda / 2 = 10%
 
 
 @dataclass
@@ -40,14 +47,26 @@ class SGMCMC:
       (Zhang et al. 2020 eq. 1); the first ``exploration`` of each cycle runs without noise
       (optimisation) and draws are taken in the rest.
 
+    With ``step_size=None`` (the default) nothing needs tuning: the chain runs in whitened coordinates
+    u, w = a + L u, where L L^T is the covariance of the chain's own iterates, re-estimated over doubling
+    windows of the burn-in (dense up to ``DENSE_MAX`` weights, diagonal above; Stan's windowed mass
+    matrix adaptation, which for SG-MCMC is the preconditioned Langevin dynamics of Girolami &
+    Calderhead 2011 with a constant metric). After each window the largest curvature lambda of -log p in
+    u is found by power iteration on Hessian-vector products, and eps = 0.1 / lambda (SGLD, the
+    cyclical peak) or eps = 0.1 / sqrt(lambda) with alpha = friction sqrt(lambda) (SGHMC): the stiffest
+    direction's variance is then 5% (SGLD) or 6% (SGHMC at friction 2, critical damping) too wide, the
+    O(eps) bias above, and every direction mixes in about 10 steps once L is right. Cyclical SGLD
+    adapts over ``burn_in`` steps before its cycles. A number for ``step_size`` runs the plain dynamics
+    above in the weights' own coordinates at that fixed step.
+
     Args:
         kind: ``"sgld"``, ``"sghmc"`` or ``"cyclical"``.
-        step_size: eps (the peak of the cyclical schedule).
+        step_size: None (adapted, see above) or a fixed eps (the peak of the cyclical schedule).
         batch_size: minibatch size M (default: full batch).
         num_samples: draws kept per chain.
         thinning: steps between kept draws.
-        burn_in: steps before the first kept draw (sgld, sghmc).
-        friction: SGHMC's alpha.
+        burn_in: steps before the first kept draw (the adaptation, with ``step_size=None``).
+        friction: SGHMC's alpha (in units of sqrt(lambda) when adapted: 2 is critical damping).
         cycles: cyclical SGLD's number of cycles.
         exploration: cyclical SGLD's fraction of each cycle without noise.
         num_chains: chains, run one after another (each from the network's own initialisation).
@@ -58,14 +77,14 @@ class SGMCMC:
     """
 
     kind: str = "sghmc"
-    step_size: float = 1e-4
+    step_size: float | None = None
     batch_size: int | None = None
     num_samples: int = 500
     thinning: int = 10
     burn_in: int = 2000
-    friction: float = 0.1
+    friction: float = 2.0
     cycles: int = 4
-    exploration: float = 0.5
+    exploration: float = 0.25
     num_chains: int = 1
     seed: int = 0
     checkpoint: str | Path | None = None
@@ -83,8 +102,11 @@ class SGMCMC:
                 raise BnnZooError(f"SGMCMC {name} must be a positive integer, got {getattr(self, name)!r}")
         if not (isinstance(self.burn_in, int) and self.burn_in >= 0):
             raise BnnZooError(f"SGMCMC burn_in must be an integer >= 0, got {self.burn_in!r}")
-        if not (self.step_size > 0 and math.isfinite(self.step_size) and self.friction > 0 and 0 <= self.exploration < 1):
-            raise BnnZooError("SGMCMC needs step_size > 0, friction > 0 and 0 <= exploration < 1")
+        step_ok = self.step_size is None or (self.step_size > 0 and math.isfinite(self.step_size))
+        if not (step_ok and self.friction > 0 and 0 <= self.exploration < 1):
+            raise BnnZooError("SGMCMC needs step_size > 0 (or None: adapted), friction > 0 and 0 <= exploration < 1")
+        if self.step_size is None and self.burn_in < 100:
+            raise BnnZooError(f"SGMCMC adapts its step size over burn_in, which needs at least 100 steps, got {self.burn_in}; or give step_size")
         if self.batch_size is not None and not (isinstance(self.batch_size, int) and self.batch_size > 0):
             raise BnnZooError(f"batch_size must be a positive integer, got {self.batch_size!r}")
 
@@ -92,9 +114,13 @@ class SGMCMC:
         return {"method": self.name, **{k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("checkpoint", "progress")}}
 
     @property
+    def adapted(self) -> bool:
+        return self.step_size is None
+
+    @property
     def total_steps(self) -> int:
         if self.kind == "cyclical":
-            return self.cycles * self._cycle_length
+            return (self.burn_in if self.adapted else 0) + self.cycles * self._cycle_length
         return self.burn_in + self.num_samples * self.thinning
 
     @property
@@ -103,16 +129,22 @@ class SGMCMC:
         return math.ceil(per_cycle * self.thinning / (1 - self.exploration))
 
     def _schedule(self, step: int) -> tuple[float, float, bool]:
-        """(step size, temperature, keep a draw after this step) at ``step`` (0-based)."""
+        """(step size as a fraction of eps, temperature, keep a draw after this step) at ``step`` (0-based)."""
         if self.kind != "cyclical":
             kept = step >= self.burn_in and (step - self.burn_in + 1) % self.thinning == 0
-            return self.step_size, 1.0, kept
+            return 1.0, 1.0, kept
+        if self.adapted and step < self.burn_in:
+            return 1.0, 1.0, False
+        step -= self.burn_in if self.adapted else 0
         length = self._cycle_length
         phase = (step % length) / length
-        eps = self.step_size / 2 * (math.cos(math.pi * phase) + 1)
         sampling = phase >= self.exploration
         sampled_steps = step % length - math.ceil(self.exploration * length)
-        return eps, (1.0 if sampling else 0.0), sampling and (sampled_steps + 1) % self.thinning == 0
+        return (math.cos(math.pi * phase) + 1) / 2, (1.0 if sampling else 0.0), sampling and (sampled_steps + 1) % self.thinning == 0
+
+    def _adapts_after(self, step: int) -> bool:
+        """Whether the preconditioner is re-estimated after ``step`` (0-based)."""
+        return self.adapted and any(step + 1 == math.floor(f * self.burn_in) for f in WINDOWS)
 
     def run(self, model: BNN, x: torch.Tensor, y: torch.Tensor) -> Posterior:
         with warnings.catch_warnings():  # tensordict announces a change of TensorClass defaults on import
@@ -120,6 +152,10 @@ class SGMCMC:
             import posteriors  # imported when SG-MCMC runs: `import bnn_zoo` stays lean
 
         start = time.perf_counter()
+        with pyro.validation_enabled(False):  # the data were checked at the boundary; per-step checks were a third of a step
+            return self._run(posteriors, model, x, y, start)
+
+    def _run(self, posteriors, model, x, y, start) -> Posterior:
         target = LogPosterior(model, x.shape[0])
         identity = fingerprint(self.settings(), model.describe(), x, y)
         saved = _resume(self.checkpoint, identity) if self.checkpoint is not None and Path(self.checkpoint).exists() else None
@@ -138,17 +174,18 @@ class SGMCMC:
     def _chain(self, posteriors, model, target, x, y, chain: int, saved: dict | None, done: list, identity: str) -> dict:
         n = x.shape[0]
         batch = self.batch_size if self.batch_size and self.batch_size < n else None
-        step_size, temperature = (lambda s: self._schedule(int(s))[0]), (lambda s: self._schedule(int(s))[1])
-        if self.kind == "sghmc":
-            transform = posteriors.sgmcmc.sghmc.build(target, lr=step_size, alpha=self.friction, temperature=temperature)
-        else:
-            transform = posteriors.sgmcmc.sgld.build(target, lr=step_size, temperature=temperature)
         if saved is None:
             torch.manual_seed(self.seed + chain)
-            state = transform.init(target.initial(model.network_init(self.seed + chain)))
+            frame = _Frame(target.initial(model.network_init(self.seed + chain)), dense=self.adapted)
+            if self.adapted:
+                frame.set_step(target, "sgld", (x, y) if batch is None else _batch(x, y, batch))
+            else:
+                frame.eps = self.step_size
+            state = _init(posteriors, "sgld" if self.adapted and self.burn_in else self.kind, frame.start)
             draws, stats, first = [], [], 0
         else:  # check_identity has made sure the checkpoint is this fit's
-            state, draws, stats, first = _restore(posteriors, self.kind, saved), saved["draws"], saved["stats"], saved["step"]
+            frame, draws, stats, first = _Frame.restore(saved["frame"]), saved["draws"], saved["stats"], saved["step"]
+            state = _restore(posteriors, self.kind, saved)
             torch.set_rng_state(saved["rng"])
         bar = tqdm(
             range(first, self.total_steps), desc=f"{self.kind} chain {chain}", disable=bar_disabled(self.progress), initial=first, total=self.total_steps
@@ -156,34 +193,144 @@ class SGMCMC:
         try:
             for step in bar:
                 rng = torch.get_rng_state()  # a checkpoint taken mid-step restarts this step exactly
-                index = None if batch is None else torch.randint(n, (batch,))
-                state, log_lik = transform.update(state, (x, y) if index is None else (x[index], y[index]))
+                data = (x, y) if batch is None else _batch(x, y, batch)
+                fraction, temperature, keep = self._schedule(step)
+                adapting = self.adapted and step < self.burn_in
+                kind = "sgld" if adapting else self.kind  # Langevin dynamics learn the frame: they explore it from the first step
+                state, log_lik = _update(posteriors, kind, state, data, frame.log_posterior(target), frame.eps * fraction, temperature, frame, self.friction)
                 if not torch.isfinite(state.log_posterior):
-                    raise BnnZooError(f"SG-MCMC diverged at step {step} (log posterior {float(state.log_posterior)}); lower step_size")
-                eps, _, keep = self._schedule(step)
+                    hint = "lower step_size" if not self.adapted else "give a smaller fixed step_size, or check the prior and data scales"
+                    raise BnnZooError(f"SG-MCMC diverged at step {step} (log posterior {float(state.log_posterior)}); {hint}")
+                weights = frame.weights(state.params)
+                if adapting:
+                    frame.record(weights)
+                if self._adapts_after(step):
+                    frame.adapt(weights)
+                    frame.set_step(target, "sgld", data)
+                    state = _init(posteriors, "sgld", frame.start)
+                if adapting and step + 1 == self.burn_in:  # the kind's own dynamics from here, in the learned frame
+                    frame.set_step(target, self.kind, data)
+                    state = _init(posteriors, self.kind, state.params)
                 if keep and len(draws) < self.num_samples:
-                    draws.append(target.constrained(state.params))
-                    stats.append({"step_size": eps, "log_posterior": float(state.log_posterior), "minibatch_log_likelihood": float(log_lik)})
+                    draws.append(target.constrained(frame.unflat(weights)))
+                    stats.append({"step_size": frame.eps * fraction, "log_posterior": float(state.log_posterior), "minibatch_log_likelihood": float(log_lik)})
                 if self.checkpoint is not None and (step + 1) % self.checkpoint_every == 0:
-                    _save(self.checkpoint, identity, chain, step + 1, state, draws, stats, torch.get_rng_state(), done)
+                    _save(self.checkpoint, identity, chain, step + 1, state, frame, draws, stats, torch.get_rng_state(), done)
         except KeyboardInterrupt:
             if self.checkpoint is not None:
-                _save(self.checkpoint, identity, chain, step, state, draws, stats, rng, done)
+                _save(self.checkpoint, identity, chain, step, state, frame, draws, stats, rng, done)
                 print(f"interrupted: checkpoint at step {step} of chain {chain} saved to {self.checkpoint}; run again to resume")
             raise
         return {"draws": {k: torch.stack([d[k] for d in draws]) for k in draws[0]}, "stats": {k: torch.tensor([s[k] for s in stats]) for k in stats[0]}}
 
 
-def _save(path, identity, chain, step, state, draws, stats, rng, done):
+def _batch(x, y, size: int):
+    index = torch.randint(x.shape[0], (size,))
+    return x[index], y[index]
+
+
+def _init(posteriors, kind: str, u: torch.Tensor):
+    return posteriors.sgmcmc.sghmc.init(u) if kind == "sghmc" else posteriors.sgmcmc.sgld.init(u)
+
+
+def _update(posteriors, kind, state, data, log_posterior, eps, temperature, frame, friction):
+    if kind == "sghmc":
+        return posteriors.sgmcmc.sghmc.update(state, data, log_posterior, lr=eps, alpha=friction * frame.friction_unit, temperature=temperature)
+    return posteriors.sgmcmc.sgld.update(state, data, log_posterior, lr=eps, temperature=temperature)
+
+
+class _Frame:
+    """The chain's coordinates u, with weights w = anchor + L u (L a Cholesky factor, or a vector of
+    sds when diagonal), the step size in them, and the iterates of the current adaptation window."""
+
+    def __init__(self, params: dict, dense: bool):
+        self.shapes = {k: v.shape for k, v in params.items()}
+        w = self.flat(params)
+        self.dense = dense and w.numel() <= DENSE_MAX
+        self.anchor, self.scale = w.clone(), torch.ones_like(w)
+        if self.dense:
+            self.scale = torch.eye(w.numel(), dtype=w.dtype)
+        self.start = torch.zeros_like(w)  # u of the chain's position when the frame last changed
+        self.eps, self.friction_unit = 0.0, 1.0
+        self.window: list[torch.Tensor] = []
+
+    def flat(self, params: dict) -> torch.Tensor:
+        return torch.cat([params[k].reshape(-1) for k in self.shapes])
+
+    def unflat(self, w: torch.Tensor) -> dict:
+        out, i = {}, 0
+        for k, shape in self.shapes.items():
+            size = math.prod(shape)
+            out[k] = w[i : i + size].reshape(shape)
+            i += size
+        return out
+
+    def weights(self, u: torch.Tensor) -> torch.Tensor:
+        return self.anchor + (self.scale @ u if self.dense else self.scale * u)
+
+    def log_posterior(self, target):
+        return lambda u, batch: target(self.unflat(self.weights(u)), batch)
+
+    def record(self, w: torch.Tensor) -> None:
+        self.window.append(w.detach().clone())
+
+    def adapt(self, w: torch.Tensor) -> None:
+        """L from the window's iterates, regularised towards a small multiple of the identity as Stan's
+        (n / (n + 5) S + 1e-3 * 5 / (n + 5) I); the chain continues from where it is (w)."""
+        iterates = torch.stack(self.window)
+        n = iterates.shape[0]
+        centred = iterates - iterates.mean(0)
+        if self.dense:
+            cov = centred.T @ centred / max(n - 1, 1)
+            cov = n / (n + 5) * cov + 1e-3 * 5 / (n + 5) * torch.eye(cov.shape[0], dtype=cov.dtype)
+            self.scale = torch.linalg.cholesky(cov)
+        else:
+            var = centred.pow(2).sum(0) / max(n - 1, 1)
+            self.scale = (n / (n + 5) * var + 1e-3 * 5 / (n + 5)).sqrt()
+        self.anchor, self.start, self.window = w.detach().clone(), torch.zeros_like(w), []
+
+    def set_step(self, target, kind: str, batch) -> None:
+        """eps from the largest curvature of -log p in u (power iteration on Hessian-vector products)."""
+        lam = _largest_curvature(self.log_posterior(target), self.start, batch)
+        self.eps = SCALED_STEP / (math.sqrt(lam) if kind == "sghmc" else lam) * (CYCLICAL_PEAK if kind == "cyclical" else 1)
+        self.friction_unit = math.sqrt(lam) if kind == "sghmc" else 1.0
+
+    def state(self) -> dict:
+        keep = ("shapes", "dense", "anchor", "scale", "start", "eps", "friction_unit", "window")
+        return {k: getattr(self, k) for k in keep}
+
+    @classmethod
+    def restore(cls, saved: dict) -> _Frame:
+        frame = cls.__new__(cls)
+        frame.__dict__.update(saved)
+        return frame
+
+
+def _largest_curvature(log_posterior, u: torch.Tensor, batch, iterations: int = 20) -> float:
+    grad = torch.func.grad(lambda v: log_posterior(v, batch)[0])
+    v = torch.randn_like(u)
+    lam = 1.0
+    for _ in range(iterations):
+        v = v / v.norm()
+        hv = -torch.func.jvp(grad, (u,), (v,))[1]
+        lam = float(v @ hv)
+        v = hv
+        if not math.isfinite(lam):
+            raise BnnZooError("SG-MCMC's curvature is not finite at the chain's start; check the prior and the data scales")
+    return max(abs(lam), 1e-8)
+
+
+def _save(path, identity, chain, step, state, frame, draws, stats, rng, done):
     momenta = getattr(state, "momenta", None)
     atomic_torch_save(
         {
             "identity": identity,
             "chain": chain,
             "step": step,
-            "params": dict(state.params),
-            "momenta": None if momenta is None else dict(momenta),
+            "params": state.params,
+            "momenta": momenta,
             "log_posterior": state.log_posterior,
+            "frame": frame.state(),
             "draws": draws,
             "stats": stats,
             "rng": rng,
@@ -196,7 +343,7 @@ def _save(path, identity, chain, step, state, draws, stats, rng, done):
 def _resume(path, identity: str) -> dict:
     saved = safe_torch_load(path)
     check_identity(saved, identity, path, "SGMCMC")
-    if not {"chain", "step", "params", "draws", "stats", "rng", "chains"} <= set(saved):
+    if not {"chain", "step", "params", "frame", "draws", "stats", "rng", "chains"} <= set(saved):
         raise BnnZooError(f"checkpoint {path} is not an SG-MCMC checkpoint; delete it or point SGMCMC(checkpoint=...) elsewhere")
     return saved
 
