@@ -15,7 +15,7 @@ from results import RESULTS
 
 def header(record: dict) -> str:
     m = record["machine"]
-    return f"{record['date']}, {m['cpu']} ({m['cores']} cores), one thread, torch {m['torch']}, commit {record['commit']}"
+    return f"{record['date']}, {m['cpu']} ({m['cores']} cores), torch {m['torch']}, commit {record['commit']}"
 
 
 def samplers(record: dict) -> str:
@@ -57,11 +57,19 @@ def backend_row(r: dict) -> str:
     return f"| {r['architecture']} | {r['weights']:,} | {r['rows']:,} | {r['torch_ms']:.2f} | {traced} {r['auto']} |"
 
 
+def rows(record: dict) -> str:
+    """Any other result file: its rows as they are, numbers to three significant figures."""
+    keys = list(record["rows"][0])
+    cell = lambda v: f"{v:.3g}" if isinstance(v, float) else str(v)  # noqa: E731
+    return "\n".join([f"| {' | '.join(keys)} |", "|" + "---|" * len(keys)] + [f"| {' | '.join(cell(r[k]) for k in keys)} |" for r in record["rows"]])
+
+
 def main(names: list[str]) -> None:
     for name in names:
         record = json.loads((RESULTS / f"{name}.json").read_text())
         print(f"**{name}** ({header(record)}):\n")
-        print((backends if name == "backends" else samplers)(record) + "\n")
+        render = {"backends": backends, "under-load": rows}.get(name, samplers)
+        print(render(record) + "\n")
 
 
 if __name__ == "__main__":

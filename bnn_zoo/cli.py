@@ -116,6 +116,9 @@ def main(argv=None) -> int:
     )
 
     if argv is None:  # as a command: `bnn-zoo ... | head` ends quietly, as other tools do
+        # OpenMP threads that spin at barriers stall when another job holds a core: a lockstep step 3-41x
+        # slower beside a busy process, 1.9x with passive waits (benchmarks/under_load.py); read at torch's import
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, _terminate)
         warnings.showwarning = _one_line_warning
@@ -159,6 +162,15 @@ def _execution_options(p) -> None:
 
 
 def _guarded(command, args) -> int:
+    from bnn_zoo.io import release_folders
+
+    try:
+        return _reported(command, args)
+    finally:
+        release_folders()
+
+
+def _reported(command, args) -> int:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import math
@@ -62,6 +63,10 @@ def atomic_write(path, write):
         write(tmp)
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # the old file, if any, is untouched
+            raise BnnZooError(f"no space left to write {path} ({exc.strerror}); free some space and run again") from None
+        raise
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -101,9 +106,40 @@ def output_folder(path, overwrite: bool = False, resume: bool | None = False, op
     has no --resume) says otherwise."""
     path = check_path(path, option)
     try:
-        return _claim(path, overwrite, resume, option)
+        if path.is_dir():
+            _lock(path, option)
+        path = _claim(path, overwrite, resume, option)
+        _lock(path, option)
+        return path
     except OSError as exc:  # unreadable, not writable, or gone while we looked
         raise BnnZooError(f"cannot use {option} {path} ({exc.strerror or exc}); choose a folder you can read and write") from None
+
+
+_held: dict[Path, int] = {}  # result folders this process writes, each with its locked descriptor
+
+
+def _lock(path: Path, option: str) -> None:
+    """Hold an exclusive lock on the folder (flock on its descriptor) until :func:`release_folders`:
+    a second bnn-zoo writing into it fails at once. The kernel drops it when the process dies, kill -9
+    included, so a stale lock never blocks a resume."""
+    import fcntl
+
+    key = path.resolve()
+    if key in _held:
+        return
+    fd = os.open(key, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise BnnZooError(f"another bnn-zoo process is writing to {option} {path}; wait for it to finish or choose another folder") from None
+    _held[key] = fd
+
+
+def release_folders() -> None:
+    """Let go of the folders :func:`output_folder` locked (the command that wrote them has ended)."""
+    while _held:
+        os.close(_held.popitem()[1])
 
 
 def check_path(path, option: str = "--out") -> Path:

@@ -492,3 +492,50 @@ def test_version_and_a_heartbeat_when_output_is_not_a_terminal(tmp_path):
     )
     assert run.returncode == 0, run.stderr
     assert "bnn-zoo: fitting svi-mean-field on toy-cubic (" in run.stderr
+
+
+def test_two_writers_in_one_folder_the_second_is_refused_at_once(tmp_path, capsys):
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    first = subprocess.Popen(
+        [sys.executable, "-m", "bnn_zoo.cli", "fit", "--inference.steps", "100000", "--inference.checkpoint_every", "50", "--out", str(out), "--quiet"],
+        env=env,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.time() + 120
+        while not (out / "checkpoint.pt").exists():  # the first is training
+            assert time.time() < deadline and first.poll() is None
+            time.sleep(0.05)
+        assert main(["fit", *QUICK_FIT, "--out", str(out), "--resume"]) == 2
+        assert f"another bnn-zoo process is writing to --out {out}" in capsys.readouterr().err
+    finally:
+        first.kill()
+        first.wait()
+    assert main(["fit", *QUICK_FIT, "--out", str(out), "--overwrite"]) == 0  # a killed writer's lock goes with it
+
+
+def test_a_full_disk_leaves_no_result_that_compare_or_table_accepts(tmp_path, monkeypatch, capsys):
+    import errno
+
+    from bnn_zoo import io
+
+    real_replace = os.replace
+
+    def full(src, dst):
+        if str(dst).endswith("metrics.json"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(io.os, "replace", full)
+    assert main(["fit", *QUICK_FIT, "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no space left to write" in err and "metrics.json" in err
+    monkeypatch.setattr(io.os, "replace", real_replace)
+    assert not (tmp_path / "run" / "metrics.json").exists() and not list((tmp_path / "run").glob(".*.tmp"))
+    assert main(["compare", str(tmp_path / "run"), "--out", str(tmp_path / "cmp")]) == 2
+    assert capsys.readouterr().err.count("\n") == 1

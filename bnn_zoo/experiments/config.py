@@ -521,10 +521,17 @@ class Flow(GuideConfig):
 class Dropout(GuideConfig):
     """Gal's dropout mixture (MC dropout as VI); p is the drop probability, one or one per weight matrix."""
 
-    p: Union[float, list[float]] = 0.1
-    """drop probability, one or one per weight matrix"""
-    masks: Literal["step", "example"] = "step"
-    """one mask per draw (step) or one per data point (example)"""
+    p: Union[float, list[float], None] = None
+    """drop probability, one or one per weight matrix (null: 0.01 for regression, 0.1 otherwise)"""
+    masks: Literal["step", "example"] | None = None
+    """one mask per draw (step) or one per data point (example); null: example for regression, step otherwise"""
+
+    def for_task(self, task: str) -> Dropout:
+        """These options with the task's defaults written out (bnn_zoo.guides.dropout.default_options)."""
+        from bnn_zoo.guides.dropout import default_options
+
+        p, masks = default_options(task, self.p, self.masks)
+        return dataclasses.replace(self, p=p, masks=masks)
 
 
 # ---------------------------------------------------------------------------- inference
@@ -915,6 +922,7 @@ class RunConfig:
         likelihood = self.likelihood or default_likelihood(dataset, known_noise=self.inference.bnn)  # a GP learns its noise
         guide = self.guide or (self.default_guide() if self.inference.takes_guide else None)
         guide = guide and guide.resolved(self.model)
+        guide = guide.for_task(dataset.task) if isinstance(guide, Dropout) else guide
         prior = self.prior or self.default_prior(guide)
         return dataclasses.replace(self, likelihood=likelihood, guide=guide, prior=prior, inference=self.inference.resolved(self.model))
 

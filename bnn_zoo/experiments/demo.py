@@ -102,29 +102,41 @@ def _console():
 
 
 def _cell(metrics: dict, key: str, fmt: str) -> str:
-    """A metric as the table shows it. A LOO whose Pareto k ArviZ flags is shown as unreliable, not as a
-    number: with k above ArviZ's threshold (at most 0.7) the PSIS estimate can be off by any amount
-    (Vehtari et al. 2024), and on the demo's 20 points mean-field's -264 read as a broken fit."""
-    if key not in metrics:
+    """A metric as the table shows it; a LOO whose Pareto k ArviZ flags is left out ("-"): with k above
+    ArviZ's threshold (at most 0.7) the PSIS estimate can be off by any amount (Vehtari et al. 2024)."""
+    if key not in metrics or (key in LOO_KEYS and "loo_warning" in metrics):
         return "-"
-    if key in ("loo_elpd", "loo_se") and "loo_warning" in metrics:
-        return f"unreliable (k {metrics['loo_max_pareto_k']:.1f})" if key == "loo_elpd" else "-"
     return fmt.format(metrics[key])
+
+
+LOO_KEYS = ("loo_elpd", "loo_se")
+
+
+def loo_note(names_and_k: list[tuple[str, float]]) -> str | None:
+    """One line for the runs whose LOO is left out, naming what answers the same question."""
+    if not names_and_k:
+        return None
+    runs = ", ".join(f"{name} {k:.1f}" for name, k in names_and_k)
+    return (
+        f"LOO left out where PSIS is unreliable (worst Pareto k: {runs}): each training point moves these posteriors too "
+        "far for importance sampling to leave it out; compare them by test LL (held-out data) or by evidence"
+    )
 
 
 def print_table(results, console=None, title=None):
     table = Table(title=title)
     table.add_column("run")
-    shown = [c for c in COLUMNS if any(c[1] in r.metrics for r in results)]
+    reliable = [r for r in results if "loo_elpd" in r.metrics and "loo_warning" not in r.metrics]
+    shown = [c for c in COLUMNS if any(c[1] in r.metrics for r in results) and (c[1] not in LOO_KEYS or reliable)]
     for header, _, _ in shown:
         table.add_column(header, justify="right")
     for r in results:
         table.add_row(r.name, *(_cell(r.metrics, key, fmt) for _, key, fmt in shown))
     (console or _console()).print(table)
-    notes = [f"{r.name}: {r.metrics['loo_warning']} (worst Pareto k {r.metrics['loo_max_pareto_k']:.2f})" for r in results if "loo_warning" in r.metrics]
+    notes = [loo_note([(r.name, r.metrics["loo_max_pareto_k"]) for r in results if "loo_warning" in r.metrics])]
     notes += [f"{r.name}: stopped early ({r.metrics['stop_reason']})" for r in results if "stop_reason" in r.metrics]
     notes += [f"{r.name}: early stopping kept step {r.metrics['best_step']} of {r.metrics['steps_run']} run" for r in results if "best_step" in r.metrics]
-    for note in notes:
+    for note in filter(None, notes):
         (console or _console()).print(f"[yellow]note[/yellow] {note}")
     (console or _console()).print("test RMSE / LL in original units (LL per test point); evidence and LOO on the standardised training targets.")
 
@@ -159,19 +171,20 @@ def print_comparison(table, console=None, title=None):
 
     console = console or Console(width=max(200, Console().width))
     out = Table(title=title)
-    shown = [c for c in COMPARE_COLUMNS if c[1] in table]
+    flagged = table["loo_warning"].fillna(False).astype(bool) if "loo_warning" in table else pd.Series(False, index=table.index)
+    shown = [c for c in COMPARE_COLUMNS if c[1] in table and (c[1] not in ("loo_elpd", "max_pareto_k", "weight") or not flagged.all())]
     for header, *_ in shown:
         out.add_column(header, justify="left" if header in ("run", "architecture", "inference") else "right", no_wrap=True)
 
     def cell(row, key, se, fmt):
-        if pd.isna(row[key]):
+        if pd.isna(row[key]) or (key == "loo_elpd" and row.get("loo_warning")):
             return "-"
         return fmt.format(row[key]) + (f" ± {fmt.format(row[se])}" if se in row and not pd.isna(row[se]) else "")
 
     for row in table.to_dict("records"):
         out.add_row(*(cell(row, *c[1:]) for c in shown))
     console.print(out)
-    for row in table.to_dict("records"):
-        if row.get("loo_warning"):
-            console.print(f"[yellow]note[/yellow] {row['run']}: Pareto k up to {row['max_pareto_k']:.2f}: LOO is unreliable for some points")
+    note = loo_note([(row["run"], row["max_pareto_k"]) for row in table.to_dict("records") if row.get("loo_warning")])
+    if note:
+        console.print(f"[yellow]note[/yellow] {note}")
     console.print("evidence and LOO/WAIC on the standardised training targets; test metrics in original units.")

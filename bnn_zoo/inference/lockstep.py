@@ -41,7 +41,7 @@ from bnn_zoo import local_noise
 from bnn_zoo.bnn import BNN
 from bnn_zoo.data.validation import check_data
 from bnn_zoo.errors import BnnZooError, check_device
-from bnn_zoo.guides.dropout import DropoutGuide
+from bnn_zoo.guides.dropout import DropoutGuide, default_options
 from bnn_zoo.guides.mean_field import MeanField
 from bnn_zoo.inference.svi import SVI, posterior_from
 from bnn_zoo.io import atomic_torch_save, check_identity, fingerprint, safe_torch_load, say_resumed
@@ -90,7 +90,7 @@ def signature(job: Job) -> tuple:
     size (what may differ: data, seed, lr and its decay, prior, noise scale, guide options)."""
     shapes = tuple((k, tuple(v.shape)) for k, v in job.model.params.items())
     m = job.method
-    masks = m.guide_options.get("masks", "step") if m.guide == "dropout" else None
+    masks = default_options(job.model.likelihood.task, masks=m.guide_options.get("masks"))[1] if m.guide == "dropout" else None
     return (repr(job.model.net), shapes, m.guide, masks, tuple(job.x.shape), tuple(job.y.shape), m.steps, m.batch_size, m.num_draws)
 
 

@@ -174,11 +174,12 @@ class SGMCMC:
     def _chain(self, posteriors, model, target, x, y, chain: int, saved: dict | None, done: list, identity: str) -> dict:
         n = x.shape[0]
         batch = self.batch_size if self.batch_size and self.batch_size < n else None
+        draw = (lambda: (x, y)) if batch is None else (lambda: _batch(x, y, batch))  # noqa: E731
         if saved is None:
             torch.manual_seed(self.seed + chain)
             frame = _Frame(target.initial(model.network_init(self.seed + chain)), dense=self.adapted)
             if self.adapted:
-                frame.set_step(target, "sgld", (x, y) if batch is None else _batch(x, y, batch))
+                frame.set_step(target, "sgld", draw, batch is not None)
             else:
                 frame.eps = self.step_size
             state = _init(posteriors, "sgld" if self.adapted and self.burn_in else self.kind, frame.start)
@@ -193,7 +194,7 @@ class SGMCMC:
         try:
             for step in bar:
                 rng = torch.get_rng_state()  # a checkpoint taken mid-step restarts this step exactly
-                data = (x, y) if batch is None else _batch(x, y, batch)
+                data = draw()
                 fraction, temperature, keep = self._schedule(step)
                 adapting = self.adapted and step < self.burn_in
                 kind = "sgld" if adapting else self.kind  # Langevin dynamics learn the frame: they explore it from the first step
@@ -206,10 +207,10 @@ class SGMCMC:
                     frame.record(weights)
                 if self._adapts_after(step):
                     frame.adapt(weights)
-                    frame.set_step(target, "sgld", data)
+                    frame.set_step(target, "sgld", draw, batch is not None)
                     state = _init(posteriors, "sgld", frame.start)
                 if adapting and step + 1 == self.burn_in:  # the kind's own dynamics from here, in the learned frame
-                    frame.set_step(target, self.kind, data)
+                    frame.set_step(target, self.kind, draw, batch is not None)
                     state = _init(posteriors, self.kind, state.params)
                 if keep and len(draws) < self.num_samples:
                     draws.append(target.constrained(frame.unflat(weights)))
@@ -289,11 +290,18 @@ class _Frame:
             self.scale = (n / (n + 5) * var + 1e-3 * 5 / (n + 5)).sqrt()
         self.anchor, self.start, self.window = w.detach().clone(), torch.zeros_like(w), []
 
-    def set_step(self, target, kind: str, batch) -> None:
-        """eps from the largest curvature of -log p in u (power iteration on Hessian-vector products)."""
-        lam = _largest_curvature(self.log_posterior(target), self.start, batch)
-        self.eps = SCALED_STEP / (math.sqrt(lam) if kind == "sghmc" else lam) * (CYCLICAL_PEAK if kind == "cyclical" else 1)
+    def set_step(self, target, kind: str, draw, minibatch: bool) -> None:
+        """eps from the largest curvature lambda of -log p in u (power iteration on Hessian-vector
+        products) and, with minibatches, from the gradient noise: its variance b (the 99th percentile
+        over coordinates, from 16 minibatches) adds eps b / 2 to Langevin's per-step variance of 1 (SGLD)
+        and eps b / (2 alpha) to SGHMC's, so eps is capped where that is 5%."""
+        log_posterior = self.log_posterior(target)
+        lam = _largest_curvature(log_posterior, self.start, draw())
         self.friction_unit = math.sqrt(lam) if kind == "sghmc" else 1.0
+        self.eps = SCALED_STEP / (math.sqrt(lam) if kind == "sghmc" else lam) * (CYCLICAL_PEAK if kind == "cyclical" else 1)
+        noise = _gradient_noise(log_posterior, self.start, draw) if minibatch else 0.0
+        if noise > 0:
+            self.eps = min(self.eps, 0.1 * (2 * self.friction_unit if kind == "sghmc" else 1) / noise)
 
     def state(self) -> dict:
         keep = ("shapes", "dense", "anchor", "scale", "start", "eps", "friction_unit", "window")
@@ -304,6 +312,13 @@ class _Frame:
         frame = cls.__new__(cls)
         frame.__dict__.update(saved)
         return frame
+
+
+def _gradient_noise(log_posterior, u: torch.Tensor, draw, batches: int = 16) -> float:
+    """The minibatch gradient's variance in u, its 99th percentile over coordinates."""
+    grad = torch.func.grad(lambda v, b: log_posterior(v, b)[0])
+    grads = torch.stack([grad(u, draw()) for _ in range(batches)])
+    return float(torch.quantile(grads.var(0), 0.99)) if grads.shape[1] <= 2**24 else float(grads.var(0).max())  # quantile's size limit
 
 
 def _largest_curvature(log_posterior, u: torch.Tensor, batch, iterations: int = 20) -> float:
