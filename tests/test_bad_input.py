@@ -485,7 +485,20 @@ def test_version_and_a_heartbeat_when_output_is_not_a_terminal(tmp_path):
     version = subprocess.run([sys.executable, "-m", "bnn_zoo.cli", "--version"], capture_output=True, text=True)
     assert version.returncode == 0 and version.stdout.startswith("bnn-zoo ")
     run = subprocess.run(
-        [sys.executable, "-m", "bnn_zoo.cli", "fit", "--out", str(tmp_path / "r"), "--inference.steps", "500", "--evaluation.plots", "false"],
+        [
+            sys.executable,
+            "-m",
+            "bnn_zoo.cli",
+            "fit",
+            "--out",
+            str(tmp_path / "r"),
+            "--inference.steps",
+            "500",
+            "--evaluation.plots",
+            "false",
+            "--evaluation.elbo_samples",
+            "10",
+        ],
         capture_output=True,
         text=True,
         env={**os.environ, "BNN_ZOO_HEARTBEAT_S": "0.2"},

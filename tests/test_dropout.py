@@ -161,3 +161,22 @@ def test_gal_keras_prior_makes_the_elbo_the_published_keras_objective():
     for k in ours:  # guide.locs' parameters: M1, b1, M2, b2
         exact = "weight" in k
         torch.testing.assert_close(ours[k] / scale, theirs[k], rtol=1e-4 if exact else 1e-3, atol=1e-8 if exact else 1e-6)
+
+
+def test_the_defaults_follow_the_task_alike_from_python_and_the_command_line():
+    """Regression: p = 0.01 with a mask per data point (p = 0.1 swamped a 50-unit regression network);
+    classification: p = 0.1, one mask per draw. The command line resolves the same values into its
+    config.yaml, so both routes fit the same guide."""
+    from bnn_zoo.data import digits, toy_cubic
+    from bnn_zoo.experiments import config as cfg
+
+    reg = bz.BNN(bz.models.MLP(1, [8], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.5))
+    clf = bz.BNN(bz.models.MLP(64, [8], 10), bz.priors.Normal(1.0), bz.likelihoods.Categorical())
+    for model, p, masks in ((reg, 0.01, "example"), (clf, 0.1, "step")):
+        guide = bz.guides.build("dropout", model, model.network_init(0))
+        assert set(guide.p.values()) == {p} and guide.masks == masks
+    for dataset, p, masks in ((toy_cubic(), 0.01, "example"), (digits(), 0.1, "step")):
+        run = cfg.RunConfig(guide=cfg.Dropout()).resolved(dataset)
+        assert (run.guide.p, run.guide.masks) == (p, masks)
+    explicit = cfg.RunConfig(guide=cfg.Dropout(p=0.2, masks="step")).resolved(toy_cubic())
+    assert (explicit.guide.p, explicit.guide.masks) == (0.2, "step")

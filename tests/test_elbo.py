@@ -61,7 +61,7 @@ def _both_losses(model, guide, x, y, batch_size, particles, seed=0):
             continue
         values[name] = q.rsample(shape)
     state = torch.get_rng_state()
-    with torch.random.fork_rng():
+    with torch.random.fork_rng(device_type="cuda"):
         trace = poutine.trace(guide).get_trace(x, y)
     for name, value in values.items():
         trace.nodes[name]["value"] = value

@@ -88,3 +88,27 @@ def test_auto_hessian_is_full_for_small_networks_and_diag_above_the_full_limit()
     for model, same_as in ((small, "full"), (large, "diag")):
         auto, explicit = (bz.fit(model, x, y, bz.Laplace(hessian=h, map_steps=20, optimize_prior=False, seed=0, progress=False)) for h in ("auto", same_as))
         assert auto.info["log_evidence"] == explicit.info["log_evidence"], same_as
+
+
+@pytest.mark.parametrize("subset, hessian", [("all", "full"), ("all", "diag"), ("last_layer", "full"), ("last_layer", "diag")])
+def test_laplace_torch_gives_the_same_evidence_and_glm_predictive_at_the_same_map(subset, hessian):
+    """laplace-torch (the reference implementation; install it without torchvision, see the inference
+    guide) on bnn-zoo's MAP, prior precision and noise: the evidence to float rounding, and the GLM
+    predictive within Monte Carlo error of bnn-zoo's 4,000 draws (mean: 4 / sqrt(4000) = 0.063 sds;
+    variance: 4 sqrt(2 / 4000) = 9%)."""
+    laplace = pytest.importorskip("laplace")
+    torch.manual_seed(0)
+    x = torch.linspace(-2, 2, 40)[:, None]
+    y = torch.sin(2 * x[:, 0]) + 0.2 * torch.randn(40)
+    x_test = torch.linspace(-3, 3, 25)[:, None]
+    model = bz.BNN(bz.models.MLP(1, [10], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.2))
+    post = bz.fit(model, x, y, bz.Laplace(subset=subset, hessian=hessian, optimize_prior=False, num_draws=4000, progress=False))
+    net = bz.models.MLP(1, [10], 1).double()
+    net.load_state_dict({k: v.double() for k, v in {**post.model.fixed, **post.map}.items()})
+    reference = laplace.Laplace(net, "regression", subset_of_weights=subset, hessian_structure=hessian, sigma_noise=0.2, prior_precision=1.0)
+    reference.fit(torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x.double(), y.double()[:, None]), batch_size=40))
+    assert post.info["log_evidence"] == pytest.approx(float(reference.log_marginal_likelihood()), rel=1e-6)
+    f_mean, f_var = (v.reshape(len(x_test)).float() for v in reference(x_test.double(), pred_type="glm"))
+    pred = post.predict(x_test)
+    assert torch.all((pred.mean[:, 0] - f_mean).abs() < 4 / math.sqrt(4000) * f_var.sqrt())
+    assert torch.all((pred.model_variance[:, 0] / f_var - 1).abs() < 4 * math.sqrt(2 / 4000))

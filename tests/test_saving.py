@@ -65,10 +65,10 @@ def test_a_loaded_guide_is_the_fitted_guide(saved):
         again = bz.load(folder)
         assert again.settings == post.settings and again.model.fixed.keys() == post.model.fixed.keys()
         assert all(torch.equal(again.model.fixed[k], v) for k, v in post.model.fixed.items())  # the fitted point estimates
-        with torch.random.fork_rng():
+        with torch.random.fork_rng(device_type="cuda"):  # torchax, once imported, renames the default device type
             torch.manual_seed(5)
             fresh = post.predict(X_NEW, num_samples=200).f  # beyond the stored draws: new guide draws
-        with torch.random.fork_rng():
+        with torch.random.fork_rng(device_type="cuda"):  # torchax, once imported, renames the default device type
             torch.manual_seed(5)
             assert torch.equal(again.predict(X_NEW, num_samples=200).f, fresh), name
     gp_folder, _, gp = saved["gp"]

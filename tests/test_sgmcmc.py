@@ -35,6 +35,7 @@ def _mcse_sd(post):
     return flat({k: torch.as_tensor(az.mcse(idata, method="sd")[k].values) for k in post.samples}).reshape(-1).double()
 
 
+@pytest.mark.slow  # fixed step sizes; the default, adapted, is tested below in the default suite
 def test_full_batch_sgld_has_the_exact_mean_and_the_theoretical_step_size_bias(blr_model, blr_data, blr_exact):
     exact_sd = blr_exact.cov.diagonal().sqrt()
     runs = {eps: bz.fit(blr_model, *blr_data, bz.SGMCMC(kind="sgld", step_size=eps, **{**RUN, "burn_in": 1000})) for eps in (2e-3, 1e-2)}
@@ -51,6 +52,7 @@ def test_full_batch_sgld_has_the_exact_mean_and_the_theoretical_step_size_bias(b
     assert large.sample_stats["step_size"].shape == (2, RUN["num_samples"])
 
 
+@pytest.mark.slow  # fixed step sizes; the default, adapted, is tested below in the default suite
 def test_sghmc_and_cyclical_sgld_find_the_exact_posterior_within_monte_carlo_error(blr_model, blr_data, blr_exact):
     """Means within 4 MCSE; sds within 4 MCSE plus 5% (the discretisation bias at these step sizes)."""
     exact_sd = blr_exact.cov.diagonal().sqrt()

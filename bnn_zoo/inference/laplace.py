@@ -2,13 +2,12 @@
 precision is the generalised Gauss-Newton (GGN) matrix plus the prior precision, and the Laplace
 log evidence with the prior precision fitted by type-II maximum likelihood.
 
-Why not laplace-torch: it is the well-kept library for this, and its API is the model here
-(``subset_of_weights``, ``hessian_structure``, ``optimize_prior_precision``), but it requires
-torchvision, and no torchvision build on PyPI imports against the CPU build of torch this project
-pins (``RuntimeError: operator torchvision::nms does not exist`` on ``import laplace``). The GGN,
-its diagonal and the KFAC (Kronecker) blocks are written here instead, for the bnn-zoo model itself:
-its Normal prior per site (laplace-torch takes one precision per layer), its learned-noise site,
-and its point-estimated (``hide``) parameters.
+Why not laplace-torch: it is the well-kept library for this (its API is the model here:
+``subset_of_weights``, ``hessian_structure``, ``optimize_prior_precision``) and the reference the
+tests compare with, but its requirements pull in torchvision, whose PyPI build does not import
+against the CPU torch this project pins, so it cannot be a dependency (the manual install is in the
+inference guide). The GGN, its diagonal and the KFAC blocks are written here for the bnn-zoo model
+itself: its Normal prior per site, its learned-noise site, and its point-estimated parameters.
 
 For a linear model with Gaussian noise the GGN is the exact Hessian and the Laplace posterior and
 evidence are exact; a test checks both against the closed form, with the prior precision fixed and
