@@ -128,3 +128,18 @@ def test_every_kind_at_its_defaults_finds_a_correlated_posterior(kind):
     assert torch.all(2.5 * _mcse(post) < 0.3 * sd) and torch.all(2.5 * _mcse_sd(post) < 0.3 * sd)
     assert torch.all((draws.mean(0) - exact.mean).abs() < 0.3 * sd), (draws.mean(0) - exact.mean) / sd
     assert torch.all((draws.std(0) / sd - 1).abs() < 0.3), draws.std(0) / sd
+
+
+def test_an_adapted_run_interrupted_in_burn_in_resumes_to_the_same_draws(blr_data, tmp_path, interrupting_mlp):
+    """The preconditioner, its window's running moments and the step size are in the checkpoint."""
+    Interrupting = interrupting_mlp
+    model = bz.BNN(Interrupting(3, [4], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.5))
+    settings = dict(kind="sghmc", batch_size=10, num_samples=20, thinning=2, burn_in=100, checkpoint_every=7, progress=False)
+    full = bz.fit(model, *blr_data, bz.SGMCMC(**settings))
+    Interrupting.calls, Interrupting.at = 0, 200  # in burn-in, between two windows
+    with pytest.raises(KeyboardInterrupt):
+        bz.fit(model, *blr_data, bz.SGMCMC(checkpoint=tmp_path / "ck.pt", **settings))
+    Interrupting.at = 0
+    resumed = bz.fit(model, *blr_data, bz.SGMCMC(checkpoint=tmp_path / "ck.pt", **settings))
+    for k in full.samples:
+        assert torch.equal(resumed.samples[k], full.samples[k]), k

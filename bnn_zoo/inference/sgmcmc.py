@@ -52,12 +52,14 @@ class SGMCMC:
     windows of the burn-in (dense up to ``DENSE_MAX`` weights, diagonal above; Stan's windowed mass
     matrix adaptation, which for SG-MCMC is the preconditioned Langevin dynamics of Girolami &
     Calderhead 2011 with a constant metric). After each window the largest curvature lambda of -log p in
-    u is found by power iteration on Hessian-vector products, and eps = 0.1 / lambda (SGLD, the
-    cyclical peak) or eps = 0.1 / sqrt(lambda) with alpha = friction sqrt(lambda) (SGHMC): the stiffest
-    direction's variance is then 5% (SGLD) or 6% (SGHMC at friction 2, critical damping) too wide, the
-    O(eps) bias above, and every direction mixes in about 10 steps once L is right. Cyclical SGLD
-    adapts over ``burn_in`` steps before its cycles. A number for ``step_size`` runs the plain dynamics
-    above in the weights' own coordinates at that fixed step.
+    u is found by power iteration on Hessian-vector products, and eps = 0.2 / lambda (SGLD; the cyclical
+    peak is twice that) or eps = 0.2 / sqrt(lambda) with alpha = friction sqrt(lambda) (SGHMC): the
+    stiffest direction's variance is then 11% (SGLD) or 12% (SGHMC at friction 2, critical damping) too
+    wide, the O(eps) bias above, and every direction mixes in about 5 steps once L is right. With
+    minibatches eps is also capped where the gradient noise adds 5% to a step's variance. Burn-in runs
+    Langevin dynamics whatever the kind (they explore from the first step); cyclical SGLD adapts over
+    ``burn_in`` steps before its cycles. A number for ``step_size`` runs the plain dynamics above in the
+    weights' own coordinates at that fixed step.
 
     Args:
         kind: ``"sgld"``, ``"sghmc"`` or ``"cyclical"``.
@@ -242,7 +244,8 @@ def _update(posteriors, kind, state, data, log_posterior, eps, temperature, fram
 
 class _Frame:
     """The chain's coordinates u, with weights w = anchor + L u (L a Cholesky factor, or a vector of
-    sds when diagonal), the step size in them, and the iterates of the current adaptation window."""
+    sds when diagonal), the step size in them, and the running moments of the current adaptation
+    window's iterates (Welford's: a window of a large network's iterates would not fit in memory)."""
 
     def __init__(self, params: dict, dense: bool):
         self.shapes = {k: v.shape for k, v in params.items()}
@@ -253,7 +256,7 @@ class _Frame:
             self.scale = torch.eye(w.numel(), dtype=w.dtype)
         self.start = torch.zeros_like(w)  # u of the chain's position when the frame last changed
         self.eps, self.friction_unit = 0.0, 1.0
-        self.window: list[torch.Tensor] = []
+        self._reset_window(w)
 
     def flat(self, params: dict) -> torch.Tensor:
         return torch.cat([params[k].reshape(-1) for k in self.shapes])
@@ -272,23 +275,28 @@ class _Frame:
     def log_posterior(self, target):
         return lambda u, batch: target(self.unflat(self.weights(u)), batch)
 
+    def _reset_window(self, w: torch.Tensor) -> None:
+        self.count, self.mean = 0, torch.zeros_like(w)
+        self.m2 = torch.zeros(w.numel(), w.numel(), dtype=w.dtype) if self.dense else torch.zeros_like(w)
+
     def record(self, w: torch.Tensor) -> None:
-        self.window.append(w.detach().clone())
+        w = w.detach()
+        self.count += 1
+        delta = w - self.mean
+        self.mean = self.mean + delta / self.count
+        self.m2 = self.m2 + (torch.outer(delta, w - self.mean) if self.dense else delta * (w - self.mean))
 
     def adapt(self, w: torch.Tensor) -> None:
         """L from the window's iterates, regularised towards a small multiple of the identity as Stan's
         (n / (n + 5) S + 1e-3 * 5 / (n + 5) I); the chain continues from where it is (w)."""
-        iterates = torch.stack(self.window)
-        n = iterates.shape[0]
-        centred = iterates - iterates.mean(0)
+        n = self.count
+        cov = n / (n + 5) * self.m2 / max(n - 1, 1)
         if self.dense:
-            cov = centred.T @ centred / max(n - 1, 1)
-            cov = n / (n + 5) * cov + 1e-3 * 5 / (n + 5) * torch.eye(cov.shape[0], dtype=cov.dtype)
-            self.scale = torch.linalg.cholesky(cov)
+            self.scale = torch.linalg.cholesky(cov + 1e-3 * 5 / (n + 5) * torch.eye(cov.shape[0], dtype=cov.dtype))
         else:
-            var = centred.pow(2).sum(0) / max(n - 1, 1)
-            self.scale = (n / (n + 5) * var + 1e-3 * 5 / (n + 5)).sqrt()
-        self.anchor, self.start, self.window = w.detach().clone(), torch.zeros_like(w), []
+            self.scale = (cov + 1e-3 * 5 / (n + 5)).sqrt()
+        self.anchor, self.start = w.detach().clone(), torch.zeros_like(w)
+        self._reset_window(w)
 
     def set_step(self, target, kind: str, draw, minibatch: bool) -> None:
         """eps from the largest curvature lambda of -log p in u (power iteration on Hessian-vector
@@ -304,7 +312,7 @@ class _Frame:
             self.eps = min(self.eps, 0.1 * (2 * self.friction_unit if kind == "sghmc" else 1) / noise)
 
     def state(self) -> dict:
-        keep = ("shapes", "dense", "anchor", "scale", "start", "eps", "friction_unit", "window")
+        keep = ("shapes", "dense", "anchor", "scale", "start", "eps", "friction_unit", "count", "mean", "m2")
         return {k: getattr(self, k) for k in keep}
 
     @classmethod
