@@ -143,3 +143,13 @@ def test_an_adapted_run_interrupted_in_burn_in_resumes_to_the_same_draws(blr_dat
     resumed = bz.fit(model, *blr_data, bz.SGMCMC(checkpoint=tmp_path / "ck.pt", **settings))
     for k in full.samples:
         assert torch.equal(resumed.samples[k], full.samples[k]), k
+
+
+def test_adapted_sgmcmc_samples_a_learned_noise_with_the_weights():
+    """The learned noise is a site of its own dtype beside the weights (the whitened frame keeps each
+    site's dtype); its draws are positive and every draw is finite."""
+    model = bz.BNN(bz.models.MLP(2, [5], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian.learned())
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(30, 2, generator=g)
+    post = bz.fit(model, x, x.sum(1) + 0.3 * torch.randn(30, generator=g), bz.SGMCMC(kind="sghmc", burn_in=200, num_samples=20, progress=False))
+    assert all(torch.isfinite(v).all() for v in post.samples.values()) and (post.samples["noise_scale"] > 0).all()

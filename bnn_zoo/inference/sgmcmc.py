@@ -52,7 +52,7 @@ class SGMCMC:
     windows of the burn-in (dense up to ``DENSE_MAX`` weights, diagonal above; Stan's windowed mass
     matrix adaptation, which for SG-MCMC is the preconditioned Langevin dynamics of Girolami &
     Calderhead 2011 with a constant metric). After each window the largest curvature lambda of -log p in
-    u is found by power iteration on Hessian-vector products, and eps = 0.2 / lambda (SGLD; the cyclical
+    u is found by power iteration on Hessian-vector products (differences of gradients), and eps = 0.2 / lambda (SGLD; the cyclical
     peak is twice that) or eps = 0.2 / sqrt(lambda) with alpha = friction sqrt(lambda) (SGHMC): the
     stiffest direction's variance is then 11% (SGLD) or 12% (SGHMC at friction 2, critical damping) too
     wide, the O(eps) bias above, and every direction mixes in about 5 steps once L is right. With
@@ -249,6 +249,7 @@ class _Frame:
 
     def __init__(self, params: dict, dense: bool):
         self.shapes = {k: v.shape for k, v in params.items()}
+        self.dtypes = {k: v.dtype for k, v in params.items()}  # a learned noise may be float64 beside float32 weights
         w = self.flat(params)
         self.dense = dense and w.numel() <= DENSE_MAX
         self.anchor, self.scale = w.clone(), torch.ones_like(w)
@@ -265,7 +266,7 @@ class _Frame:
         out, i = {}, 0
         for k, shape in self.shapes.items():
             size = math.prod(shape)
-            out[k] = w[i : i + size].reshape(shape)
+            out[k] = w[i : i + size].reshape(shape).to(self.dtypes[k])
             i += size
         return out
 
@@ -300,7 +301,7 @@ class _Frame:
 
     def set_step(self, target, kind: str, draw, minibatch: bool) -> None:
         """eps from the largest curvature lambda of -log p in u (power iteration on Hessian-vector
-        products) and, with minibatches, from the gradient noise: its variance b (the 99th percentile
+        products, by differences of gradients) and, with minibatches, from the gradient noise: its variance b (the 99th percentile
         over coordinates, from 16 minibatches) adds eps b / 2 to Langevin's per-step variance of 1 (SGLD)
         and eps b / (2 alpha) to SGHMC's, so eps is capped where that is 5%."""
         log_posterior = self.log_posterior(target)
@@ -312,7 +313,7 @@ class _Frame:
             self.eps = min(self.eps, 0.1 * (2 * self.friction_unit if kind == "sghmc" else 1) / noise)
 
     def state(self) -> dict:
-        keep = ("shapes", "dense", "anchor", "scale", "start", "eps", "friction_unit", "count", "mean", "m2")
+        keep = ("shapes", "dtypes", "dense", "anchor", "scale", "start", "eps", "friction_unit", "count", "mean", "m2")
         return {k: getattr(self, k) for k in keep}
 
     @classmethod
@@ -329,13 +330,16 @@ def _gradient_noise(log_posterior, u: torch.Tensor, draw, batches: int = 16) -> 
     return float(torch.quantile(grads.var(0), 0.99)) if grads.shape[1] <= 2**24 else float(grads.var(0).max())  # quantile's size limit
 
 
-def _largest_curvature(log_posterior, u: torch.Tensor, batch, iterations: int = 20) -> float:
+def _largest_curvature(log_posterior, u: torch.Tensor, batch, iterations: int = 20, h: float = 1e-2) -> float:
+    """|lambda_max| of -log p's Hessian at u: power iteration on central differences of gradients,
+    (g(u + h v) - g(u - h v)) / 2h (exact for a quadratic; forward-over-reverse jvp fails on some
+    likelihoods' mixed dtypes), h in whitened units, where curvatures are about 1."""
     grad = torch.func.grad(lambda v: log_posterior(v, batch)[0])
     v = torch.randn_like(u)
     lam = 1.0
     for _ in range(iterations):
         v = v / v.norm()
-        hv = -torch.func.jvp(grad, (u,), (v,))[1]
+        hv = -(grad(u + h * v) - grad(u - h * v)) / (2 * h)
         lam = float(v @ hv)
         v = hv
         if not math.isfinite(lam):
