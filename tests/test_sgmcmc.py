@@ -66,20 +66,27 @@ def test_sghmc_and_cyclical_sgld_find_the_exact_posterior_within_monte_carlo_err
     assert steps.max() <= 4e-3 and steps.min() < 0.5 * steps.max()  # draws come from the whole cosine schedule's sampling part
 
 
+def _assert_resumes_to_the_same_draws(model, data, settings: dict, checkpoint, at: int) -> None:
+    """Interrupt a checkpointed fit at the network's ``at``-th forward call, resume it: the draws of an
+    uninterrupted fit, bit for bit."""
+    Interrupting = type(model.net)
+    full = bz.fit(model, *data, bz.SGMCMC(**settings))
+    Interrupting.calls, Interrupting.at = 0, at
+    with pytest.raises(KeyboardInterrupt):
+        bz.fit(model, *data, bz.SGMCMC(checkpoint=checkpoint, **settings))
+    Interrupting.at = 0
+    resumed = bz.fit(model, *data, bz.SGMCMC(checkpoint=checkpoint, **settings))
+    for k in full.samples:
+        assert torch.equal(resumed.samples[k], full.samples[k]), k
+
+
 def test_an_interrupted_sgmcmc_run_resumes_to_the_same_draws(blr_data, tmp_path, interrupting_mlp):
     Interrupting = interrupting_mlp
     model = bz.BNN(Interrupting(3, [4], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.5))
     settings = dict(
         kind="sghmc", step_size=5e-3, friction=5.0, batch_size=10, num_samples=30, thinning=2, burn_in=20, num_chains=2, checkpoint_every=15, progress=False
     )
-    full = bz.fit(model, *blr_data, bz.SGMCMC(**settings))
-    Interrupting.calls, Interrupting.at = 0, 110  # chain 1, mid-way
-    with pytest.raises(KeyboardInterrupt):
-        bz.fit(model, *blr_data, bz.SGMCMC(checkpoint=tmp_path / "ck.pt", **settings))
-    Interrupting.at = 0
-    resumed = bz.fit(model, *blr_data, bz.SGMCMC(checkpoint=tmp_path / "ck.pt", **settings))
-    for k in full.samples:
-        assert torch.equal(resumed.samples[k], full.samples[k]), k
+    _assert_resumes_to_the_same_draws(model, blr_data, settings, tmp_path / "ck.pt", at=110)  # chain 1, mid-way
     assert not (tmp_path / "ck.pt").exists()
     Interrupting.calls, Interrupting.at = 0, 30
     with pytest.raises(KeyboardInterrupt):
@@ -135,14 +142,7 @@ def test_an_adapted_run_interrupted_in_burn_in_resumes_to_the_same_draws(blr_dat
     Interrupting = interrupting_mlp
     model = bz.BNN(Interrupting(3, [4], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.5))
     settings = dict(kind="sghmc", batch_size=10, num_samples=20, thinning=2, burn_in=100, checkpoint_every=7, progress=False)
-    full = bz.fit(model, *blr_data, bz.SGMCMC(**settings))
-    Interrupting.calls, Interrupting.at = 0, 200  # in burn-in, between two windows
-    with pytest.raises(KeyboardInterrupt):
-        bz.fit(model, *blr_data, bz.SGMCMC(checkpoint=tmp_path / "ck.pt", **settings))
-    Interrupting.at = 0
-    resumed = bz.fit(model, *blr_data, bz.SGMCMC(checkpoint=tmp_path / "ck.pt", **settings))
-    for k in full.samples:
-        assert torch.equal(resumed.samples[k], full.samples[k]), k
+    _assert_resumes_to_the_same_draws(model, blr_data, settings, tmp_path / "ck.pt", at=200)  # in burn-in, between two windows
 
 
 def test_adapted_sgmcmc_samples_a_learned_noise_with_the_weights():

@@ -81,6 +81,7 @@ class Sweep:
     select: Select | None = None
     name: str = "sweep"
     lockstep: bool = True  # SVI cells the batched engine can fit are fitted by it (together where they share a batch)
+    _templates: dict = field(default_factory=dict, repr=False, compare=False)  # parsed base configs by class choices
 
     @classmethod
     def from_file(cls, path) -> Sweep:
@@ -143,14 +144,13 @@ class Sweep:
             run = run and _with_field(run, path.split("."), value)
         return run and run.check()
 
-    @functools.lru_cache(maxsize=64)  # noqa: B019 (a Sweep lives as long as its expansion)
-    def _template(self, chosen: str) -> cfg.RunConfig | None:
-        config = copy.deepcopy(self.base)
-        for path, value in json.loads(chosen).items():
-            override(config, path, value)
-        return cfg.from_dict(config)
-
-    __hash__ = object.__hash__  # for the cache: a Sweep is identified by itself
+    def _template(self, chosen: str) -> cfg.RunConfig:
+        if chosen not in self._templates:
+            config = copy.deepcopy(self.base)
+            for path, value in json.loads(chosen).items():
+                override(config, path, value)
+            self._templates[chosen] = cfg.from_dict(config)
+        return self._templates[chosen]
 
 
 def _scalar(path: str, value) -> bool:
