@@ -59,16 +59,17 @@ def backend_row(r: dict) -> str:
 
 def rows(record: dict) -> str:
     """Any other result file: its rows as they are, numbers to three significant figures."""
-    keys = list(record["rows"][0])
-    cell = lambda v: f"{v:.3g}" if isinstance(v, float) else str(v)  # noqa: E731
-    return "\n".join([f"| {' | '.join(keys)} |", "|" + "---|" * len(keys)] + [f"| {' | '.join(cell(r[k]) for k in keys)} |" for r in record["rows"]])
+    keys = list(dict.fromkeys(k for r in record["rows"] for k in r))  # rows may measure different things
+    cell = lambda v: "-" if v is None else f"{v:.3g}" if isinstance(v, float) else str(v)  # noqa: E731
+    lines = [f"| {' | '.join(cell(r.get(k)) for k in keys)} |" for r in record["rows"]]
+    return "\n".join([f"| {' | '.join(keys)} |", "|" + "---|" * len(keys), *lines])
 
 
 def main(names: list[str]) -> None:
     for name in names:
         record = json.loads((RESULTS / f"{name}.json").read_text())
         print(f"**{name}** ({header(record)}):\n")
-        render = {"backends": backends, "under-load": rows}.get(name, samplers)
+        render = backends if name == "backends" else samplers if name.startswith("chees") else rows
         print(render(record) + "\n")
 
 
