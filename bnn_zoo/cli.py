@@ -116,8 +116,8 @@ def main(argv=None) -> int:
     )
 
     if argv is None:  # as a command: `bnn-zoo ... | head` ends quietly, as other tools do
-        # OpenMP threads that spin at barriers stall when another job holds a core: a lockstep step 3-41x
-        # slower beside a busy process, 1.9x with passive waits (benchmarks/under_load.py); read at torch's import
+        # OpenMP threads spinning at barriers stall when another job holds a core (docs/benchmarks.md,
+        # "Beside another job"); read when torch is first imported, which has not happened yet
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, _terminate)

@@ -236,9 +236,9 @@ def precision(p: float, length_scale: float, weight_decay: float, n: int, invert
 
 def default_options(task: str, p=None, masks: str | None = None) -> tuple:
     """(p, masks) with None filled in by the task. Regression: p = 0.01 with a mask per data point, the
-    small rates Gal & Ghahramani's UCI grids select (0.005-0.01 on most datasets); at p = 0.1 the
-    dropout noise swamps a 50-unit regression network (yacht: test RMSE 3.8 against 0.92).
-    Classification and language models: p = 0.1, one mask per draw."""
+    small rates Gal & Ghahramani's UCI grids select (0.005-0.01 on most datasets), since larger ones'
+    dropout noise swamps a 50-unit regression network (docs/guide/defaults.md). Classification and
+    language models: p = 0.1, one mask per draw."""
     regression = task == "regression"
     return (0.01 if regression else 0.1) if p is None else p, ("example" if regression else "step") if masks is None else masks
 

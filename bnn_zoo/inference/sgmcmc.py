@@ -154,7 +154,7 @@ class SGMCMC:
             import posteriors  # imported when SG-MCMC runs: `import bnn_zoo` stays lean
 
         start = time.perf_counter()
-        with pyro.validation_enabled(False):  # the data were checked at the boundary; per-step checks were a third of a step
+        with pyro.validation_enabled(False):  # the data were checked at the boundary; per-step checks only cost time
             return self._run(posteriors, model, x, y, start)
 
     def _run(self, posteriors, model, x, y, start) -> Posterior:
