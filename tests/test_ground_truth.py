@@ -132,8 +132,8 @@ import bnn_zoo as bz
 
 std.tqdm.get_lock()
 held, done = threading.Event(), threading.Event()
-def monitor():  # as tqdm's monitor thread does every 10 s: hold the lock while the chains fork
-    with std.TqdmDefaultWriteLock.th_lock:
+def monitor():  # as tqdm's monitor thread does every 10 s: hold the lock (thread and process locks) while the chains fork
+    with std.tqdm.get_lock():
         held.set()
         done.wait()
 threading.Thread(target=monitor, daemon=True).start()

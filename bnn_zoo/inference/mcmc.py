@@ -262,9 +262,11 @@ def _chain_process(chain: Callable[[int], dict], c: int, threads: int, send) -> 
 
 
 def _free_tqdm_lock() -> None:
-    """Give this forked child a free tqdm lock. tqdm's monitor thread takes its lock every 10 s in the
-    parent; a fork at that moment copies it held, no thread here will release it, and the chain's first
-    progress bar (Pyro makes one even when disabled) waits forever (a CI run hung so, 2026-11-25)."""
+    """Give this forked child a tqdm lock of its own. tqdm's monitor thread takes its lock every 10 s in
+    the parent; a fork at that moment copies the thread lock held, and no thread here will release it.
+    Its multiprocessing lock is a semaphore shared with the parent and every sibling: a chain killed
+    while holding it (Pyro makes a progress bar even when disabled) would block them all for good."""
+    tqdm_std.TqdmDefaultWriteLock.mp_lock = None
     tqdm_std.TqdmDefaultWriteLock.th_lock = threading.RLock()
     tqdm_std.tqdm.set_lock(tqdm_std.TqdmDefaultWriteLock())
 
