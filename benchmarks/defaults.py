@@ -19,6 +19,7 @@ import time
 import warnings
 
 import torch
+from results import write
 
 from bnn_zoo.errors import BnnZooError
 from bnn_zoo.experiments import config as cfg
@@ -76,6 +77,7 @@ def main():
         writer = csv.DictWriter(fh, ["data", "model", "method", "metric", "value", "time_s", "note"])
         writer.writeheader()
         models, methods = (set(a.split(",")) if a else None for a in (args.models, args.methods))
+        done = []
         for data, model, method in combinations(only, models, methods):
             start = time.perf_counter()
             try:
@@ -88,6 +90,9 @@ def main():
             writer.writerow(row)
             fh.flush()
             print("| " + " | ".join(str(row[k]) for k in writer.fieldnames) + " |", flush=True)
+            done.append(row)
+    partial = any((args.only, args.models, args.methods, args.device))
+    write("defaults-partial" if partial else "defaults", done, command="python benchmarks/defaults.py", threads=1)
 
 
 if __name__ == "__main__":

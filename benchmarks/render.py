@@ -1,11 +1,17 @@
 """Markdown tables from benchmarks/results/*.json, for docs/benchmarks.md.
 
-python benchmarks/render.py chees-toy chees-boston chees-boston-torch backends
+python benchmarks/render.py chees-toy backends      # print these tables
+python benchmarks/render.py --page docs/benchmarks.md          # re-render every table the page marks
+python benchmarks/render.py --page docs/benchmarks.md --check  # fail if the page and the data differ (CI)
+
+A page marks a rendered table as ``<!-- result: NAME -->`` ... ``<!-- end result -->``.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -65,13 +71,41 @@ def rows(record: dict) -> str:
     return "\n".join([f"| {' | '.join(keys)} |", "|" + "---|" * len(keys), *lines])
 
 
-def main(names: list[str]) -> None:
-    for name in names:
-        record = json.loads((RESULTS / f"{name}.json").read_text())
-        print(f"**{name}** ({header(record)}):\n")
-        render = backends if name == "backends" else samplers if name.startswith("chees") else rows
-        print(render(record) + "\n")
+def rendered(name: str) -> str:
+    """One result file as its header line and table."""
+    record = json.loads((RESULTS / f"{name}.json").read_text())
+    render = backends if name == "backends" else samplers if name.startswith("chees") else rows
+    return f"**{name}** ({header(record)}):\n\n{render(record)}"
+
+
+MARKED = re.compile(r"<!-- result: (?P<name>[\w-]+) -->\n.*?<!-- end result -->", re.S)
+
+
+def page(text: str) -> str:
+    """The page with every marked table rendered afresh from its result file."""
+    return MARKED.sub(lambda m: f"<!-- result: {m['name']} -->\n{rendered(m['name'])}\n<!-- end result -->", text)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="Markdown tables from benchmarks/results/*.json")
+    parser.add_argument("names", nargs="*", help="result files to print (default: all)")
+    parser.add_argument("--page", type=Path, help="a markdown page whose marked tables are re-rendered in place")
+    parser.add_argument("--check", action="store_true", help="with --page: change nothing, fail if the page is out of date")
+    args = parser.parse_args()
+    if args.page is None:
+        for name in args.names or sorted(p.stem for p in Path(RESULTS).glob("*.json")):
+            print(rendered(name) + "\n")
+        return 0
+    text = args.page.read_text()
+    fresh = page(text)
+    if args.check:
+        if fresh != text:
+            print(f"{args.page} differs from benchmarks/results: run python benchmarks/render.py --page {args.page}", file=sys.stderr)
+            return 1
+        return 0
+    args.page.write_text(fresh)
+    return 0
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or sorted(p.stem for p in Path(RESULTS).glob("*.json")))
+    sys.exit(main())

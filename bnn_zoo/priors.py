@@ -66,6 +66,24 @@ class Normal(NormalPrior):
         """Gal's prior p(w) = N(0, l^{-2} I) (thesis eq. 3.11)."""
         return cls(scale=1.0 / length_scale)
 
+    @classmethod
+    def gal_keras(cls, p: float, y_std: float, length_scale: float = 1e-2) -> Normal:
+        """The Normal prior under which the dropout ELBO equals Gal & Ghahramani's published Keras objective.
+
+        Their code trains on standardised targets with MSE plus weight decay l^2 (1-p) / (2 N tau) on the
+        inverted-dropout weights, tau being the original-units precision of the test likelihood. With the
+        likelihood N(f, 1 / tau) in original units (sigma = 1 / (sqrt(tau) y_std) on standardised targets)
+        and Gal's KL (1-p) l'^2 / 2 ||M||^2 on non-inverted weights M = W / (1-p), the negative ELBO is
+        proportional to that objective exactly when l' = l (1-p) y_std / sqrt(2) (biases, which Keras
+        leaves undecayed, get the same tiny decay l'^2 / 2).
+
+        Args:
+            p: the dropout guide's drop probability.
+            y_std: the training targets' standard deviation (original units).
+            length_scale: Gal's prior length-scale l in his Keras weight decay l^2 (1 - p) / (2 N tau).
+        """
+        return cls.from_length_scale(length_scale * (1 - p) * y_std / math.sqrt(2))
+
     def scale_of(self, name: str, param: torch.Tensor) -> float:
         matches = [p for p in self.layer_scales if name == p or name.startswith(p + ".")]
         return self.layer_scales[max(matches, key=len)] if matches else self.scale

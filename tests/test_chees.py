@@ -59,7 +59,7 @@ def test_a_diverged_chain_leaves_the_trajectory_adaptation_finite(blr_model, blr
     from bnn_zoo.inference.chees import LOG_T_CLIP, _Sampler, _Target
 
     x, y = blr_data
-    settings = bz.ChEES(num_chains=4, seed=0, progress=False, backend="torch")
+    settings = bz.ChEES(num_chains=4, seed=0, progress=False, backend="torch").resolved(blr_model, len(x))
     generator = torch.Generator().manual_seed(0)
     target = _Target(LogPosterior(blr_model, len(x)), x, y.reshape(-1, 1), blr_model.latent_shapes())
     start = blr_exact.mean.float() + 0.01 * torch.randn(4, 4, generator=generator)  # (weights, bias) per chain

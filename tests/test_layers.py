@@ -81,3 +81,18 @@ def test_every_module_imports_in_a_fresh_interpreter_in_dependency_order_without
     done = subprocess.run([sys.executable, "-c", script, json.dumps(order)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.splitlines()[-1]) == [True, True, False]
+
+
+def test_docstrings_and_comments_carry_no_dated_measurements():
+    """Measurements and their dates live in benchmarks/results and the docs rendered from them; the code
+    states its contract and links there."""
+    import re
+
+    package = Path(bz.__file__).parent
+    dated = [
+        f"{path.relative_to(package)}:{number}"
+        for path in sorted(package.rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"20[0-9][0-9]-[0-9][0-9]-", line)
+    ]
+    assert not dated, f"dated sentences in the code: {dated}"

@@ -139,7 +139,7 @@ def test_any_torch_module_becomes_a_bnn():
     post = bz.fit(model, x, y, bz.SVI(steps=300, lr=0.03, progress=False, num_draws=50))
     assert set(post.samples) == {"0.weight", "0.bias", "2.weight", "2.bias"}
     assert post.to_inference_data().posterior["2.weight"].dims == ("chain", "draw", "2.out", "2.in")
-    nuts = bz.fit(model, x, y, bz.NUTS(num_warmup=20, num_samples=20, progress=False))
+    nuts = bz.fit(model, x, y, bz.NUTS(num_warmup=20, num_samples=20, num_chains=1, progress=False))
     assert nuts.predict(x[:3]).f.shape == (20, 3, 1)
     with pytest.raises(bz.BnnZooError, match=r"the network cannot take x of shape \(30, 3\) .* check the number of features"):
         bz.fit(model, torch.randn(30, 3), y, bz.SVI(steps=1, progress=False))

@@ -115,8 +115,10 @@ def test_recurrent_models_refuse_feature_data(capsys):
 
 def resolved(data: str, model: str, **options) -> config.RunConfig:
     """The run config `model` on `data` resolves to: its data- and architecture-dependent defaults written out."""
+    from bnn_zoo.experiments.run import prepare
+
     run = config.RunConfig(data=config.REGISTRY["data"][data](), model=config.REGISTRY["model"][model](), **options)
-    return run.resolved(run.data.load(0))
+    return prepare(run, progress=False).config
 
 
 def test_recurrent_models_default_to_gals_dropout_guide_and_other_methods_to_the_scale_mixture():

@@ -18,6 +18,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import gpytorch
 import numpy as np
@@ -96,7 +97,7 @@ class GP:
 
     def __init__(
         self,
-        kernel: str = "rbf",
+        kernel: Literal["rbf", "matern52", "nngp"] = "rbf",
         likelihood: likelihoods.Likelihood | None = None,
         num_classes: int | None = None,
         num_inducing: int = 128,

@@ -14,16 +14,18 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import inspect
 import json
-import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal, Union
+from typing import ClassVar, Literal, Union
 
 import torch
 
+from bnn_zoo import baselines, guides, inference, priors
 from bnn_zoo.errors import BnnZooError, check_seed, first_line, positive
+from bnn_zoo.experiments.options import options
 
 REGISTRY: dict[str, dict[str, type]] = {}  # kind -> {command-line name -> config class}
 
@@ -281,88 +283,54 @@ def build_network(model: ModelConfig | UserNetwork, dataset, out_features: int) 
 
 
 class PriorConfig:
-    """A prior over the network's weights."""
+    """A prior over the network's weights: the options of a ``bnn_zoo.priors`` prior."""
 
     category = "prior"
+    prior: ClassVar[Callable]  # the library prior whose options these are
 
     def build(self, dataset, likelihood, guide):
-        raise NotImplementedError
+        return self.prior(**dataclasses.asdict(self))
 
 
 @register("fanin")
 @dataclass
+@options(priors.FanInNormal)
 class FanIn(PriorConfig):
     """N(0, gain^2 / fan_in) on weights, N(0, bias_scale^2) on biases: the output's prior sd stays O(1)."""
 
-    gain: float = 1.0
-    """weight sd times sqrt(fan_in)"""
-    bias_scale: float = 1.0
-    """bias sd"""
-
-    def build(self, dataset, likelihood, guide):
-        from bnn_zoo import priors
-
-        return priors.FanInNormal(self.gain, self.bias_scale)
+    prior = priors.FanInNormal
 
 
 @register("normal")
 @dataclass
+@options(priors.Normal, skip=("layer_scales",))
 class Normal(PriorConfig):
     """N(0, scale^2) on every weight and bias (Gal: scale = 1 / length-scale)."""
 
-    scale: float = 1.0
-    """sd of every weight and bias"""
-
-    def build(self, dataset, likelihood, guide):
-        from bnn_zoo import priors
-
-        return priors.Normal(self.scale)
+    prior = priors.Normal
 
 
 @register("scale-mixture")
 @dataclass
+@options(priors.ScaleMixture)
 class ScaleMixture(PriorConfig):
     """pi N(0, scale1^2) + (1 - pi) N(0, scale2^2) on every weight and bias (Blundell et al. 2015, eq. 7):
-    the recurrent models' default under every method except the dropout guide and Laplace; NUTS, HMC and
-    ChEES take it with scale2 = 0.05 (``InferenceConfig.recurrent_prior``; docs/guide/defaults.md)."""
+    the recurrent models' default under every method except the dropout guide and Laplace."""
 
-    pi: float = 0.5
-    """weight of the wide component"""
-    scale1: float = 1.0
-    """sd of the wide component"""
-    scale2: float = 0.0025
-    """sd of the narrow component (e^-6, the largest of Blundell et al.'s narrow scales)"""
-
-    def build(self, dataset, likelihood, guide):
-        from bnn_zoo import priors
-
-        return priors.ScaleMixture(self.pi, self.scale1, self.scale2)
+    prior = priors.ScaleMixture
 
 
 @register("gal-keras")
 @dataclass
+@options(priors.Normal.gal_keras)
 class GalKeras(PriorConfig):
-    """The Normal prior that makes the dropout ELBO equal Gal & Ghahramani's published Keras objective.
-
-    Their code trains on standardised targets with MSE plus weight decay l^2 (1-p) / (2 N tau) on the
-    inverted-dropout weights, tau being the original-units precision of the test likelihood. With the
-    likelihood N(f, 1 / tau) in original units (sigma = 1 / (sqrt(tau) y_std) on standardised
-    targets) and Gal's KL (1-p) l'^2 / 2 ||M||^2 on non-inverted weights M = W / (1-p), the negative
-    ELBO is proportional to that objective exactly when l' = l (1-p) y_std / sqrt(2) (biases, which
-    Keras leaves undecayed, get the same tiny decay l'^2 / 2).
-    """
-
-    length_scale: float = 1e-2
-    """Gal's prior length-scale l in his Keras weight decay l^2 (1 - p) / (2 N tau)"""
+    """The Normal prior that makes the dropout ELBO equal Gal & Ghahramani's published Keras objective."""
 
     def build(self, dataset, likelihood, guide):
-        from bnn_zoo import priors
-
         p = getattr(guide, "p", None)
         if not isinstance(p, (int, float)):
             raise BnnZooError("the gal-keras prior belongs to the dropout guide with one drop probability: --guide dropout --guide.p P")
-        prime = self.length_scale * (1 - p) * float(dataset.y_std) / math.sqrt(2)
-        return priors.Normal(1 / prime)
+        return priors.Normal.gal_keras(p, float(dataset.y_std), self.length_scale)
 
 
 # ---------------------------------------------------------------------------- likelihoods
@@ -452,79 +420,49 @@ def default_likelihood(dataset, known_noise: bool = True) -> LikelihoodConfig:
 
 
 class GuideConfig:
-    """A variational family for SVI; its fields are the registered guide's options."""
+    """A variational family for SVI: the options of the registered guide (``bnn_zoo.guides``)."""
 
     category = "guide"
 
     def options(self) -> dict:
         return dataclasses.asdict(self)
 
-    def resolved(self, model: ModelConfig | UserNetwork) -> GuideConfig:
-        """This guide with its architecture-dependent defaults written out (none unless a guide says)."""
+    def resolved(self, model) -> GuideConfig:
+        """This guide with the defaults the library fills for ``model`` written out (none unless a guide says)."""
         return self
 
 
 @register("mean-field")
 @dataclass
+@options(guides.GUIDES["mean-field"])
 class MeanField(GuideConfig):
     """Diagonal Gaussian over every weight (Bayes by Backprop); local_reparam samples pre-activations."""
-
-    init_scale: float = 1e-2
-    """every weight's starting sd"""
-    parametrization: Literal["softplus", "log"] = "softplus"
-    """sd = softplus(rho) or exp(rho)"""
-    local_reparam: bool = False
-    """sample pre-activations instead of weights in training (Kingma et al. 2015; dense and conv layers)"""
 
 
 @register("matrix-normal")
 @dataclass
+@options(guides.GUIDES["matrix-normal"])
 class MatrixNormal(GuideConfig):
     """Matrix-normal MN(M, U, V) per weight matrix (full Cholesky; rank=k for low rank + diagonal)."""
 
-    init_scale: float = 1e-2
-    """every weight's starting sd"""
-    rank: int | None = None
-    """null: full Cholesky U and V; k: diagonal plus rank k"""
-    local_reparam: bool = False
-    """sample a dense layer's outputs instead of its weights in training (not with scales)"""
-    scales: bool | None = None
-    """a scale per weight, with U and V correlation matrices; null: true on the recurrent models (docs/guide/defaults.md)"""
-
     def resolved(self, model):
-        """Per-weight scales on the recurrent models. In Louizos & Welling's family a weight's sd moves
-        with its row's and column's variances, which on toy-text's LSTMs reach the scale mixture's wide
-        component within 3,000 steps: the majority class, 0.66. With a scale per weight it moves at
-        mean-field's pace, and the tied LSTM reads the sentences (0.98; mean-field 0.95; docs/guide/defaults.md)."""
-        return dataclasses.replace(self, scales=getattr(model, "text", False)) if self.scales is None else self
+        from bnn_zoo.guides.matrix_normal import default_scales
+
+        return dataclasses.replace(self, scales=default_scales(model.net)) if self.scales is None else self
 
 
 @register("flow")
 @dataclass
+@options(guides.GUIDES["flow"])
 class Flow(GuideConfig):
     """A normalizing flow over all weights (scope=joint) or one per weight matrix (scope=layer)."""
-
-    transform: Literal["auto", "affine", "spline"] = "auto"
-    """auto: affine autoregressive up to 1,024 latents, spline coupling above"""
-    num_flows: int = 2
-    """flow layers"""
-    scope: Literal["joint", "layer"] = "joint"
-    """joint: one flow over all latents; layer: one per weight matrix, mean-field elsewhere"""
-    init_scale: float = 1e-2
-    """every weight's starting sd"""
-    hidden: Union[int, list[int], None] = None
-    """coupling-net widths; null: 256 up to 4,096 latents, about 2^19 / latents above"""
 
 
 @register("dropout")
 @dataclass
+@options(guides.GUIDES["dropout"])
 class Dropout(GuideConfig):
     """Gal's dropout mixture (MC dropout as VI); p is the drop probability, one or one per weight matrix."""
-
-    p: Union[float, list[float], None] = None
-    """drop probability, one or one per weight matrix (null: 0.01 for regression, 0.1 otherwise)"""
-    masks: Literal["step", "example"] | None = None
-    """one mask per draw (step) or one per data point (example); null: example for regression, step otherwise"""
 
     def for_task(self, task: str) -> Dropout:
         """These options with the task's defaults written out (bnn_zoo.guides.dropout.default_options)."""
@@ -538,323 +476,153 @@ class Dropout(GuideConfig):
 
 
 class InferenceConfig:
-    """How the posterior is approximated; ``build`` gives the method ``bnn_zoo.fit`` takes."""
+    """How the posterior is approximated: the options of the library method ``method`` configures
+    (``bnn_zoo.inference``), taken from its signature; ``build`` gives the method ``bnn_zoo.fit`` takes."""
 
     category = "inference"
     takes_guide = False
     bnn = True  # False: the GP baseline, which replaces the BNN
+    method: ClassVar[type]  # the library class whose options these are
+
+    def options(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     def build(self, run: RunConfig, model, dataset, checkpoint, progress):
-        raise NotImplementedError
+        resumable = {"checkpoint": checkpoint} if "checkpoint" in inspect.signature(self.method).parameters else {}
+        return self.method(**self.options(), seed=run.seed, progress=progress, **resumable)
 
-    def resolved(self, model: ModelConfig | UserNetwork) -> InferenceConfig:
-        """This method with its architecture-dependent defaults written out (none unless a method says)."""
-        return self
-
-    def _given_or(self, **defaults) -> InferenceConfig:
-        """This config with each of these fields that was not given (None) set to its default here."""
-        return dataclasses.replace(self, **{k: v for k, v in defaults.items() if getattr(self, k) is None})
+    def resolved(self, model, n: int) -> InferenceConfig:
+        """This config with the defaults the library fills for ``model`` and n training rows written out."""
+        resolved = self.method(**self.options()).resolved(model, n)
+        return dataclasses.replace(self, **{k: getattr(resolved, k) for k in self.options()})
 
     def recurrent_prior(self) -> PriorConfig:
         """The recurrent models' prior under this method (the dropout guide aside): Blundell et al.'s scale
-        mixture. Under a single Normal, mean-field SVI, SGLD and HMC on toy-text's LSTMs keep the prior
-        and predict the majority class; the mixture's narrow component lets the weights the data do not
-        need go quiet (docs/guide/defaults.md)."""
+        mixture, whose narrow component lets the weights the data do not need go quiet (under a single
+        Normal mean-field SVI, SGLD and HMC on toy-text's LSTMs predict the majority class)."""
         return ScaleMixture()
-
-
-FULL_BATCH = 1000  # SVI's and SG-MCMC's default: full batch up to this many training rows, minibatches of 128 above
-
-
-def default_batch(batch_size: int | None, n: int) -> int | None:
-    """The minibatch size a fit on n training rows uses, None for full batch: the one given, else full
-    batch up to FULL_BATCH rows, else 128."""
-    if batch_size is None:
-        return None if n <= FULL_BATCH else 128
-    return None if positive("--inference.batch_size", batch_size, integer=True) >= n else batch_size
 
 
 @register("svi")
 @dataclass
+@options(inference.SVI, skip=("guide", "guide_options"))
 class SVI(InferenceConfig):
     """Stochastic VI with a guide (--guide): Adam on the ELBO, closed-form KL where it exists."""
 
-    steps: int | None = None
-    """optimisation steps (null: 3,000); or give epochs, not both"""
-    epochs: int | None = None
-    """passes over the training data (steps = epochs x batches per epoch)"""
-    lr: float = 1e-2
-    """Adam's learning rate"""
-    lr_decay: float = 0.1
-    """the rate falls geometrically to lr x lr_decay by the last step (1: constant; docs/guide/defaults.md)"""
-    batch_size: int | None = None
-    """minibatch size (null: full batch up to 1,000 training rows, 128 above)"""
-    num_particles: int = 1
-    """guide draws per step, vectorised"""
-    kl_weight: float = 1.0
-    """the KL discount tau: the optimum is the tempered posterior p(w) p(y | w)^(1 / tau)"""
-    kl_warmup: int = 0
-    """steps over which the KL weight rises linearly to kl_weight (0: none)"""
-    objective: Literal["elbo", "renyi"] = "elbo"
-    """the ELBO, or Li & Turner's Renyi bound of order alpha"""
-    alpha: float = 0.5
-    """the Renyi order (objective renyi)"""
-    validation: float = 0.0
-    """fraction of the training data held out for early stopping (0: none)"""
-    eval_every: int = 100
-    """steps between validation scores"""
-    patience: int = 5
-    """validation scores without improvement before stopping"""
-    checkpoint_every: int = 1000
-    """steps between checkpoints"""
-    num_draws: int = 1000
-    """guide draws kept for prediction and the InferenceData"""
-    lockstep: bool = False
-    """fit by the batched engine (bnn_zoo.inference.lockstep), alone or beside other fits"""
-    direct: bool = True
-    """the ELBO written out for bnn-zoo's guides (bnn_zoo.inference.elbo); false: Pyro's TraceMeanField_ELBO"""
-
     takes_guide = True
+    method = inference.SVI
 
     def build(self, run, model, dataset, checkpoint, progress):
-        from bnn_zoo.inference import SVI as Method
-
-        if self.steps is not None and self.epochs is not None:
-            raise BnnZooError("give svi steps or epochs, not both")
         guide = run.guide or run.default_guide()
-        n = dataset.x_train.shape[0]
-        batch_size = default_batch(self.batch_size, n)
-        if self.epochs is not None:
-            steps = positive("svi epochs", self.epochs, integer=True) * math.ceil(n / (batch_size or n))
-        else:
-            steps = 3000 if self.steps is None else self.steps  # SVI refuses steps below 1
-        options = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("steps", "epochs", "lockstep")} | {"batch_size": batch_size}
-        return Method(
-            guide=guide.registered_name, guide_options=guide.options(), steps=steps, seed=run.seed, checkpoint=checkpoint, progress=progress, **options
+        return self.method(
+            guide=guide.registered_name, guide_options=guide.options(), seed=run.seed, checkpoint=checkpoint, progress=progress, **self.options()
         )
 
 
-@dataclass
 class _Chain(InferenceConfig):
-    num_warmup: int = 500
-    """warm-up iterations per chain"""
-    num_samples: int = 500
-    """draws kept per chain"""
-    num_chains: int = 2
-    """chains"""
-    init: Literal["network", "prior", "svi"] = "network"
-    """where each chain starts: the network's own initialisation, a prior draw, or an SVI fit"""
-    max_hours: float | None = 2.0
-    """stop with the fixes once the pace projects past it (the digits CNN's NUTS: 4 hours); null: no limit"""
-
-    def build(self, run, model, dataset, checkpoint, progress):
-        from bnn_zoo import inference
-
-        init = None if self.init == "network" else self.init
-        if init == "svi":  # a quick mean-field fit to start every chain from one of its draws
-            quick = inference.SVI(steps=2000, lr=0.02, lr_decay=0.1, num_particles=4, seed=run.seed, progress=progress)
-            init = inference.fit(model, *dataset.train, quick)
-        method = inference.METHODS[self.registered_name]
-        resumable = {"checkpoint": checkpoint} if self.registered_name == "chees" else {}  # Pyro's NUTS/HMC have no resumable state
-        return method(**(dataclasses.asdict(self) | {"init": init} | resumable), seed=run.seed, progress=progress)
-
     def recurrent_prior(self):
         """The scale mixture with a narrow sd of 0.05, not 0.0025: a leapfrog step must resolve the narrow
-        component and the steep bend between the two, so at 0.0025 HMC's step size on the tied LSTM fell
-        to 1e-4 and its acceptance to 1e-9 at 1.3e-3; at 0.05 it settles at 2e-3-4e-3, as under a single
-        Normal, and HMC's predictions read the sentences (test accuracy 1.0, against 0.66 under the fan-in
-        Normal; docs/guide/defaults.md)."""
+        component and the steep bend between the two; at 0.0025 HMC's step size on the tied LSTM collapses."""
         return ScaleMixture(scale2=0.05)
 
 
-@dataclass
-class _PyroChain(_Chain):
-    num_warmup: int | None = None
-    """warm-up iterations per chain (null: 500; 100 on the cnn and the recurrent models)"""
-    num_samples: int | None = None
-    """draws kept per chain (null: 500; 100 on the cnn and the recurrent models)"""
-    chain_method: Literal["parallel", "sequential"] = "parallel"
-    """parallel: a forked process per chain, as many as cores; sequential: one after another"""
-
-    def resolved(self, model):
-        """500 warm-up iterations and 500 draws per chain; 100 and 100 on the models whose config sets
-        ``short_chains`` (the CNN, the recurrent models). Every leapfrog step there is a pass of a
-        13,770-26,000-weight network over all the training data, and Pyro's NUTS keeps building trees of
-        511 steps after its mass matrix adapts (11-12 s an iteration on the digits CNN, 2026-11-24): 1,000
-        iterations take 3.2 hours, 200 took 74 minutes, inside the 2-hour ``max_hours``, at test accuracy
-        0.978 (2026-11-25; docs/guide/defaults.md)."""
-        default = 100 if getattr(model, "short_chains", False) else 500
-        return self._given_or(num_warmup=default, num_samples=default)
+_CHAIN_START = {"init": Literal["network", "prior", "svi"]}
 
 
 @register("nuts")
 @dataclass
-class NUTS(_PyroChain):
-    """The No-U-Turn sampler (Pyro's), step size by dual averaging, diagonal mass matrix."""
+@options(inference.NUTS, types=_CHAIN_START)
+class NUTS(_Chain):
+    """The No-U-Turn sampler (Pyro's, or NumPyro's on the jax backend): dual averaging, diagonal mass matrix."""
 
-    max_tree_depth: int | None = None
-    """trees of at most 2^depth - 1 leapfrog steps (null: 10; 8 on the recurrent models)"""
-    backend: Literal["auto", "torch", "jax"] = "auto"
-    """jax: NumPyro's NUTS on the model traced to XLA (pip install 'bnn-zoo[jax]'); auto: jax where installed, except convolutional and recurrent models"""
-
-    def resolved(self, model):
-        """Trees of at most 2^10 - 1 leapfrog steps; 2^8 - 1 on the recurrent models, whose trees reach the
-        cap at every draw (tied LSTM, 2026-11-25: 1,023 steps in all 200 kept draws). There a depth-10
-        iteration of the untied LSTM took 37-65 s, so 200 of them ran past the 2-hour ``max_hours``;
-        at depth 8 one takes 5-13 s, and NUTS reaches test accuracy 1.0 on all three in 20-33 minutes (docs/guide/defaults.md)."""
-        return super().resolved(model)._given_or(max_tree_depth=8 if getattr(model, "text", False) else 10)
+    method = inference.NUTS
 
 
 @register("hmc")
 @dataclass
-class HMC(_PyroChain):
+@options(inference.HMC, types=_CHAIN_START)
+class HMC(_Chain):
     """Hamiltonian Monte Carlo with a fixed trajectory length (Pyro's), at most max_leapfrog steps a transition."""
 
-    max_leapfrog: int | None = None
-    """leapfrog steps per trajectory at most (null: 1,000; 255 on the cnn and the recurrent models)"""
-
-    def resolved(self, model):
-        """Trajectories of at most 1,000 leapfrog steps; 255 (NUTS's at depth 8) on the models with short
-        chains, where each step is a pass of a 13,770-26,000-weight network over all the training data.
-        Uncapped, dual averaging cut the digits CNN's step size 140x in three iterations, the fourth took
-        2,995 steps and the time limit stopped the run (2026-11-25; docs/guide/defaults.md)."""
-        return super().resolved(model)._given_or(max_leapfrog=255 if getattr(model, "short_chains", False) else 1000)
+    method = inference.HMC
 
 
 @register("chees")
 @dataclass
+@options(inference.ChEES, types=_CHAIN_START)
 class ChEES(_Chain):
     """Many HMC chains in lockstep, trajectory length by the ChEES criterion, jittered (Hoffman et al. 2021)."""
 
-    num_warmup: int | None = None
-    """warm-up iterations (null: 500; 200 on the recurrent models)"""
-    num_samples: int | None = None
-    """draws kept per chain (null: 250; 100 on the recurrent models)"""
-    num_chains: int | None = None
-    """chains run in lockstep (null: 16; 4 on the recurrent models)"""
-    target_accept: float = 0.651
-    """the mean acceptance rate dual averaging aims the step size at"""
-    max_leapfrog: int | None = None
-    """leapfrog steps per trajectory at most (null: 1,000; 255 on the recurrent models)"""
-    mass_matrix: Literal["pooled", "within"] = "pooled"
-    """pooled: the variance of all chains' draws; within: each chain's own, averaged (BNN modes; docs/guide/inference.md)"""
-    compile: bool = False
-    """torch.compile the potential: seconds to compile, each step 2.5-4x cheaper"""
-    backend: Literal["auto", "torch", "jax"] = "auto"
-    """jax: BlackJAX's ChEES on the model traced to XLA (pip install 'bnn-zoo[jax]'); auto: jax where installed, except convolutional and recurrent models"""
-
-    def resolved(self, model):
-        """16 chains of 500 warm-up iterations and 250 draws, trajectories of at most 1,000 steps; on the
-        recurrent models 4 chains of 200 + 100 and at most 255 steps. A lockstep gradient there costs about
-        0.011 s a chain (tied LSTM, 2 threads, 2026-11-25), and at the general defaults the time limit
-        stopped every run (3 hours projected); with these ChEES finishes in 4-6 minutes at test accuracy
-        0.93-0.97, its chains not mixed (docs/guide/defaults.md)."""
-        if getattr(model, "text", False):
-            return self._given_or(num_warmup=200, num_samples=100, num_chains=4, max_leapfrog=255)
-        return self._given_or(num_warmup=500, num_samples=250, num_chains=16, max_leapfrog=1000)
+    method = inference.ChEES
 
 
-@dataclass
+_SG_KINDS = ("kind", "friction", "cycles", "exploration")  # the kind is the choice; each kind's own options below
+
+
 class _SGMCMC(InferenceConfig):
-    step_size: float | None = None
-    """null: adapted in burn-in (a preconditioner from the chain's iterates, eps from the curvature); a number: that fixed step (the cyclical peak)"""
-    batch_size: int | None = None
-    """minibatch size (null: full batch up to 1,000 training rows, 128 above, as SVI)"""
-    num_samples: int = 500
-    """draws kept per chain"""
-    thinning: int = 10
-    """steps between kept draws"""
-    burn_in: int = 5000
-    """steps before the first kept draw; the adaptation with step_size null (cyclical: before its cycles)"""
-    num_chains: int = 2
-    """chains"""
+    method = inference.SGMCMC
 
-    def build(self, run, model, dataset, checkpoint, progress):
-        from bnn_zoo.inference import SGMCMC as Method
+    def options(self):
+        return super().options() | {"kind": self.registered_name}
 
-        options = dataclasses.asdict(self) | {"batch_size": default_batch(self.batch_size, dataset.x_train.shape[0])}
-        return Method(kind=self.registered_name, seed=run.seed, checkpoint=checkpoint, progress=progress, **options)
+    def resolved(self, model, n):
+        resolved = self.method(**self.options()).resolved(model, n)
+        return dataclasses.replace(self, batch_size=resolved.batch_size)
 
 
 @register("sgld")
 @dataclass
+@options(inference.SGMCMC, skip=_SG_KINDS)
 class SGLD(_SGMCMC):
     """Stochastic-gradient Langevin dynamics (Welling & Teh 2011): minibatch MCMC, biased by O(step size)."""
 
 
 @register("sghmc")
 @dataclass
+@options(inference.SGMCMC, skip=_SG_KINDS[:1] + _SG_KINDS[2:])
 class SGHMC(_SGMCMC):
     """Stochastic-gradient HMC with friction (Chen et al. 2014)."""
-
-    friction: float = 2.0
-    """the momentum's friction (with step_size null, in units of the square root of the largest curvature: 2 damps critically)"""
 
 
 @register("cyclical")
 @dataclass
+@options(inference.SGMCMC, skip=_SG_KINDS[:2])
 class Cyclical(_SGMCMC):
     """Cyclical SGLD (Zhang et al. 2020): cosine step-size cycles, draws in each cycle's second half."""
-
-    cycles: int = 4
-    """cosine step-size cycles"""
-    exploration: float = 0.25
-    """fraction of each cycle spent exploring (without noise) before draws are kept"""
 
 
 @register("laplace")
 @dataclass
+@options(inference.Laplace)
 class Laplace(InferenceConfig):
     """Laplace at the MAP (GGN full, diag or kron) with MacKay's evidence and type-II prior precision."""
 
-    subset: Literal["all", "last_layer"] = "all"
-    """all weights, or the last layer's only"""
-    hessian: Literal["auto", "full", "diag", "kron"] = "auto"
-    """the GGN's form; auto: full up to 5,000 weights, diag above"""
-    optimize_prior: bool = True
-    """choose the prior precision by MacKay's evidence (type II)"""
-    map_steps: int = 2000
-    """Adam steps to the MAP"""
-    lr: float = 1e-2
-    """Adam's learning rate for the MAP"""
-    batch_size: int | None = None
-    """Adam's minibatch size for the MAP (null: full batch)"""
+    method = inference.Laplace
 
     def recurrent_prior(self):
         """The fan-in Normal: Laplace's prior precision is a Normal's."""
         return FanIn()
 
-    def build(self, run, model, dataset, checkpoint, progress):
-        from bnn_zoo.inference import Laplace as Method
-
-        return Method(seed=run.seed, progress=progress, **dataclasses.asdict(self))
-
 
 @register("gp")
 @dataclass
+@options(baselines.TypeII)
+@options(baselines.GP, only=("kernel", "num_inducing"))
 class GP(InferenceConfig):
     """A GPyTorch GP baseline by type-II ML; nngp is the infinite-width kernel of a relu MLP under the fan-in prior."""
 
-    kernel: Literal["rbf", "matern52", "nngp"] = "rbf"
-    """rbf, matern52, or nngp (the infinite-width kernel of a relu MLP under the fan-in prior)"""
-    inducing: int = 128
-    """inducing points of a classification GP"""
-    steps: int = 300
-    """Adam steps of type-II maximum likelihood"""
-    lr: float = 0.05
-    """Adam's learning rate"""
-
     bnn = False
+    method = baselines.TypeII
 
-    def build(self, run, model, dataset, checkpoint, progress):
-        from bnn_zoo.baselines import TypeII
+    def options(self):
+        return {"steps": self.steps, "lr": self.lr}
 
-        return TypeII(steps=self.steps, lr=self.lr, seed=run.seed, progress=progress)
+    def resolved(self, model, n):
+        return self
 
     def model(self, run: RunConfig, likelihood, classes: int, dataset):
         """The GP that replaces the BNN; kernel=nngp is the twin of the run's relu MLP and fan-in prior."""
         from bnn_zoo import likelihoods
-        from bnn_zoo.baselines import GP as Model
 
         if dataset.task == "language-model" or "vocab" in dataset.info:
             raise BnnZooError("the GP baseline takes feature vectors or images, not text")
@@ -868,7 +636,7 @@ class GP(InferenceConfig):
                 raise BnnZooError("kernel=nngp needs --prior fanin (the infinite-width limit of a fan-in prior)")
             depth, prior = len(run.model.hidden), run.prior.build(dataset, likelihood, None)
         num_classes = classes if isinstance(likelihood, likelihoods.Categorical) else None
-        return Model(self.kernel, likelihood, num_classes=num_classes, num_inducing=self.inducing, depth=depth, prior=prior)
+        return baselines.GP(self.kernel, likelihood, num_classes=num_classes, num_inducing=self.num_inducing, depth=depth, prior=prior)
 
 
 # ---------------------------------------------------------------------------- evaluation and the run
@@ -918,13 +686,19 @@ class RunConfig:
     """cpu (default) or cuda: where a BNN is fitted"""
 
     def resolved(self, dataset) -> RunConfig:
-        """This config with its data-dependent defaults written out (the likelihood, SVI's guide, the prior)."""
+        """This config with its data-dependent defaults written out (the likelihood, SVI's guide, the prior);
+        the method's own are written out once the model is built (``InferenceConfig.resolved``)."""
         likelihood = self.likelihood or default_likelihood(dataset, known_noise=self.inference.bnn)  # a GP learns its noise
         guide = self.guide or (self.default_guide() if self.inference.takes_guide else None)
-        guide = guide and guide.resolved(self.model)
         guide = guide.for_task(dataset.task) if isinstance(guide, Dropout) else guide
         prior = self.prior or self.default_prior(guide)
-        return dataclasses.replace(self, likelihood=likelihood, guide=guide, prior=prior, inference=self.inference.resolved(self.model))
+        return dataclasses.replace(self, likelihood=likelihood, guide=guide, prior=prior)
+
+    def for_model(self, model, n: int) -> RunConfig:
+        """This config with the defaults the library fills for the built ``model`` and n training rows
+        written out (the method's and the guide's), so that ``config.yaml`` re-runs exactly."""
+        guide = self.guide and self.guide.resolved(model)
+        return dataclasses.replace(self, guide=guide, inference=self.inference.resolved(model, n))
 
     def default_prior(self, guide: GuideConfig | None) -> PriorConfig:
         """Normal for the dropout guide: Gal's KL is a weight decay (1 - p) / (2 N s^2) per weight, which

@@ -142,13 +142,8 @@ class Prepared:
         return bool(getattr(self.config.inference, "lockstep", False))
 
     def fit(self):
-        """The fitted posterior, on the CPU (metrics, plots and files are made there); a lockstep run
-        goes through the batched engine alone, so it gives what it gives beside other fits."""
+        """The fitted posterior, on the CPU (metrics, plots and files are made there)."""
         announce(f"fitting {self.name} on {self.dataset.name}")
-        if self.lockstep:
-            from bnn_zoo.inference import lockstep
-
-            return lockstep.fit_lockstep([lockstep.Job(self.model, *self.dataset.train, self.method)], device=self.config.device)[0]
         posterior = fit(self.model, *self.dataset.train, self.method, device=self.config.device)
         return posterior if self.config.device is None else posterior.to("cpu")
 
@@ -212,6 +207,7 @@ def prepare(config: RunConfig, out_dir=None, progress: bool = True, resume: bool
         out_features = classes if isinstance(likelihood, likelihoods.Categorical) else 1
         net = build_network(config.model, dataset, out_features)
         model = BNN(net, config.prior.build(dataset, likelihood, config.guide), likelihood)
+        config = config.for_model(model, dataset.x_train.shape[0])
     else:
         model = config.inference.model(config, likelihood, classes, dataset)
     method = config.inference.build(config, model, dataset, checkpoint, progress)

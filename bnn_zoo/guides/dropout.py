@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import weakref
+from typing import Literal
 
 import pyro.distributions as dist
 import torch
@@ -244,5 +245,12 @@ def default_options(task: str, p=None, masks: str | None = None) -> tuple:
 
 
 @register("dropout", "Gal's dropout mixture (MC dropout as VI); p (drop probability, one or per layer), masks=step|example")
-def dropout(model, init_values, p=None, masks: str | None = None):
+def dropout(model, init_values, p: float | list[float] | None = None, masks: Literal["step", "example"] | None = None):
+    """Gal's dropout mixture (MC dropout as variational inference), its means started at ``init_values``.
+
+    Args:
+        p: drop probability, one or one per weight matrix (None: 0.01 for regression, 0.1 otherwise).
+        masks: one mask per draw (step) or one per data point (example); None: example for regression,
+            step otherwise.
+    """
     return DropoutGuide(model, init_values, p=p, masks=masks)

@@ -14,6 +14,8 @@ sites a mean-field guide, the scalable form (Heek's thesis sec. 2.6; the survey'
 
 from __future__ import annotations
 
+from typing import Literal
+
 import pyro.distributions as dist
 import pyro.poutine as poutine
 import torch
@@ -116,7 +118,24 @@ class LayerFlows(LocalParamModule):
 
 
 @register("flow", "normalizing flow: transform=auto|affine|spline, num_flows=2, scope=joint (all weights) | layer (one flow per matrix)")
-def flow(model, init_values, transform: str = "auto", num_flows: int = 2, scope: str = "joint", init_scale: float = 1e-2, hidden=None):
+def flow(
+    model,
+    init_values,
+    transform: Literal["auto", "affine", "spline"] = "auto",
+    num_flows: int = 2,
+    scope: Literal["joint", "layer"] = "joint",
+    init_scale: float = 1e-2,
+    hidden: int | list[int] | None = None,
+):
+    """A normalizing flow over the weights, on a diagonal Gaussian base started at ``init_values``.
+
+    Args:
+        transform: auto: affine autoregressive up to 1,024 latents, spline coupling above.
+        num_flows: flow layers.
+        scope: joint: one flow over all latents; layer: one per weight matrix, mean-field elsewhere.
+        init_scale: every weight's starting sd.
+        hidden: coupling-net widths (None: 256 up to 4,096 latents, about 2^19 / latents above).
+    """
     num_flows = positive("the flow guide's num_flows", num_flows, integer=True)
     init_scale = positive("the flow guide's init_scale", init_scale)
     hidden = (

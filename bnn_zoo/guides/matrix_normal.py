@@ -40,6 +40,7 @@ from bnn_zoo.errors import BnnZooError, positive
 from bnn_zoo.guides.mean_field import MeanField
 from bnn_zoo.guides.registry import flag, register
 from bnn_zoo.local_noise import MatrixNormalWeights
+from bnn_zoo.models import architecture
 from bnn_zoo.variational import LocalParamModule, sample_sites
 
 
@@ -208,12 +209,27 @@ class MatrixNormalGuide(LocalParamModule):
         return {**{name: self.distribution(name).mean for name in self.shapes}, **self.rest.mean()}
 
 
+def default_scales(net) -> bool:
+    """``scales`` left None: per-weight scales on recurrent networks."""
+    return architecture(net) == "recurrent"
+
+
 @register(
     "matrix-normal",
     "matrix-normal MN(M, U, V) per weight matrix (full Cholesky; rank=k for low-rank + diagonal); scales=true adds a per-weight scale; "
     "local_reparam=true|false (dense layers)",
 )
-def matrix_normal(model, init_values, init_scale: float = 1e-2, rank: int | None = None, local_reparam: bool = False, scales: bool = False):
+def matrix_normal(model, init_values, init_scale: float = 1e-2, rank: int | None = None, local_reparam: bool = False, scales: bool | None = None):
+    """A matrix normal MN(M, U, V) per weight matrix (Louizos & Welling 2016), mean-field elsewhere.
+
+    Args:
+        init_scale: every weight's starting sd.
+        rank: None: full Cholesky factors of U and V; k: diagonal plus rank k.
+        local_reparam: sample a dense layer's outputs instead of its weights in training (not with scales).
+        scales: a scale per weight, with U and V correlation matrices (None: on recurrent networks, where
+            without them a weight's sd moves with its row's and column's and the fit keeps the prior).
+    """
+    scales = default_scales(model.net) if scales is None else scales
     init_scale = positive("the matrix-normal guide's init_scale", init_scale)
     rank = None if rank is None else positive("the matrix-normal guide's rank (None: full Cholesky factors)", rank, integer=True)
     local_reparam, scales = flag(local_reparam), flag(scales)

@@ -15,6 +15,8 @@ drawn once per particle.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import pyro.distributions as dist
 import torch
 from pyro.distributions import constraints
@@ -73,6 +75,13 @@ class MeanField(LocalParamModule):
 
 
 @register("mean-field", "diagonal Gaussian over every weight (Bayes by Backprop); init_scale, parametrization=softplus|log, local_reparam=true|false")
-def mean_field(model, init_values, init_scale: float = 1e-2, parametrization: str = "softplus", local_reparam: bool = False):
+def mean_field(model, init_values, init_scale: float = 1e-2, parametrization: Literal["softplus", "log"] = "softplus", local_reparam: bool = False):
+    """A diagonal Gaussian over every weight (Blundell et al. 2015), started at ``init_values``.
+
+    Args:
+        init_scale: every weight's starting sd.
+        parametrization: sd = softplus(rho) or exp(rho).
+        local_reparam: sample pre-activations instead of weights in training (Kingma et al. 2015; dense and conv layers).
+    """
     init_scale = positive("the mean-field guide's init_scale (the starting sd of every weight)", init_scale)
     return MeanField(model, init_values, init_scale=init_scale, parametrization=parametrization, local_reparam=flag(local_reparam))

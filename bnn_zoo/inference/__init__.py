@@ -10,6 +10,7 @@ from bnn_zoo.baselines import GP, GPPosterior, TypeII
 from bnn_zoo.bnn import BNN
 from bnn_zoo.data.validation import check_data
 from bnn_zoo.errors import BnnZooError, check_device, check_seed
+from bnn_zoo.inference import lockstep
 from bnn_zoo.inference.chees import ChEES
 from bnn_zoo.inference.laplace import Laplace
 from bnn_zoo.inference.mcmc import HMC, NUTS
@@ -56,6 +57,8 @@ def fit(
             raise BnnZooError("the GP baseline fits on the CPU (exact Cholesky in float64); drop device=")
         model = model.to(check_device(device))
         x, y = x.to(model.device), y.to(model.device)
+    if isinstance(method, SVI) and method.lockstep:
+        return lockstep.fit_lockstep([lockstep.Job(model, x, y, method)], device=model.device)[0]
     return method.run(model, x, y)
 
 

@@ -11,15 +11,11 @@ through warm-up, so its check keeps running to the last iteration.
 A run whose early iterations are dearer than the rest names the iteration where that ends
 (``settle``): the first mass-matrix update, for ChEES and Pyro's HMC (Stan's schedule: iteration 100
 of a 500-iteration warm-up). Before it the chains move in unwhitened coordinates at small step sizes,
-and both spend a trajectory of fixed length in steps of that size. Measured on this machine
-(2026-11-24): ChEES on the digits CNN ran its first 125 iterations at 10.6 s each (step sizes
-0.0006-0.005) and the other 625 at 1.2-1.8 s (0.01-0.03); projected from its start, a 37-minute run
-read as 2.1 hours and was stopped. HMC on the digits MLP ran 0.29 s per iteration before its first
-update and 0.036 s after. Until ``settle`` the projection therefore assumes the rest may run up to
-``SETTLED_SPEEDUP`` times faster, which stops only runs too slow even then; after it, the pace since
-``settle`` is projected. NUTS projects from its start: its trees grow until they turn back, so the
-same update made its iterations 1.8x cheaper on the MLP and no cheaper on the CNN (11-12 s either
-side of iteration 100, trees of 511 steps).
+and both spend a trajectory of fixed length in steps of that size, so those iterations can be several
+times dearer than the rest (docs/guide/inference.md). Until ``settle`` the projection therefore
+assumes the rest may run up to ``SETTLED_SPEEDUP`` times faster, which stops only runs too slow even
+then; after it, the pace since ``settle`` is projected. NUTS projects from its start: its trees grow
+until they turn back, so the same update barely makes its iterations cheaper.
 """
 
 from __future__ import annotations
@@ -67,7 +63,7 @@ class TimeLimit:
         elapsed = now - self.start
         if elapsed < GRACE_S:
             return
-        if self.settle <= 0 or (self._settled is not None and now - self._settled >= GRACE_S):
+        if self.settle <= 0 or (self._settled is not None and now - self._settled >= GRACE_S and done > self.settle):
             pace = (now - self._settled) / (done - max(self.settle, 0))
             projected = (elapsed + pace * (self.total - done)) * self.rounds
             how = f"about {projected / 3600:.1f} hours at its pace so far"

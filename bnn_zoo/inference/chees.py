@@ -21,10 +21,12 @@ No library serves this in PyTorch: BlackJAX and TFP implement ChEES on JAX/Tenso
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Literal
 
 import pyro
 import torch
@@ -32,10 +34,12 @@ from tqdm.auto import tqdm
 
 from bnn_zoo.bnn import BNN
 from bnn_zoo.errors import BnnZooError, check_field_types
-from bnn_zoo.inference import xla
+from bnn_zoo.inference import defaults, xla
 from bnn_zoo.inference.budget import TimeLimit, TimeLimitExceeded, check_max_hours
-from bnn_zoo.inference.potential import LogPosterior, chain_starts
+from bnn_zoo.inference.potential import LogPosterior, chain_starts, check_init
+from bnn_zoo.inference.svi import svi_start
 from bnn_zoo.io import atomic_torch_save, bar_disabled, check_identity, fingerprint, safe_torch_load, say_resumed
+from bnn_zoo.models import architecture
 from bnn_zoo.posterior import Posterior
 
 MAX_ENERGY_ERROR = 1000.0  # a trajectory whose energy error passes this diverged (Stan's and Pyro's value)
@@ -48,37 +52,34 @@ class ChEES:
 
     Args:
         num_warmup: adaptation iterations (step size, trajectory length, mass matrix); their draws
-            are discarded.
-        num_samples: kept draws per chain.
-        num_chains: chains advanced together; the adaptation pools them, so use many (16 or more).
-        init: where each chain starts: None, the network's own initialisation (re-drawn per chain);
-            ``"prior"``, a prior draw; a fitted :class:`~bnn_zoo.Posterior`, one of its draws per chain;
-            or a dict of site values (every chain there).
+            are discarded (None: 500; 200 on recurrent networks).
+        num_samples: kept draws per chain (None: 250; 100 on recurrent networks).
+        num_chains: chains advanced together; the adaptation pools them, so use many (None: 16; 4 on
+            recurrent networks, where a lockstep gradient costs most).
+        init: where each chain starts: ``"network"``, the network's own initialisation (re-drawn per
+            chain); ``"prior"``, a prior draw; ``"svi"``, a draw of a quick mean-field fit; a fitted
+            :class:`~bnn_zoo.Posterior`, one of its draws per chain; or a dict of site values.
         seed: seeds the momenta, the accept/reject draws and the initialisation.
         target_accept: the harmonic-mean acceptance probability dual averaging aims at.
-        max_leapfrog: the most leapfrog steps in one trajectory (caps T / step size).
+        max_leapfrog: the most leapfrog steps in one trajectory, capping T / step size (None: 1,000; 255
+            on recurrent networks).
         trajectory_lr: Adam's learning rate on log T.
         mass_windows: fractions of warm-up at whose end the diagonal mass matrix is re-estimated
             from the window's draws (the first window's first half is discarded as burn-in).
         mass_matrix: ``"pooled"``: the variance of all chains' draws together, whose spread from their
             starts stands for scales the chains have not yet crossed. ``"within"``: the mean of each
             chain's variance about its own mean, so chains in different modes of a BNN's posterior
-            (hidden units permuted, signs flipped) do not add the distance between modes. On Boston
-            13-50-1 with 16 chains its shorter trajectories (120-220 leapfrog steps per draw) did not mix
-            f: over 600 kept draws its chains drift apart in f (R-hat 1.03, ESS 450-460; docs/benchmarks.md).
-            Nor can it see a scale the chains have not crossed: on a linear regression whose posterior
-            sds differ 4,000-fold, 150 warm-up iterations left the widest sd at a third (tests/test_chees.py).
+            (hidden units permuted, signs flipped) do not add the distance between modes; it cannot see a
+            scale the chains have not crossed (docs/guide/inference.md).
         compile: compile the potential and its gradient with ``torch.compile`` (needs a C++ compiler on
-            the CPU). The first step pays the compile (6-20 s); each leapfrog step is then 2.5-4x cheaper
-            on the small BNNs of benchmarks/chees.py.
+            the CPU): the first step pays the compile, each leapfrog step is then cheaper (benchmarks/chees.py).
         checkpoint: a path written every ``checkpoint_every`` iterations and on Ctrl-C (the chains, the
             adaptation's state, the random generator and the draws so far); an existing one is resumed,
             and the run ends exactly where an uninterrupted one ends.
         checkpoint_every: iterations between checkpoints.
         max_hours: stop with a clear error (after saving the checkpoint, if there is one) once the run,
-            projected from its pace after a minute, would take longer (:mod:`bnn_zoo.inference.budget`;
-            until the first mass-matrix window ends, it stops only a run too slow even if the rest ran 10x faster);
-            None: no limit. The command line's default is 2.
+            projected from its pace after a minute, would take longer (:mod:`bnn_zoo.inference.budget`);
+            None: no limit.
         progress: show a progress bar.
         backend: ``"torch"``: this module's sampler; ``"jax"``: BlackJAX's ChEES (diagonal mass matrix
             pooled over chains) on the model's log density traced to JAX
@@ -87,22 +88,22 @@ class ChEES:
             or recurrent layer and ``mass_matrix`` is ``"pooled"``, torch otherwise.
     """
 
-    num_warmup: int = 500
-    num_samples: int = 250
-    num_chains: int = 16
-    init: object = None
+    num_warmup: int | None = None
+    num_samples: int | None = None
+    num_chains: int | None = None
+    init: object = "network"
     seed: int = 0
     target_accept: float = 0.651
-    max_leapfrog: int = 1000
+    max_leapfrog: int | None = None
     trajectory_lr: float = 0.025
     mass_windows: tuple[float, ...] = (0.25, 0.5)
-    mass_matrix: str = "pooled"
+    mass_matrix: Literal["pooled", "within"] = "pooled"
     compile: bool = False
     checkpoint: str | Path | None = None
     checkpoint_every: int = 100
-    max_hours: float | None = None
+    max_hours: float | None = 2.0
     progress: bool = True
-    backend: str = "auto"
+    backend: Literal["auto", "torch", "jax"] = "auto"
 
     name = "chees"
 
@@ -110,7 +111,7 @@ class ChEES:
         check_field_types(self)
         for name, least in (("num_warmup", 0), ("num_samples", 1), ("num_chains", 2), ("max_leapfrog", 1), ("checkpoint_every", 1)):
             value = getattr(self, name)
-            if not (isinstance(value, int) and value >= least):
+            if not (value is None or (isinstance(value, int) and value >= least)):
                 raise BnnZooError(f"ChEES {name} must be an integer >= {least}, got {value!r}")
         if not 0 < self.target_accept < 1:
             raise BnnZooError(f"ChEES target_accept must lie in (0, 1), got {self.target_accept}")
@@ -121,8 +122,7 @@ class ChEES:
         check_max_hours("ChEES", self.max_hours)
         if self.mass_matrix not in ("within", "pooled"):
             raise BnnZooError(f"ChEES mass_matrix must be 'within' or 'pooled', got {self.mass_matrix!r}")
-        if not (isinstance(self.init, (dict, Posterior)) or self.init in (None, "prior")):
-            raise BnnZooError(f"init must be None, 'prior', a fitted Posterior or a dict of site values, got {self.init!r}")
+        check_init(self.init)
         xla.check_backend("ChEES", self.backend)
         if self.backend == "jax" and self.mass_matrix == "within":
             raise BnnZooError("ChEES mass_matrix='within' exists only with backend='torch'; BlackJAX pools the mass matrix over chains")
@@ -134,7 +134,19 @@ class ChEES:
         out["init"] = "posterior" if isinstance(self.init, Posterior) else ("values" if isinstance(self.init, dict) else str(self.init))
         return out
 
+    def resolved(self, model: BNN, n: int) -> ChEES:
+        """This sampler with its defaults for ``model`` filled in (:mod:`~bnn_zoo.inference.defaults`): 16
+        chains of 500 + 250 iterations and trajectories of at most 1,000 steps; 4 chains of 200 + 100 and
+        at most 255 steps on recurrent networks."""
+        if architecture(model.net) == "recurrent":
+            return defaults.unset(self, num_warmup=200, num_samples=100, num_chains=4, max_leapfrog=255)
+        return defaults.unset(self, num_warmup=500, num_samples=250, num_chains=16, max_leapfrog=1000)
+
     def run(self, model: BNN, x: torch.Tensor, y: torch.Tensor) -> Posterior:
+        if (method := self.resolved(model, x.shape[0])) is not self:
+            return method.run(model, x, y)
+        if self.init == "svi":
+            return dataclasses.replace(self, init=svi_start(model, x, y, self.seed, self.progress)).run(model, x, y)
         start = time.perf_counter()
         generator = torch.Generator(device=model.device).manual_seed(self.seed)
         starts = chain_starts(model, self.init, self.num_chains, self.seed, generator)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import nn
@@ -48,8 +49,8 @@ class Laplace:
         subset: ``"all"`` Bayesian parameters, or ``"last_layer"`` (the network's last parametrised
             module; the others are held at the MAP, as point estimates).
         hessian: ``"full"`` GGN (up to 5000 weights), its ``"diag"``onal, ``"kron"`` (KFAC blocks
-            per dense layer, which needs one prior scale per layer), or ``"auto"``: full up to 5000
-            weights, diag above (what works for any network).
+            per dense layer, which needs one prior scale per layer), or ``"auto"`` (the default): full up
+            to 5000 weights, diag above (what works for any network).
         prior_precision: a fixed scale c of the model's prior precision (1: the model's prior as it is);
             with ``optimize_prior`` it is the starting value.
         optimize_prior: fit c by maximising the Laplace evidence at each MAP (post hoc, as laplace-torch's
@@ -72,8 +73,8 @@ class Laplace:
     treats the noise as a hyperparameter): its prior is not used, and the evidence is conditional on it.
     """
 
-    subset: str = "all"
-    hessian: str = "full"
+    subset: Literal["all", "last_layer"] = "all"
+    hessian: Literal["auto", "full", "diag", "kron"] = "auto"
     prior_precision: float = 1.0
     optimize_prior: bool = True
     rounds: int = 3
@@ -81,7 +82,7 @@ class Laplace:
     lr: float = 1e-2
     batch_size: int | None = None
     num_draws: int = 1000
-    predictive: str = "glm"
+    predictive: Literal["glm", "nn"] = "glm"
     seed: int = 0
     progress: bool = True
 
@@ -103,6 +104,10 @@ class Laplace:
 
     def settings(self) -> dict:
         return {"method": self.name, **{k: getattr(self, k) for k in self.__dataclass_fields__ if k != "progress"}}
+
+    def resolved(self, model: BNN, n: int) -> Laplace:
+        """This method as it runs on ``model`` (its ``"auto"`` Hessian is chosen when the weights are counted)."""
+        return self
 
     def run(self, model: BNN, x: torch.Tensor, y: torch.Tensor) -> Posterior:
         start = time.perf_counter()

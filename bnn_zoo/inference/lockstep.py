@@ -63,6 +63,10 @@ class Job:
     y: torch.Tensor
     method: SVI
 
+    def __post_init__(self):
+        if isinstance(self.method, SVI):
+            self.method = self.method.resolved(self.model, self.x.shape[0])
+
 
 def why_not(job: Job) -> str | None:
     """Why a fit cannot run in lockstep (None: it can): the direct ELBO covers the dropout and the

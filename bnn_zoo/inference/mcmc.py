@@ -14,6 +14,7 @@ chains of one thread each take the time of one (the demo's 1-50-1 NUTS: 97 and 1
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import math
@@ -25,6 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from multiprocessing.connection import wait
+from typing import Literal
 
 import pyro
 import pyro.infer.mcmc as pyro_mcmc
@@ -33,10 +35,12 @@ from pyro.infer.autoguide.initialization import init_to_sample, init_to_value
 from tqdm import std as tqdm_std
 
 from bnn_zoo.errors import BnnZooError, check_field_types
-from bnn_zoo.inference import xla
+from bnn_zoo.inference import defaults, xla
 from bnn_zoo.inference.budget import TimeLimit, check_max_hours
-from bnn_zoo.inference.potential import chain_starts
+from bnn_zoo.inference.potential import chain_starts, check_init
+from bnn_zoo.inference.svi import svi_start
 from bnn_zoo.io import bar_disabled
+from bnn_zoo.models import architecture
 from bnn_zoo.posterior import Posterior
 
 
@@ -93,7 +97,7 @@ def _recorder(stats: list, limit: TimeLimit):
 
 class _NUTSKernel(_TransitionValues, pyro_mcmc.NUTS):
     # Its trees grow until they turn back, so a larger step size buys longer moves, not cheaper
-    # iterations: 1.0x on the digits CNN (11-12 s, trees of 511 steps), 1.8x on the MLP (2026-11-24).
+    # iterations (measured in docs/guide/inference.md).
     cheaper_after_mass_update = False
 
     def _build_basetree(self, *args, **kwargs):
@@ -103,8 +107,7 @@ class _NUTSKernel(_TransitionValues, pyro_mcmc.NUTS):
 
 class _HMCKernel(_TransitionValues, pyro_mcmc.HMC):
     # A fixed trajectory length takes trajectory_length / step_size leapfrog steps, so an iteration
-    # costs less as the first mass matrix lifts the step size: on the digits MLP 0.29 s before
-    # iteration 100 (step sizes 0.004-0.02) and 0.036 s after (0.08-0.18), 8x (2026-11-24).
+    # costs less once the first mass matrix lifts the step size.
     cheaper_after_mass_update = True
 
     def __init__(self, model, max_leapfrog: int, **kwargs):
@@ -113,10 +116,10 @@ class _HMCKernel(_TransitionValues, pyro_mcmc.HMC):
 
     @property
     def num_steps(self) -> int:
-        # Capped as ChEES's trajectories are: early dual averaging can cut the step size 60-140x in a few
-        # iterations, and a fixed length then costs thousands of full-data gradients an iteration (the
-        # digits CNN's fourth iteration: 2,995 steps, 141 s; 2026-11-25). The cap is fixed once warm-up
-        # ends, as the step size is, so the kept draws' kernel is still one reversible HMC kernel.
+        # Capped as ChEES's trajectories are: early dual averaging can cut the step size 100-fold in a
+        # few iterations, and a fixed length then costs thousands of full-data gradients an iteration.
+        # The cap is fixed once warm-up ends, as the step size is, so the kept draws' kernel is still
+        # one reversible HMC kernel.
         return min(super().num_steps, self.max_leapfrog)
 
 
@@ -124,16 +127,16 @@ class _HMCKernel(_TransitionValues, pyro_mcmc.HMC):
 class _MCMC:
     """Settings shared by NUTS and HMC (documented on :class:`NUTS`)."""
 
-    num_warmup: int = 500
-    num_samples: int = 500
-    num_chains: int = 1
-    init: object = None
+    num_warmup: int | None = None
+    num_samples: int | None = None
+    num_chains: int = 2
+    init: object = "network"
     seed: int = 0
     target_accept: float = 0.8
     dense_mass: bool = False
     jit_compile: bool = True
-    chain_method: str = "parallel"
-    max_hours: float | None = None
+    chain_method: Literal["parallel", "sequential"] = "parallel"
+    max_hours: float | None = 2.0
     progress: bool = True
 
     name = "mcmc"
@@ -143,10 +146,9 @@ class _MCMC:
         check_field_types(self)
         for name, least in self.counts.items():
             value = getattr(self, name)
-            if not (isinstance(value, int) and value >= least):
+            if not (value is None or (isinstance(value, int) and value >= least)):
                 raise BnnZooError(f"{type(self).__name__} {name} must be an integer >= {least}, got {value!r}")
-        if not (isinstance(self.init, (dict, Posterior)) or self.init in (None, "prior")):
-            raise BnnZooError(f"init must be None, 'prior', a fitted Posterior or a dict of site values, got {self.init!r}")
+        check_init(self.init)
         check_max_hours(type(self).__name__, self.max_hours)
         if self.chain_method not in ("parallel", "sequential"):
             raise BnnZooError(f"{type(self).__name__} chain_method must be 'parallel' or 'sequential', got {self.chain_method!r}")
@@ -157,7 +159,16 @@ class _MCMC:
         out["init"] = "posterior" if isinstance(self.init, Posterior) else ("values" if isinstance(self.init, dict) else str(self.init))
         return out
 
+    def resolved(self, model, n: int) -> _MCMC:
+        """This sampler with its defaults for ``model`` filled in (:mod:`~bnn_zoo.inference.defaults`)."""
+        length = defaults.chain_length(architecture(model.net))
+        return defaults.unset(self, num_warmup=length, num_samples=length)
+
     def run(self, model, x, y) -> Posterior:
+        if (method := self.resolved(model, x.shape[0])) is not self:
+            return method.run(model, x, y)
+        if self.init == "svi":
+            return dataclasses.replace(self, init=svi_start(model, x, y, self.seed, self.progress)).run(model, x, y)
         start = time.perf_counter()
         inits = self._inits(model)
 
@@ -198,7 +209,7 @@ class _MCMC:
         )
 
     def _inits(self, model):
-        if self.init is None:
+        if self.init in (None, "network"):
             return [init_to_value(values=model.network_init(self.seed + c)) for c in range(self.num_chains)]
         if isinstance(self.init, Posterior):
             draws = self.init.draws(self.num_chains)
@@ -298,12 +309,13 @@ class NUTS(_MCMC):
     and a diagonal (or dense) mass matrix from warm-up, on the same model object SVI fits.
 
     Args:
-        num_warmup: warm-up (adaptation) iterations per chain.
-        num_samples: kept draws per chain.
+        num_warmup: warm-up (adaptation) iterations per chain (None: 500; 100 on convolutional and
+            recurrent networks, where every leapfrog step is a pass of the whole network over all the data).
+        num_samples: kept draws per chain (None: as ``num_warmup``).
         num_chains: chains (see ``chain_method``).
-        init: where each chain starts: None, the network's own initialisation (re-drawn per chain);
-            ``"prior"``, a prior draw; a fitted :class:`~bnn_zoo.Posterior` (say from SVI), one of its
-            draws per chain; or a dict of site values.
+        init: where each chain starts: ``"network"``, the network's own initialisation (re-drawn per
+            chain); ``"prior"``, a prior draw; ``"svi"``, a draw of a quick mean-field fit (2,000 steps);
+            a fitted :class:`~bnn_zoo.Posterior`, one of its draws per chain; or a dict of site values.
         seed: chain c is seeded with ``seed + c``, so its draws do not depend on ``chain_method``.
         target_accept: the acceptance probability step-size adaptation aims at.
         dense_mass: adapt a dense mass matrix instead of a diagonal one.
@@ -315,12 +327,11 @@ class NUTS(_MCMC):
             another); ``"sequential"``: one after another in this process, where a chain's error keeps
             its full traceback.
         max_hours: stop with a clear error once the run, projected from its pace after a minute, would
-            take longer (:mod:`bnn_zoo.inference.budget`); None: no limit. The command line's default is 2.
-            HMC's iterations get cheaper after Pyro's first mass-matrix update (iteration 100 of a
-            500-iteration warm-up), so until then it stops only a run too slow even if the rest ran
-            10x faster; NUTS's cost about as much after it, so NUTS does not wait.
+            take longer (:mod:`bnn_zoo.inference.budget`; before HMC's first mass-matrix update only a run
+            too slow even if the rest ran 10x faster); None: no limit.
         progress: show Pyro's progress bar (in parallel, chain 0's).
-        max_tree_depth: the deepest trajectory doubling.
+        max_tree_depth: the deepest trajectory doubling (None: 10; 8 on recurrent networks, whose trees
+            reach the cap at every draw).
         backend: ``"torch"``: Pyro's NUTS; ``"jax"``: NumPyro's NUTS (same adaptation: dual averaging,
             windowed mass matrix) on the model's log density traced to JAX
             (:mod:`bnn_zoo.inference.xla`; ``pip install 'bnn-zoo[jax]'``), its chains one after another
@@ -328,8 +339,8 @@ class NUTS(_MCMC):
             network has no convolution or recurrent layer (:func:`~bnn_zoo.inference.xla.resolve_backend`), torch otherwise.
     """
 
-    max_tree_depth: int = 10
-    backend: str = "auto"
+    max_tree_depth: int | None = None
+    backend: Literal["auto", "torch", "jax"] = "auto"
 
     name = "nuts"
     counts = _MCMC.counts | {"max_tree_depth": 1}
@@ -338,7 +349,12 @@ class NUTS(_MCMC):
         super().__post_init__()
         xla.check_backend("NUTS", self.backend)
 
+    def resolved(self, model, n: int) -> NUTS:
+        return defaults.unset(super().resolved(model, n), max_tree_depth=8 if architecture(model.net) == "recurrent" else 10)
+
     def run(self, model, x, y) -> Posterior:
+        if self.resolved(model, x.shape[0]) is not self or self.init == "svi":
+            return super().run(model, x, y)
         if xla.resolve_backend(self.backend, model) == "jax":
             start = time.perf_counter()
             starts = chain_starts(model, self.init, self.num_chains, self.seed, torch.Generator().manual_seed(self.seed))
@@ -362,14 +378,15 @@ class HMC(_MCMC):
         step_size: the initial step size.
         max_leapfrog: the most leapfrog steps in one trajectory (caps trajectory_length / step_size, as
             :class:`ChEES` does): a transition costs at most this many gradients, however small warm-up
-            makes the step size.
+            makes the step size (None: 1,000; 255 on convolutional and recurrent networks).
     """
 
     trajectory_length: float = 1.0
     step_size: float = 0.01
-    max_leapfrog: int = 1000
+    max_leapfrog: int | None = None
 
     name = "hmc"
+    args_documented_by = NUTS  # the arguments HMC shares with NUTS
     counts = _MCMC.counts | {"max_leapfrog": 1}
 
     def __post_init__(self):
@@ -377,6 +394,9 @@ class HMC(_MCMC):
         for name in ("trajectory_length", "step_size"):
             if not (getattr(self, name) > 0 and math.isfinite(getattr(self, name))):
                 raise BnnZooError(f"HMC {name} must be a finite number > 0, got {getattr(self, name)!r}")
+
+    def resolved(self, model, n: int) -> HMC:
+        return defaults.unset(super().resolved(model, n), max_leapfrog=1000 if architecture(model.net) == "dense" else 255)
 
     def _kernel(self, model, init_strategy):
         return _HMCKernel(

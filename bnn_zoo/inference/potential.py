@@ -14,6 +14,8 @@ from torch.distributions import Distribution, Independent, Normal, biject_to
 from torch.func import functional_call
 
 from bnn_zoo.bnn import BNN
+from bnn_zoo.errors import BnnZooError
+from bnn_zoo.posterior import Posterior
 from bnn_zoo.protocols import BackpropagatesDraws
 
 # Chains whose saved activations pass this are split into chunks for autograd (see _autograd_in_chunks)
@@ -96,9 +98,7 @@ class LogPosterior:
     def _autograd_in_chunks(self, params: dict, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, dict]:
         """Autograd through :meth:`batched`, a few chains at a time on the CPU: their activations together
         stay under :data:`CHUNK_BYTES`. A larger batch's tensors are written to freshly mapped pages at
-        every call: all 16 chains at once took 1.8x as long as chunks of 4 on the digits CNN (24 MB saved
-        per chain) and 1.3x as chunks of 6 on toy-text's LSTM (13 MB) under glibc's defaults, 1.5x and
-        1.2x with :func:`~bnn_zoo.keep_freed_memory` (``benchmarks/chees.py --chunks``, 2026-11-24)."""
+        every call, which costs more than the chunking saves (``benchmarks/chees.py --chunks``)."""
         chains, size = next(iter(params.values())).shape[0], self.chunk_size(params, x, y)
         values, grads = [], []
         for start in range(0, chains, size):
@@ -163,11 +163,20 @@ class LogPosterior:
         return latent, total
 
 
+INITS = ("network", "prior", "svi")  # where chains can start, besides a fitted Posterior or a dict of site values
+
+
+def check_init(init) -> None:
+    """Refuse a chain start that is none of ``INITS`` (None is ``"network"``), a Posterior or a dict."""
+    if not (isinstance(init, dict | Posterior) or init is None or init in INITS):
+        raise BnnZooError(f"init must be 'network', 'prior', 'svi', a fitted Posterior or a dict of site values, got {init!r}")
+
+
 def chain_starts(model: BNN, init, chains: int, seed: int, generator: torch.Generator) -> dict:
-    """Site values where each of ``chains`` chains starts, shaped (chains, *site shape): ``init`` None,
-    the network's own initialisation under seed + chain; ``"prior"``, prior draws; a fitted Posterior,
-    one of its draws per chain; a dict, its values in every chain."""
-    if init is None:
+    """Site values where each of ``chains`` chains starts, shaped (chains, *site shape): ``init``
+    ``"network"`` (or None), the network's own initialisation under seed + chain; ``"prior"``, prior
+    draws; a fitted Posterior, one of its draws per chain; a dict, its values in every chain."""
+    if init in (None, "network"):
         starts = [model.network_init(seed + chain) for chain in range(chains)]
         return {k: torch.stack([v[k] for v in starts]) for k in starts[0]}
     if isinstance(init, dict):

@@ -9,11 +9,13 @@ schedules, the thinning, the draws' bookkeeping and checkpoints.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import pyro
 import torch
@@ -21,6 +23,7 @@ from tqdm.auto import tqdm
 
 from bnn_zoo.bnn import BNN
 from bnn_zoo.errors import BnnZooError, check_field_types
+from bnn_zoo.inference import defaults
 from bnn_zoo.inference.potential import LogPosterior
 from bnn_zoo.io import atomic_torch_save, bar_disabled, check_identity, fingerprint, safe_torch_load, say_resumed
 from bnn_zoo.posterior import Posterior
@@ -64,7 +67,8 @@ class SGMCMC:
     Args:
         kind: ``"sgld"``, ``"sghmc"`` or ``"cyclical"``.
         step_size: None (adapted, see above) or a fixed eps (the peak of the cyclical schedule).
-        batch_size: minibatch size M (default: full batch).
+        batch_size: minibatch size M (None: full batch up to 1,000 training rows, 128 above; at least N:
+            full batch).
         num_samples: draws kept per chain.
         thinning: steps between kept draws.
         burn_in: steps before the first kept draw (the adaptation, with ``step_size=None``).
@@ -78,16 +82,16 @@ class SGMCMC:
         progress: show a progress bar.
     """
 
-    kind: str = "sghmc"
+    kind: Literal["sgld", "sghmc", "cyclical"] = "sghmc"
     step_size: float | None = None
     batch_size: int | None = None
     num_samples: int = 500
     thinning: int = 10
-    burn_in: int = 2000
+    burn_in: int = 5000
     friction: float = 2.0
     cycles: int = 4
     exploration: float = 0.25
-    num_chains: int = 1
+    num_chains: int = 2
     seed: int = 0
     checkpoint: str | Path | None = None
     checkpoint_every: int = 1000
@@ -110,7 +114,7 @@ class SGMCMC:
         if self.step_size is None and self.burn_in < 100:
             raise BnnZooError(f"SGMCMC adapts its step size over burn_in, which needs at least 100 steps, got {self.burn_in}; or give step_size")
         if self.batch_size is not None and not (isinstance(self.batch_size, int) and self.batch_size > 0):
-            raise BnnZooError(f"batch_size must be a positive integer, got {self.batch_size!r}")
+            raise BnnZooError(f"{type(self).__name__} batch_size must be a positive integer, got {self.batch_size!r}")
 
     def settings(self) -> dict:
         return {"method": self.name, **{k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("checkpoint", "progress")}}
@@ -148,7 +152,14 @@ class SGMCMC:
         """Whether the preconditioner is re-estimated after ``step`` (0-based)."""
         return self.adapted and any(step + 1 == math.floor(f * self.burn_in) for f in WINDOWS)
 
+    def resolved(self, model: BNN, n: int) -> SGMCMC:
+        """This sampler with its minibatch size for n training rows filled in (:func:`~bnn_zoo.inference.defaults.batch_size`)."""
+        size = defaults.batch_size(self.batch_size, n)
+        return self if size == self.batch_size else dataclasses.replace(self, batch_size=size)
+
     def run(self, model: BNN, x: torch.Tensor, y: torch.Tensor) -> Posterior:
+        if (method := self.resolved(model, x.shape[0])) is not self:
+            return method.run(model, x, y)
         with warnings.catch_warnings():  # tensordict announces a change of TensorClass defaults on import
             warnings.simplefilter("ignore", FutureWarning)
             import posteriors  # imported when SG-MCMC runs: `import bnn_zoo` stays lean

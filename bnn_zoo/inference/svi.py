@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 import time
@@ -9,6 +10,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import pyro
 import torch
@@ -18,8 +20,9 @@ from tqdm.auto import tqdm
 
 from bnn_zoo import guides
 from bnn_zoo.errors import BnnZooError, check_field_types
-from bnn_zoo.inference import elbo
+from bnn_zoo.inference import defaults, elbo
 from bnn_zoo.io import atomic_torch_save, bar_disabled, check_identity, fingerprint, safe_torch_load, say_resumed
+from bnn_zoo.models import architecture
 from bnn_zoo.posterior import Posterior, Prediction
 from bnn_zoo.variational import guide_state, parameters, sample_guide, scope
 
@@ -37,10 +40,13 @@ class SVI:
     Args:
         guide: a registered name (``"mean-field"``, ``"matrix-normal"``, ``"dropout"``, ``"flow"``), a Pyro
             ``AutoGuide`` class (built on the model, started at the network's initialisation), an
-            ``AutoGuide`` instance, or any callable guide with the model's signature.
-        steps: optimisation steps.
+            ``AutoGuide`` instance, or any callable guide with the model's signature; None: dropout on
+            recurrent networks, mean-field otherwise.
+        steps: optimisation steps (None: 3,000, or as many as ``epochs`` make); give steps or epochs, not both.
+        epochs: passes over the training data: steps = epochs x minibatches per pass.
         lr: Adam's learning rate.
-        batch_size: minibatch size M; the likelihood is scaled by N / M (default: full batch).
+        batch_size: minibatch size M, the likelihood scaled by N / M (None: full batch up to 1,000 training
+            rows, 128 above; at least N: full batch).
         num_particles: ELBO particles per step, vectorised.
         seed: seeds Pyro's and torch's generators before the guide is built.
         lr_decay: the learning rate decays geometrically to ``lr * lr_decay`` at the last step (1 keeps it constant).
@@ -48,6 +54,8 @@ class SVI:
         num_draws: guide draws kept for prediction and the InferenceData.
         checkpoint: a path written every ``checkpoint_every`` steps and on Ctrl-C; an existing one is resumed.
         checkpoint_every: steps between checkpoints.
+        lockstep: fit by the batched engine (:mod:`bnn_zoo.inference.lockstep`), which fits many such fits
+            as one computation; for the dropout and mean-field guides on dense networks.
         kl_weight: the KL discount tau (> 0).
         kl_warmup: steps over which the KL weight rises linearly from tau / kl_warmup to tau.
         objective: ``"elbo"``, or ``"renyi"`` for Li & Turner's Renyi bound of order ``alpha``
@@ -62,20 +70,22 @@ class SVI:
             Pyro's ``TraceMeanField_ELBO`` itself. The two draw their randomness in another order.
     """
 
-    guide: str | type | Callable = "mean-field"
-    steps: int = 2000
+    guide: str | type | Callable | None = None
+    steps: int | None = None
+    epochs: int | None = None
     lr: float = 1e-2
     batch_size: int | None = None
     num_particles: int = 1
     seed: int = 0
-    lr_decay: float = 0.1  # the rate ends at lr x 0.1: a constant rate leaves the variances noisy (docs/guide/defaults.md)
+    lr_decay: float = 0.1  # a constant rate leaves the variances noisy (docs/guide/defaults.md)
     guide_options: dict = field(default_factory=dict)
     num_draws: int = 1000
     checkpoint: str | Path | None = None
-    checkpoint_every: int = 500
+    checkpoint_every: int = 1000
+    lockstep: bool = False
     kl_weight: float = 1.0
     kl_warmup: int = 0
-    objective: str = "elbo"
+    objective: Literal["elbo", "renyi"] = "elbo"
     alpha: float = 0.5
     validation: float = 0.0
     eval_every: int = 100
@@ -120,13 +130,16 @@ class SVI:
 
     def __post_init__(self):
         check_field_types(self)
-        for name in ("steps", "num_particles", "num_draws", "checkpoint_every", "eval_every", "patience"):
-            if not (isinstance(getattr(self, name), int) and getattr(self, name) > 0):
-                raise BnnZooError(f"SVI {name} must be a positive integer, got {getattr(self, name)!r}")
+        for name in ("steps", "epochs", "num_particles", "num_draws", "checkpoint_every", "eval_every", "patience"):
+            value = getattr(self, name)
+            if not ((value is None and name in ("steps", "epochs")) or (isinstance(value, int) and value > 0)):
+                raise BnnZooError(f"SVI {name} must be a positive integer, got {value!r}")
+        if self.steps is not None and self.epochs is not None:
+            raise BnnZooError("give SVI steps or epochs, not both")
         if not (0 < self.lr < math.inf and 0 < self.lr_decay <= 1):
             raise BnnZooError(f"SVI needs a finite lr > 0 and 0 < lr_decay <= 1, got lr={self.lr}, lr_decay={self.lr_decay}")
         if self.batch_size is not None and not (isinstance(self.batch_size, int) and 0 < self.batch_size):
-            raise BnnZooError(f"batch_size must be a positive integer, got {self.batch_size!r}")
+            raise BnnZooError(f"{type(self).__name__} batch_size must be a positive integer, got {self.batch_size!r}")
         if not (self.kl_weight > 0 and isinstance(self.kl_warmup, int) and self.kl_warmup >= 0):
             raise BnnZooError(f"SVI needs kl_weight > 0 and an integer kl_warmup >= 0, got {self.kl_weight}, {self.kl_warmup}")
         if self.objective not in ("elbo", "renyi"):
@@ -135,6 +148,8 @@ class SVI:
             raise BnnZooError("the Renyi objective needs num_particles >= 2 and alpha != 1 (alpha = 1 is the ELBO)")
         if not 0 <= self.validation < 1:
             raise BnnZooError(f"validation is the held-out fraction of the data, in [0, 1); got {self.validation}")
+        if self.guide is None:
+            return
         if isinstance(self.guide, str) and self.guide not in guides.GUIDES:
             raise BnnZooError(f"unknown guide {self.guide!r}; available guides: {', '.join(sorted(guides.GUIDES))}")
         if not (isinstance(self.guide, str) or callable(self.guide)):
@@ -144,7 +159,20 @@ class SVI:
             )
         guides.registry.check_options(self.guide, self.guide_options)
 
+    def resolved(self, model, n: int) -> SVI:
+        """This SVI with its defaults for ``model`` and n training rows filled in (:mod:`~bnn_zoo.inference.defaults`):
+        the guide by the architecture, the minibatch size by n, the steps from epochs or 3,000."""
+        size = defaults.batch_size(self.batch_size, n)
+        filled = {} if size == self.batch_size else {"batch_size": size}
+        if self.steps is None:
+            filled |= {"steps": 3000 if self.epochs is None else self.epochs * math.ceil(n / (size or n)), "epochs": None}
+        if self.guide is None:
+            filled["guide"] = "dropout" if architecture(model.net) == "recurrent" else "mean-field"
+        return dataclasses.replace(self, **filled) if filled else self
+
     def run(self, model, x, y) -> Posterior:
+        if (method := self.resolved(model, x.shape[0])) is not self:
+            return method.run(model, x, y)
         start = time.perf_counter()
         (x, y), held_out = self._split(x, y)
         batch_size = None if self.batch_size is None or self.batch_size >= x.shape[0] else self.batch_size
@@ -355,3 +383,8 @@ def _resume(path, identity, guide, point, optim, sched):
         ) from None
     torch.set_rng_state(state["rng"])
     return int(state["step"]), state["losses"].tolist(), state.get("best")
+
+
+def svi_start(model, x, y, seed: int, progress: bool) -> Posterior:
+    """The fit chains start from with ``init="svi"``: mean-field, 2,000 steps at lr 0.02 with 4 particles."""
+    return SVI(guide="mean-field", steps=2000, lr=0.02, num_particles=4, seed=seed, progress=progress).run(model, x, y)

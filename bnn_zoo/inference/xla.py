@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pyro
 import torch
-from torch import nn
 
 from bnn_zoo.bnn import BNN
 from bnn_zoo.errors import BnnZooError
 from bnn_zoo.inference.potential import LogPosterior
+from bnn_zoo.models import architecture
 
 EXTRA = ("jax", "numpyro", "blackjax", "optax", "torchax")
 BACKENDS = ("auto", "torch", "jax")
@@ -52,13 +52,7 @@ def resolve_backend(backend: str, model: BNN) -> str:
     LSTMs do not trace (their input check reads a value)."""
     if backend != "auto":
         return backend
-    return "jax" if available() and not _traced_slower(model.net) else "torch"
-
-
-def _traced_slower(net: nn.Module) -> bool:
-    from bnn_zoo.models.rnn import LSTM
-
-    return any(isinstance(m, (nn.RNNBase, LSTM, nn.modules.conv._ConvNd)) for m in net.modules())
+    return "jax" if available() and architecture(model.net) == "dense" else "torch"
 
 
 class FallBack(Exception):

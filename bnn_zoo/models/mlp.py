@@ -128,9 +128,9 @@ class MLP(nn.Module):
 
         The first layer is one (N, in) x (in, B * width) product for all draws (B small products with
         ``in`` = 13 ran at a third of the speed), tanh is computed through sigmoid (:data:`VJP_PARTS`),
-        and no autograd graph is recorded: with the priors and likelihood written out, 64 against 148 us
-        per draw through autograd for a 13-50-1 tanh net on 455 rows at 16 draws (docs/benchmarks.md,
-        2026-11-24). GELU's derivative needs its input, so a GELU network takes autograd's vjp instead."""
+        and no autograd graph is recorded, which with the priors and likelihood written out is about half
+        autograd's cost (docs/benchmarks.md). GELU's derivative needs its input, so a GELU network
+        takes autograd's vjp instead."""
         if self.activation not in VJP_PARTS:
             f, vjp = torch.func.vjp(lambda w: self.forward_draws(w, x), weights)
             return f, lambda g: vjp(g)[0]

@@ -1,0 +1,32 @@
+"""The defaults that depend on the network or the data, in one place for the Python API and the command
+line: a method's field left None is filled here when it is fitted (``method.resolved(model, n)``), and
+the run's ``config.yaml`` records the filled values. docs/guide/defaults.md gives each one's reason."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from bnn_zoo.models import Architecture
+
+FULL_BATCH = 1000  # SVI and SG-MCMC: full batch up to this many training rows, minibatches of MINIBATCH above
+MINIBATCH = 128
+
+
+def batch_size(given: int | None, n: int) -> int | None:
+    """The minibatch size of a fit on n rows, None for full batch: the one given (full batch if it covers
+    the data), else full batch up to FULL_BATCH rows and MINIBATCH above."""
+    if given is None:
+        return None if n <= FULL_BATCH else MINIBATCH
+    return None if given >= n else given
+
+
+def chain_length(arch: Architecture) -> int:
+    """NUTS's and HMC's warm-up iterations and draws per chain: 500, or 100 where every leapfrog step is a
+    pass of a convolutional or recurrent network over all the data."""
+    return 500 if arch == "dense" else 100
+
+
+def unset(method, **defaults):
+    """``method`` with each of these fields that is None set to its default (the same object if none is)."""
+    filled = {k: v for k, v in defaults.items() if getattr(method, k) is None}
+    return dataclasses.replace(method, **filled) if filled else method

@@ -1,0 +1,87 @@
+"""One home per option: the command line's methods, guides and priors are the library's classes, and the
+same run from Python and from `bnn-zoo fit` gives the same numbers."""
+
+import contextlib
+import dataclasses
+import inspect
+import io
+import json
+import re
+
+import docstring_parser
+import pyro
+import pytest
+
+import bnn_zoo as bz
+from bnn_zoo import baselines, guides, inference, priors
+from bnn_zoo.experiments import config
+
+LIBRARY = {  # (kind, command-line name) -> the library callables whose parameters are its options
+    **{("inference", name): (getattr(inference, cls),) for name, cls in [("svi", "SVI"), ("nuts", "NUTS"), ("hmc", "HMC"), ("chees", "ChEES")]},
+    **{("inference", kind): (inference.SGMCMC,) for kind in ("sgld", "sghmc", "cyclical")},
+    ("inference", "laplace"): (inference.Laplace,),
+    ("inference", "gp"): (baselines.GP, baselines.TypeII),
+    **{("guide", name): (guides.GUIDES[name],) for name in ("mean-field", "matrix-normal", "flow", "dropout")},
+    ("prior", "fanin"): (priors.FanInNormal,),
+    ("prior", "normal"): (priors.Normal,),
+    ("prior", "scale-mixture"): (priors.ScaleMixture,),
+    ("prior", "gal-keras"): (priors.Normal.gal_keras,),
+}
+
+
+def _words(text: str) -> str:
+    return "".join(text.split())  # the help wraps lines, and breaks words at hyphens
+
+
+def _library_docs(target) -> dict[str, str]:
+    """Each parameter's help in the library's own docstrings (HMC's shared ones are NUTS's)."""
+    docs = {}
+    for source in [*getattr(target, "__mro__", [target]), inference.NUTS]:
+        for p in docstring_parser.parse(inspect.getdoc(source) or "").params:
+            docs.setdefault(p.arg_name, _words(p.description))
+    return docs
+
+
+def _help(kind: str, name: str) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        config.parser().parse_args(config.resolve_names([f"--{kind}.help", name]))
+    return _words(out.getvalue())
+
+
+@pytest.mark.parametrize("kind, name", sorted(LIBRARY), ids=lambda v: str(v))
+def test_every_option_is_a_library_parameter_with_its_default_and_help(kind, name):
+    """Each `bnn-zoo fit --KIND NAME` option is a parameter of the library class, with that class's
+    default and its docstring's help text, as the command line's --help shows them."""
+    targets = LIBRARY[kind, name]
+    params = {n: p for t in targets for n, p in inspect.signature(t).parameters.items()}
+    docs = {n: d for t in targets for n, d in _library_docs(t).items()}
+    help_text = _help(kind, name)
+    options = dataclasses.fields(config.REGISTRY[kind][name])
+    assert options, f"{kind} {name} has no options"
+    for option in options:
+        assert option.name in params, f"--{kind}.{option.name} is not a parameter of {targets}"
+        default = option.default if option.default is not dataclasses.MISSING else option.default_factory()
+        assert default == params[option.name].default, option.name
+        assert docs.get(option.name), f"{targets} does not document {option.name}"
+        assert docs[option.name] in help_text, f"--{kind}.{option.name}'s help is not the library's"
+    assert not re.search(r"--\w+\.(?!help)\w+", help_text.replace(f"--{kind}.", "")), "an option of another kind leaked in"
+
+
+def test_the_same_run_from_python_and_from_the_command_line_gives_the_same_metrics(tmp_path):
+    """`bnn-zoo fit` with every default against bz.fit with every default on the same data and model."""
+    from bnn_zoo.cli import main
+
+    out = tmp_path / "run"
+    main(["fit", "--out", str(out), "--quiet", "--evaluation.plots", "false", "--evaluation.training_evidence", "false"])
+    cli = json.loads((out / "metrics.json").read_text())
+
+    data = bz.data.toy_cubic(20, seed=0)
+    net = bz.models.MLP(1, [50], 1, "tanh")
+    model = bz.BNN(net, bz.priors.FanInNormal(), bz.likelihoods.Gaussian.from_precision(1 / 9, y_std=float(data.y_std)))
+    posterior = bz.fit(model, *data.train, bz.SVI(progress=False))
+    pyro.set_rng_seed(0)  # as the command line does before it scores a fit
+    x_test, y_test = data.test  # standardised with the training statistics
+    metrics = bz.evaluation.regression_metrics(posterior.predict(x_test), y_test.reshape(-1, 1), data.y_std)
+    for key in ("rmse", "test_log_likelihood"):
+        assert metrics[key] == cli[key], key
