@@ -1,8 +1,8 @@
 """Markdown tables from benchmarks/results/*.json, for docs/benchmarks.md.
 
 python benchmarks/render.py chees-toy backends      # print these tables
-python benchmarks/render.py --page docs/benchmarks.md          # re-render every table the page marks
-python benchmarks/render.py --page docs/benchmarks.md --check  # fail if the page and the data differ (CI)
+python benchmarks/render.py --page docs/benchmarks*.md          # re-render every table the pages mark
+python benchmarks/render.py --page docs/benchmarks*.md --check  # fail if a page and the data differ (CI)
 
 A page marks a rendered table as ``<!-- result: NAME -->`` ... ``<!-- end result -->``.
 """
@@ -74,7 +74,8 @@ def rows(record: dict) -> str:
 def rendered(name: str) -> str:
     """One result file as its header line and table."""
     record = json.loads((RESULTS / f"{name}.json").read_text())
-    render = backends if name == "backends" else samplers if name.startswith("chees") else rows
+    first = record["rows"][0] if record["rows"] else {}
+    render = backends if "jax_ms" in first else samplers if "ess_per_s" in first else rows
     return f"**{name}** ({header(record)}):\n\n{render(record)}"
 
 
@@ -89,21 +90,23 @@ def page(text: str) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description="Markdown tables from benchmarks/results/*.json")
     parser.add_argument("names", nargs="*", help="result files to print (default: all)")
-    parser.add_argument("--page", type=Path, help="a markdown page whose marked tables are re-rendered in place")
+    parser.add_argument("--page", type=Path, nargs="+", help="markdown pages whose marked tables are re-rendered in place")
     parser.add_argument("--check", action="store_true", help="with --page: change nothing, fail if the page is out of date")
     args = parser.parse_args()
     if args.page is None:
         for name in args.names or sorted(p.stem for p in Path(RESULTS).glob("*.json")):
             print(rendered(name) + "\n")
         return 0
-    text = args.page.read_text()
-    fresh = page(text)
-    if args.check:
-        if fresh != text:
-            print(f"{args.page} differs from benchmarks/results: run python benchmarks/render.py --page {args.page}", file=sys.stderr)
-            return 1
-        return 0
-    args.page.write_text(fresh)
+    stale = []
+    for path in args.page:
+        text = path.read_text()
+        fresh = page(text)
+        if fresh != text and not args.check:
+            path.write_text(fresh)
+        stale += [str(path)] if fresh != text else []
+    if args.check and stale:
+        print(f"{', '.join(stale)} differ from benchmarks/results: run python benchmarks/render.py --page {' '.join(stale)}", file=sys.stderr)
+        return 1
     return 0
 
 
