@@ -38,18 +38,29 @@ def digits_table(steps=3000):
         ("mean-field local_reparam", "-", "mean-field", {"local_reparam": True}),
         ("matrix-normal rank=4", "-", "matrix-normal", {"rank": 4}),
     ]
-    print("| guide | placement | accuracy (MC) | NLL (MC) | ECE (MC) | accuracy (at mean) | NLL (at mean) | ECE (at mean) | s |")
+    print(
+        "| guide | placement | accuracy (MC) | NLL (MC) | ECE (MC) | accuracy (at mean) | NLL (at mean) | ECE (at "
+        "mean) | s |"
+    )
     print("|---|---|---|---|---|---|---|---|---|", flush=True)
     for label, placement, guide, options in runs:
         net = bz.models.LeNet(dropout=placement if placement != "-" else "all")
         model = bz.BNN(net, bz.priors.Normal(1.0), bz.likelihoods.Categorical())
         start = time.perf_counter()
-        post = bz.fit(model, x, y, bz.SVI(guide=guide, guide_options=options, steps=steps, lr=0.005, batch_size=128, num_draws=200, progress=False))
+        post = bz.fit(
+            model,
+            x,
+            y,
+            bz.SVI(
+                guide=guide, guide_options=options, steps=steps, lr=0.005, batch_size=128, num_draws=200, progress=False
+            ),
+        )
         seconds = time.perf_counter() - start
         mc = classification_metrics(post.predict(xt), yt)
         at_mean = classification_metrics(post.predict(xt, at_mean=True), yt)
         print(
-            f"| {label} | {placement} | {mc['accuracy']:.3f} | {mc['nll']:.3f} | {mc['ece']:.3f} | {at_mean['accuracy']:.3f} | "
+            f"| {label} | {placement} | {mc['accuracy']:.3f} | {mc['nll']:.3f} | {mc['ece']:.3f} | "
+            f"{at_mean['accuracy']:.3f} | "
             f"{at_mean['nll']:.3f} | {at_mean['ece']:.3f} | {seconds:.0f} |",
             flush=True,
         )
@@ -73,19 +84,33 @@ def shakespeare_table(path, epochs=1, batch=64):
     print("|---|---|---|---|---|", flush=True)
     for gates in ("tied", "untied"):
         for embedding_dropout in (False, True):
-            net = bz.models.TextRNN(len(d.info["vocab"]), 32, 128, gates=gates, head="lm", embedding_dropout=embedding_dropout)
+            net = bz.models.TextRNN(
+                len(d.info["vocab"]), 32, 128, gates=gates, head="lm", embedding_dropout=embedding_dropout
+            )
             model = bz.BNN(net, bz.priors.Normal(1.0), bz.likelihoods.Tokens())
             start = time.perf_counter()
             post = bz.fit(
                 model,
                 x,
                 y,
-                bz.SVI(guide="dropout", guide_options={"p": 0.25, "masks": "example"}, steps=steps, lr=0.003, batch_size=batch, num_draws=100, progress=False),
+                bz.SVI(
+                    guide="dropout",
+                    guide_options={"p": 0.25, "masks": "example"},
+                    steps=steps,
+                    lr=0.003,
+                    batch_size=batch,
+                    num_draws=100,
+                    progress=False,
+                ),
             )
             per_epoch = (time.perf_counter() - start) / epochs
             mc = language_model_metrics(post.predictive_mean(xt), yt)
             at_mean = language_model_metrics(post.predict(xt, at_mean=True).mean, yt)
-            print(f"| {gates} | {'yes' if embedding_dropout else 'no'} | {mc['perplexity']:.2f} | {at_mean['perplexity']:.2f} | {per_epoch:.0f} |", flush=True)
+            print(
+                f"| {gates} | {'yes' if embedding_dropout else 'no'} | {mc['perplexity']:.2f} | "
+                f"{at_mean['perplexity']:.2f} | {per_epoch:.0f} |",
+                flush=True,
+            )
 
 
 def nuts_table(warmup=100, samples=100):
@@ -99,7 +124,14 @@ def nuts_table(warmup=100, samples=100):
     vocab = len(toy.info["vocab"])
     cases = [
         ("LeNet channels=2, dense=8, 300 digits", bz.models.LeNet(channels=[2], dense=8), xd[:300], yd[:300], xdt, ydt),
-        ("LeNet channels=4, dense=16, 300 digits", bz.models.LeNet(channels=[4], dense=16), xd[:300], yd[:300], xdt, ydt),
+        (
+            "LeNet channels=4, dense=16, 300 digits",
+            bz.models.LeNet(channels=[4], dense=16),
+            xd[:300],
+            yd[:300],
+            xdt,
+            ydt,
+        ),
         ("LSTM tied embed=4, hidden=8, toy-text (300)", bz.models.TextRNN(vocab, 4, 8, "tied"), xs, ys, xst, yst),
         ("LSTM untied embed=4, hidden=8, toy-text (300)", bz.models.TextRNN(vocab, 4, 8, "untied"), xs, ys, xst, yst),
     ]
@@ -124,12 +156,19 @@ def main():
     import torch
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--text", default="../shared/data/tinyshakespeare", help="corpus folder or file (default ../shared/data/tinyshakespeare)")
+    parser.add_argument(
+        "--text",
+        default="../shared/data/tinyshakespeare",
+        help="corpus folder or file (default ../shared/data/tinyshakespeare)",
+    )
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--skip-digits", action="store_true")
     parser.add_argument("--nuts-only", action="store_true", help="only the NUTS sizes table")
     args = parser.parse_args()
-    print(f"# {time.strftime('%Y-%m-%d')}, {platform.machine()}, torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(
+        f"# {time.strftime('%Y-%m-%d')}, {platform.machine()}, torch {torch.__version__}, {torch.get_num_threads()} "
+        "threads"
+    )
     if args.nuts_only:
         return nuts_table()
     if not args.skip_digits:

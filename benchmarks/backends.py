@@ -47,7 +47,11 @@ def cases():
     )
     yield "cnn", bz.BNN(bz.models.LeNet(), bz.priors.FanInNormal(), categorical), *image.train
     for gates in ("tied", "untied"):
-        yield f"lstm-{gates}", bz.BNN(bz.models.TextRNN(vocab, 32, 64, gates), bz.priors.FanInNormal(), categorical), *text.train
+        yield (
+            f"lstm-{gates}",
+            bz.BNN(bz.models.TextRNN(vocab, 32, 64, gates), bz.priors.FanInNormal(), categorical),
+            *text.train,
+        )
 
 
 def measure(name, model, x, y) -> dict:
@@ -64,7 +68,13 @@ def measure(name, model, x, y) -> dict:
         return torch.autograd.grad(value, leaf)
 
     torch_ms = results.best_ms(eager, calls=20)
-    row = {"architecture": name, "weights": sum(target.sizes), "rows": len(x), "torch_ms": torch_ms, "auto": xla.resolve_backend("auto", model)}
+    row = {
+        "architecture": name,
+        "weights": sum(target.sizes),
+        "rows": len(x),
+        "torch_ms": torch_ms,
+        "auto": xla.resolve_backend("auto", model),
+    }
     value_and_grad = jax.jit(jax.value_and_grad(target.logdensity))
     qj = jnp.asarray(q.numpy())
     start = time.perf_counter()
@@ -73,7 +83,9 @@ def measure(name, model, x, y) -> dict:
     except Exception as exc:  # what the backend's check turns into a fall-back to torch
         return row | {"jax_ms": None, "speedup": None, "jax_compile_s": None, "untraceable": xla._first_line(exc)}
     compile_s = time.perf_counter() - start
-    jax_ms = results.best_ms(lambda: jax.block_until_ready(value_and_grad(qj)), calls=max(5, int(200 / max(torch_ms, 1))))
+    jax_ms = results.best_ms(
+        lambda: jax.block_until_ready(value_and_grad(qj)), calls=max(5, int(200 / max(torch_ms, 1)))
+    )
     return row | {"jax_ms": jax_ms, "speedup": torch_ms / jax_ms, "jax_compile_s": compile_s}
 
 

@@ -66,9 +66,20 @@ def weight_rhat(samples: dict) -> float:
 
 def run_chees(x, y, x_test, noise, chains, warmup, samples, seed, compile=False, mass_matrix="pooled", backend="torch"):
     method = bz.ChEES(
-        num_chains=chains, num_warmup=warmup, num_samples=samples, seed=seed, compile=compile, mass_matrix=mass_matrix, progress=False, backend=backend
+        num_chains=chains,
+        num_warmup=warmup,
+        num_samples=samples,
+        seed=seed,
+        compile=compile,
+        mass_matrix=mass_matrix,
+        progress=False,
+        backend=backend,
     )
-    label = f"bnn-zoo ChEES ({backend}), {chains} chains" + (", compiled" if compile else "") + (", within-chain mass" if mass_matrix == "within" else "")
+    label = (
+        f"bnn-zoo ChEES ({backend}), {chains} chains"
+        + (", compiled" if compile else "")
+        + (", within-chain mass" if mass_matrix == "within" else "")
+    )
     return run_bnn_zoo(x, y, x_test, noise, method, label, f"{warmup}+{samples}")
 
 
@@ -76,7 +87,9 @@ def run_nuts(x, y, x_test, noise, draws, seed, backend):
     """bnn-zoo's NUTS with NumPyro's row's draws, 2 chains (on the jax backend one after the other)."""
     method = bz.NUTS(num_warmup=draws, num_samples=draws, num_chains=2, seed=seed, progress=False, backend=backend)
     sampler = "Pyro" if backend == "torch" else "NumPyro on the traced torch model"
-    return run_bnn_zoo(x, y, x_test, noise, method, f"bnn-zoo NUTS ({backend}: {sampler}), 2 chains", f"{draws}+{draws}")
+    return run_bnn_zoo(
+        x, y, x_test, noise, method, f"bnn-zoo NUTS ({backend}: {sampler}), 2 chains", f"{draws}+{draws}"
+    )
 
 
 def run_bnn_zoo(x, y, x_test, noise, method, label, draws):
@@ -121,7 +134,9 @@ def run_numpyro(x, y, x_test, noise, warmup, samples, seed):
 
     xj, yj = jnp.asarray(x.numpy()), jnp.asarray(y.numpy().reshape(-1))
     start = time.perf_counter()
-    mcmc = MCMC(NUTS(model), num_warmup=warmup, num_samples=samples, num_chains=2, chain_method="sequential", progress_bar=False)
+    mcmc = MCMC(
+        NUTS(model), num_warmup=warmup, num_samples=samples, num_chains=2, chain_method="sequential", progress_bar=False
+    )
     mcmc.run(jax.random.PRNGKey(seed), xj, yj, extra_fields=("num_steps", "diverging"))
     s = mcmc.get_samples(group_by_chain=True)
     jax.block_until_ready(s["w1"])
@@ -187,7 +202,10 @@ def time_gradients(x, y, noise, chains: list[int], repeats: int = 5, calls: int 
             t_auto = best(lambda params=params: autograd(params))
             t_own = best(lambda params=params: target.batched_value_and_grad(params, x, yy))
         t_jax = best(lambda pj=pj: jax.block_until_ready(batched(pj, xj, yj)))
-        print(f"| {c} | {t_auto:.2f} | {t_own:.2f} | {t_jax:.2f} | {1e3 * t_own / c:.0f} | {t_auto / t_own:.2f}x | {t_jax / t_own:.2f}x |")
+        print(
+            f"| {c} | {t_auto:.2f} | {t_own:.2f} | {t_jax:.2f} | {1e3 * t_own / c:.0f} | {t_auto / t_own:.2f}x | "
+            f"{t_jax / t_own:.2f}x |"
+        )
 
 
 def time_chunks(chains: int = 16, repeats: int = 3) -> None:
@@ -204,14 +222,20 @@ def time_chunks(chains: int = 16, repeats: int = 3) -> None:
         "toy-text tied LSTM": (bz.models.TextRNN(vocab, 32, 64, "tied"), bz.priors.ScaleMixture(), text),
     }
     sizes = [k for k in (1, 2, 4, 8) if k < chains] + [chains]
-    print(f"| network | saved per chain MB | {' | '.join(f'chunks of {k}' for k in sizes)} | chosen chunk | chosen s | one batch / chosen |")
+    print(
+        f"| network | saved per chain MB | {' | '.join(f'chunks of {k}' for k in sizes)} | chosen chunk | chosen s | "
+        "one batch / chosen |"
+    )
     print("|---|---|" + "---|" * (len(sizes) + 3))
     for name, (net, prior, data) in cases.items():
         model = bz.BNN(net, prior, bz.likelihoods.Categorical())
         inits = [model.network_init(i) for i in range(chains)]
         params = {k: torch.stack([v[k] for v in inits]) for k in inits[0]}
         times, chosen, size, per_chain = _chunk_times(model, params, *data.train, sizes, repeats)
-        print(f"| {name} | {per_chain / 1e6:.0f} | {' | '.join(f'{t:.3f}' for t in times)} | {size} | {chosen:.3f} | {times[-1] / chosen:.2f}x |")
+        print(
+            f"| {name} | {per_chain / 1e6:.0f} | {' | '.join(f'{t:.3f}' for t in times)} | {size} | {chosen:.3f} | "
+            f"{times[-1] / chosen:.2f}x |"
+        )
 
 
 def _chunk_times(model, params, x, y, sizes, repeats):
@@ -260,14 +284,26 @@ def check_against_nuts(chains, warmup, samples, nuts_draws):
         with torch.no_grad():
             f = model.forward({k: post.samples[k] for k in model.params}, grid)[..., 0].numpy()
         ds = az.convert_to_dataset({"f": f})
-        quantiles = [(np.quantile(f.reshape(-1, 25), p, axis=0), az.mcse(ds, method="quantile", prob=p)["f"].values) for p in (0.025, 0.975)]
+        quantiles = [
+            (np.quantile(f.reshape(-1, 25), p, axis=0), az.mcse(ds, method="quantile", prob=p)["f"].values)
+            for p in (0.025, 0.975)
+        ]
         runs.append((f.reshape(-1, 25).mean(0), az.mcse(ds)["f"].values, quantiles, float(az.rhat(ds)["f"].max())))
     (m1, se1, q1, r1), (m2, se2, q2, r2) = runs
     z_mean = np.abs(m1 - m2) / np.sqrt(se1**2 + se2**2)
     z_band = max(float((np.abs(a - b) / np.sqrt(sa**2 + sb**2)).max()) for (a, sa), (b, sb) in zip(q1, q2, strict=True))
-    print(f"ChEES {chains} chains x ({warmup} + {samples}), {chees.runtime_s:.0f} s; Pyro NUTS 4 x ({nuts_draws} + {nuts_draws}), {nuts.runtime_s:.0f} s")
-    print(f"predictive mean: max |ChEES - NUTS| / combined MCSE over 25 inputs = {z_mean.max():.2f} (median {np.median(z_mean):.2f})")
-    print(f"95% band ends: max |ChEES - NUTS| / combined MCSE = {z_band:.2f}; max R-hat of f: ChEES {r1:.3f}, NUTS {r2:.3f}")
+    print(
+        f"ChEES {chains} chains x ({warmup} + {samples}), {chees.runtime_s:.0f} s; Pyro NUTS 4 x ({nuts_draws} + "
+        f"{nuts_draws}), {nuts.runtime_s:.0f} s"
+    )
+    print(
+        f"predictive mean: max |ChEES - NUTS| / combined MCSE over 25 inputs = {z_mean.max():.2f} (median "
+        f"{np.median(z_mean):.2f})"
+    )
+    print(
+        f"95% band ends: max |ChEES - NUTS| / combined MCSE = {z_band:.2f}; max R-hat of f: ChEES {r1:.3f}, NUTS "
+        f"{r2:.3f}"
+    )
 
 
 def main():
@@ -278,16 +314,46 @@ def main():
     parser.add_argument("--warmup", type=int, default=100, help="ChEES warm-up iterations")
     parser.add_argument("--samples", type=int, default=200, help="ChEES draws per chain")
     parser.add_argument("--numpyro-draws", type=int, default=1000, help="NumPyro warm-up and kept draws per chain")
-    parser.add_argument("--nuts-draws", type=int, default=400, help="--check: Pyro NUTS warm-up and kept draws per chain (4 chains)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="one table per seed, then the median ESS/s of each sampler")
-    parser.add_argument("--mass-matrix", choices=("pooled", "within"), nargs="+", default=["pooled"], help="ChEES's mass-matrix estimate(s) to run")
-    parser.add_argument("--compile", action="store_true", help="also run every ChEES row with compile=True (torch.compile)")
-    parser.add_argument("--check", action="store_true", help="compare ChEES's predictive with a long Pyro NUTS run instead")
-    parser.add_argument("--gradient", action="store_true", help="time one batched potential and gradient per chain count instead")
-    parser.add_argument("--chunks", action="store_true", help="time the CNN's and the LSTM's batched gradient by chunk of chains instead")
-    parser.add_argument("--backends", choices=("jax", "torch"), nargs="+", default=["jax", "torch"], help="bnn-zoo's backends to run")
-    parser.add_argument("--pyro-nuts", action="store_true", help="also run NUTS on the torch backend (Pyro's; 10-15x slower than NumPyro)")
-    parser.add_argument("--glibc-defaults", action="store_true", help="leave glibc's malloc as it is (a Python user's default), not bz.keep_freed_memory()")
+    parser.add_argument(
+        "--nuts-draws", type=int, default=400, help="--check: Pyro NUTS warm-up and kept draws per chain (4 chains)"
+    )
+    parser.add_argument(
+        "--seeds", type=int, nargs="+", default=[0], help="one table per seed, then the median ESS/s of each sampler"
+    )
+    parser.add_argument(
+        "--mass-matrix",
+        choices=("pooled", "within"),
+        nargs="+",
+        default=["pooled"],
+        help="ChEES's mass-matrix estimate(s) to run",
+    )
+    parser.add_argument(
+        "--compile", action="store_true", help="also run every ChEES row with compile=True (torch.compile)"
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="compare ChEES's predictive with a long Pyro NUTS run instead"
+    )
+    parser.add_argument(
+        "--gradient", action="store_true", help="time one batched potential and gradient per chain count instead"
+    )
+    parser.add_argument(
+        "--chunks",
+        action="store_true",
+        help="time the CNN's and the LSTM's batched gradient by chunk of chains instead",
+    )
+    parser.add_argument(
+        "--backends", choices=("jax", "torch"), nargs="+", default=["jax", "torch"], help="bnn-zoo's backends to run"
+    )
+    parser.add_argument(
+        "--pyro-nuts",
+        action="store_true",
+        help="also run NUTS on the torch backend (Pyro's; 10-15x slower than NumPyro)",
+    )
+    parser.add_argument(
+        "--glibc-defaults",
+        action="store_true",
+        help="leave glibc's malloc as it is (a Python user's default), not bz.keep_freed_memory()",
+    )
     args = parser.parse_args()
     if not args.glibc_defaults:
         bz.keep_freed_memory()  # as the command line does (bnn_zoo/memory.py); the NumPyro run shares the process
@@ -296,32 +362,51 @@ def main():
         return
     if args.chunks:
         malloc = "glibc's defaults" if args.glibc_defaults else "bz.keep_freed_memory()"
-        print(f"# {time.strftime('%Y-%m-%d')}, {platform.machine()}, torch {torch.__version__}, 1 thread; {max(args.chains)} chains; {malloc}")
+        print(
+            f"# {time.strftime('%Y-%m-%d')}, {platform.machine()}, torch {torch.__version__}, 1 thread; "
+            f"{max(args.chains)} chains; {malloc}"
+        )
         time_chunks(max(args.chains))
         return
     x, y, x_test, noise = problem(args.problem, args.data)
     if args.gradient:
-        print(f"# {time.strftime('%Y-%m-%d')}, {platform.machine()}, torch {torch.__version__}, 1 thread; {args.problem}: N = {len(x)}")
+        print(
+            f"# {time.strftime('%Y-%m-%d')}, {platform.machine()}, torch {torch.__version__}, 1 thread; "
+            f"{args.problem}: N = {len(x)}"
+        )
         time_gradients(x, y, noise, args.chains)
         return
-    print(f"# {time.strftime('%Y-%m-%d')}, {platform.machine()}, torch {torch.__version__}, 1 thread; {args.problem}: N = {len(x)}, noise {noise}")
+    print(
+        f"# {time.strftime('%Y-%m-%d')}, {platform.machine()}, torch {torch.__version__}, 1 thread; {args.problem}: N "
+        f"= {len(x)}, noise {noise}"
+    )
     rates, record = {}, []  # sampler -> ESS/s per seed; every row, for the results file
     for seed in args.seeds:
         rows = [run_numpyro(x, y, x_test, noise, args.numpyro_draws, args.numpyro_draws, seed)]
         if "jax" in args.backends:
             rows.append(run_nuts(x, y, x_test, noise, args.numpyro_draws, seed, "jax"))
-            rows += [run_chees(x, y, x_test, noise, c, args.warmup, args.samples, seed, backend="jax") for c in args.chains]
+            rows += [
+                run_chees(x, y, x_test, noise, c, args.warmup, args.samples, seed, backend="jax") for c in args.chains
+            ]
         if args.pyro_nuts:
             rows.append(run_nuts(x, y, x_test, noise, args.numpyro_draws, seed, "torch"))
         if "torch" in args.backends:
             for compiled in (False, True) if args.compile else (False,):
                 for mass in args.mass_matrix:
-                    rows += [run_chees(x, y, x_test, noise, c, args.warmup, args.samples, seed, compiled, mass) for c in args.chains]
+                    rows += [
+                        run_chees(x, y, x_test, noise, c, args.warmup, args.samples, seed, compiled, mass)
+                        for c in args.chains
+                    ]
         print_table(rows, f"seed {seed}")
         base = rows[0]["ess"] / rows[0]["wall"]
         for r in rows:
             record.append(
-                {"seed": seed, **{k: v for k, v in r.items() if k != "f"}, "ess_per_s": r["ess"] / r["wall"], "vs_numpyro": r["ess"] / r["wall"] / base}
+                {
+                    "seed": seed,
+                    **{k: v for k, v in r.items() if k != "f"},
+                    "ess_per_s": r["ess"] / r["wall"],
+                    "vs_numpyro": r["ess"] / r["wall"] / base,
+                }
             )
         for r in rows:
             rates.setdefault(r["sampler"], []).append(r["ess"] / r["wall"])
@@ -332,7 +417,10 @@ def main():
         print(f"\n| sampler | ESS/s by seed {args.seeds} | median ESS/s | vs NumPyro's median |")
         print("|---|---|---|---|")
         for sampler, values in rates.items():
-            print(f"| {sampler} | {', '.join(f'{v:.1f}' for v in values)} | {np.median(values):.1f} | {np.median(values) / base:.2f}x |")
+            print(
+                f"| {sampler} | {', '.join(f'{v:.1f}' for v in values)} | {np.median(values):.1f} | "
+                f"{np.median(values) / base:.2f}x |"
+            )
     settings = {k: getattr(args, k) for k in ("problem", "chains", "warmup", "samples", "numpyro_draws", "seeds")}
     name = f"chees-{args.problem}" + ("" if set(args.backends) == {"jax", "torch"} else f"-{args.backends[0]}")
     print(f"results: {results.write(name, record, threads=1, **settings)}")
@@ -340,14 +428,17 @@ def main():
 
 def print_table(rows: list[dict], title: str) -> None:
     base = rows[0]["ess"] / rows[0]["wall"]
-    header = "sampler | warm-up + draws per chain | wall s | leapfrog steps per draw | min bulk ESS of f | ESS/s | vs NumPyro | max R-hat f"
+    header = (
+        "sampler | warm-up + draws per chain | wall s | leapfrog steps per draw | min bulk ESS of f | ESS/s | "
+        "vs NumPyro | max R-hat f"
+    )
     print(f"\n{title}\n\n| {header} | max R-hat weights | divergences |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         rate = r["ess"] / r["wall"]
         print(
-            f"| {r['sampler']} | {r['draws']} | {r['wall']:.1f} | {r['steps']:.0f} | {r['ess']:.0f} | {rate:.1f} | {rate / base:.2f}x | "
-            f"{r['rhat_f']:.3f} | {r['rhat_w']:.2f} | {r['divergences']} |"
+            f"| {r['sampler']} | {r['draws']} | {r['wall']:.1f} | {r['steps']:.0f} | {r['ess']:.0f} | {rate:.1f} | "
+            f"{rate / base:.2f}x | {r['rhat_f']:.3f} | {r['rhat_w']:.2f} | {r['divergences']} |"
         )
 
 

@@ -25,7 +25,11 @@ from bnn_zoo.errors import BnnZooError
 from bnn_zoo.experiments import config as cfg
 from bnn_zoo.experiments.run import execute
 
-DATA = {"toy-cubic": ["mlp", "linear"], "digits": ["mlp", "linear", "cnn"], "toy-text": ["lstm-tied", "lstm-untied", "embedding-rnn"]}
+DATA = {
+    "toy-cubic": ["mlp", "linear"],
+    "digits": ["mlp", "linear", "cnn"],
+    "toy-text": ["lstm-tied", "lstm-untied", "embedding-rnn"],
+}
 GUIDES = ["mean-field", "matrix-normal", "flow", "dropout"]
 METHODS = ["nuts", "hmc", "chees", "sgld", "sghmc", "cyclical", "laplace", "gp"]
 
@@ -57,7 +61,12 @@ def run_one(data, model, method, device=None, progress=False):
         warnings.simplefilter("ignore")
         metrics = execute(config, None, progress=progress).metrics
     metric = "rmse" if "rmse" in metrics else "accuracy"
-    return {"metric": metric, "value": round(metrics[metric], 3), "time_s": round(time.perf_counter() - start, 1), "note": metrics.get("collapse_warning", "")}
+    return {
+        "metric": metric,
+        "value": round(metrics[metric], 3),
+        "time_s": round(time.perf_counter() - start, 1),
+        "note": metrics.get("collapse_warning", ""),
+    }
 
 
 def main():
@@ -83,9 +92,19 @@ def main():
             try:
                 row = run_one(data, model, method, args.device, args.progress)
             except BnnZooError as exc:  # a combination refused or stopped with its reason is a result too
-                row = {"metric": "", "value": "", "time_s": round(time.perf_counter() - start, 1), "note": f"refused: {exc}"}
+                row = {
+                    "metric": "",
+                    "value": "",
+                    "time_s": round(time.perf_counter() - start, 1),
+                    "note": f"refused: {exc}",
+                }
             except Exception as exc:  # a crash is a finding: record it and go on
-                row = {"metric": "", "value": "", "time_s": "", "note": f"FAILED: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"}
+                row = {
+                    "metric": "",
+                    "value": "",
+                    "time_s": "",
+                    "note": f"FAILED: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}",
+                }
             row = {"data": data, "model": model, "method": method, **row}
             writer.writerow(row)
             fh.flush()

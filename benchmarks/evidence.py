@@ -44,13 +44,18 @@ def blr_table():
     def row(label, fn):
         start = time.perf_counter()
         est, se = fn()
-        print(f"| {label} | {est:.3f} | {se:.3f} | {est - truth:+.3f} | {time.perf_counter() - start:.2f} |", flush=True)
+        print(
+            f"| {label} | {est:.3f} | {se:.3f} | {est - truth:+.3f} | {time.perf_counter() - start:.2f} |", flush=True
+        )
 
     row("ELBO (4000 draws)", lambda: evidence.elbo(post, num_samples=4000))
     for k in (1, 10, 100, 1000):
         row(f"IW bound K={k} (x20)", lambda k=k: evidence.importance_weighted(post, k=k, num_repeats=20))
     for steps in (50, 200, 1000):
-        row(f"AIS {steps} steps, 4x16 particles", lambda steps=steps: evidence.ais(model, x, y, num_steps=steps, num_particles=16))
+        row(
+            f"AIS {steps} steps, 4x16 particles",
+            lambda steps=steps: evidence.ais(model, x, y, num_steps=steps, num_particles=16),
+        )
 
     target, steps = _Target(model, x, y), 200
     start = time.perf_counter()
@@ -60,7 +65,10 @@ def blr_table():
     for _ in range(64):
         _anneal(target, 1, steps, 10, 0.1, 0.65, False)
     looped = time.perf_counter() - start
-    print(f"\nAIS, 64 particles x {steps} steps: vectorised {vectorised:.1f} s, one particle at a time {looped:.1f} s (ratio {looped / vectorised:.1f}x)")
+    print(
+        f"\nAIS, 64 particles x {steps} steps: vectorised {vectorised:.1f} s, one particle at a time {looped:.1f} s "
+        f"(ratio {looped / vectorised:.1f}x)"
+    )
 
 
 def digits_table(steps, ais_steps, out):
@@ -85,15 +93,30 @@ def digits_table(steps, ais_steps, out):
         model = bz.BNN(net(), prior, lik)
         start = time.perf_counter()
         ais = evidence.ais(model, x, y, num_steps=num_steps, num_particles=4, num_runs=4)
-        print(f"{net_name}: AIS {num_steps} steps x 16 particles = {ais[0]:.1f} +- {ais[1]:.1f} in {time.perf_counter() - start:.0f} s", flush=True)
+        print(
+            f"{net_name}: AIS {num_steps} steps x 16 particles = {ais[0]:.1f} +- {ais[1]:.1f} in "
+            f"{time.perf_counter() - start:.0f} s",
+            flush=True,
+        )
         for guide, options in guides.items():
-            method = bz.SVI(guide=guide, guide_options=options, steps=steps, lr=0.005, batch_size=128, num_draws=200, progress=False)
+            method = bz.SVI(
+                guide=guide, guide_options=options, steps=steps, lr=0.005, batch_size=128, num_draws=200, progress=False
+            )
             start = time.perf_counter()
-            result = run(f"{net_name}-{guide}", data, model, method, out / f"{net_name}-{guide}", evidence=("iw",) if guide == "mean-field" else ())
+            result = run(
+                f"{net_name}-{guide}",
+                data,
+                model,
+                method,
+                out / f"{net_name}-{guide}",
+                evidence=("iw",) if guide == "mean-field" else (),
+            )
             result.metrics.update(evidence_ais=ais[0], evidence_ais_se=ais[1], ais_steps=num_steps)
             results.append(result)
             print(f"{net_name}-{guide}: {time.perf_counter() - start:.0f} s including ELBO, IW and LOO", flush=True)
-    results.append(run("gp-rbf", data, bz.GP("rbf", lik, num_classes=10), bz.TypeII(steps=300, progress=False), out / "gp-rbf"))
+    results.append(
+        run("gp-rbf", data, bz.GP("rbf", lik, num_classes=10), bz.TypeII(steps=300, progress=False), out / "gp-rbf")
+    )
     table = report(results, out / "comparison")
     columns = [
         "run",
@@ -122,10 +145,20 @@ if __name__ == "__main__":
     parser.add_argument("--blr", action="store_true")
     parser.add_argument("--digits", action="store_true")
     parser.add_argument("--steps", type=int, default=3000)
-    parser.add_argument("--ais-steps", type=int, nargs=2, default=[1000, 100], metavar=("MLP", "CNN"), help="AIS temperatures per architecture")
+    parser.add_argument(
+        "--ais-steps",
+        type=int,
+        nargs=2,
+        default=[1000, 100],
+        metavar=("MLP", "CNN"),
+        help="AIS temperatures per architecture",
+    )
     parser.add_argument("--out", type=Path, default=Path("runs/bench-evidence"))
     args = parser.parse_args()
-    print(f"# {time.strftime('%Y-%m-%d')} on {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads\n")
+    print(
+        f"# {time.strftime('%Y-%m-%d')} on {platform.processor() or platform.machine()}, {torch.get_num_threads()} "
+        "threads\n"
+    )
     if args.blr or not args.digits:
         blr_table()
     if args.digits:

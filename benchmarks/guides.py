@@ -20,7 +20,8 @@ import time
 import warnings
 
 warnings.simplefilter("ignore", FutureWarning)
-warnings.filterwarnings("ignore", message="Failed to verify mean field")  # structured guides order sites differently; KLs stay exact
+# structured guides order sites differently; KLs stay exact
+warnings.filterwarnings("ignore", message="Failed to verify mean field")
 
 GUIDES = [
     ("mean-field", {}),
@@ -66,7 +67,12 @@ def blr_gap(guide, options):
     if guide == "dropout":
         return None, None
     lr = 0.02 if guide == "flow" else 0.05
-    post = bz.fit(model, x, y, bz.SVI(guide=guide, guide_options=options, steps=3000, lr=lr, lr_decay=0.05, num_particles=8, progress=False))
+    post = bz.fit(
+        model,
+        x,
+        y,
+        bz.SVI(guide=guide, guide_options=options, steps=3000, lr=lr, lr_decay=0.05, num_particles=8, progress=False),
+    )
     elbo, se = post.elbo(num_samples=10000)
     return exact.log_evidence - elbo, se
 
@@ -108,7 +114,12 @@ def gradient_variance(guide, options, switch, shared, repeats=200, batch=32):
     import bnn_zoo as bz
 
     model, x, y = mlp_problem()
-    post = bz.fit(model, x, y, bz.SVI(guide=guide, guide_options=options, steps=500, lr=0.01, batch_size=batch, progress=False, num_draws=10))
+    post = bz.fit(
+        model,
+        x,
+        y,
+        bz.SVI(guide=guide, guide_options=options, steps=500, lr=0.01, batch_size=batch, progress=False, num_draws=10),
+    )
     g, elbo, out = post.guide, TraceMeanField_ELBO(), []
     local = getattr(g, switch)
     g.train()
@@ -127,9 +138,16 @@ def gradient_variance(guide, options, switch, shared, repeats=200, batch=32):
 def main():
     import torch
 
-    print(f"# {time.strftime('%Y-%m-%d')}, {platform.machine()}, torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(
+        f"# {time.strftime('%Y-%m-%d')}, {platform.machine()}, torch {torch.__version__}, {torch.get_num_threads()} "
+        "threads"
+    )
     ctx = mp.get_context("spawn")
-    print("| guide | BLR gap log p(D) - ELBO (nats) | MC SE | MLP ms/step | vs mean-field | MLP peak RSS MiB | vs mean-field |", flush=True)
+    print(
+        "| guide | BLR gap log p(D) - ELBO (nats) | MC SE | MLP ms/step | vs mean-field | MLP peak RSS MiB | vs "
+        "mean-field |",
+        flush=True,
+    )
     print("|---|---|---|---|---|---|---|", flush=True)
     ref = None
     for guide, options in GUIDES:
@@ -143,7 +161,10 @@ def main():
             if proc.exitcode == 0:
                 per_step, peak_kb, _ = queue.get()
                 ref = ref or (per_step, peak_kb)
-                cost = f"| {1000 * per_step:.1f} | {per_step / ref[0]:.2f}x | {peak_kb / 1024:.0f} | {peak_kb / ref[1]:.2f}x |"
+                cost = (
+                    f"| {1000 * per_step:.1f} | {per_step / ref[0]:.2f}x | {peak_kb / 1024:.0f} | "
+                    f"{peak_kb / ref[1]:.2f}x |"
+                )
             else:
                 proc.kill()
                 cost = f"| failed (exit code {proc.exitcode}) | | | |"
@@ -153,7 +174,10 @@ def main():
     print("|---|---|---|---|")
     for guide, options, switch, shared in SHARED_VS_LOCAL:
         local_var, shared_var = gradient_variance(guide, options, switch, shared)
-        print(f"| {label(guide, options)} | {local_var:.4g} | {shared_var:.4g} | {shared_var / local_var:.2f}x |", flush=True)
+        print(
+            f"| {label(guide, options)} | {local_var:.4g} | {shared_var:.4g} | {shared_var / local_var:.2f}x |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

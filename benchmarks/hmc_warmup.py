@@ -33,18 +33,39 @@ def prior_config(spec: str) -> cfg.PriorConfig:
 
 
 def warmup(data: str, model: str, prior: str, iterations: int, seed: int) -> list[dict]:
-    config = cfg.RunConfig(data=cfg.REGISTRY["data"][data](), model=cfg.REGISTRY["model"][model](), inference=cfg.HMC(), prior=prior_config(prior))
+    config = cfg.RunConfig(
+        data=cfg.REGISTRY["data"][data](),
+        model=cfg.REGISTRY["model"][model](),
+        inference=cfg.HMC(),
+        prior=prior_config(prior),
+    )
     run = prepare(config, progress=False)
     pyro.set_rng_seed(seed)
-    start = init_to_value(values=run.model.network_init(seed))  # bz.HMC's settings: trajectory length 1, step size 0.01 to start
-    kernel = mcmc.HMC(run.model, step_size=0.01, trajectory_length=1.0, init_strategy=start, jit_compile=True, ignore_jit_warnings=True)
+    # bz.HMC's settings: trajectory length 1, step size 0.01 to start
+    start = init_to_value(values=run.model.network_init(seed))
+    kernel = mcmc.HMC(
+        run.model,
+        step_size=0.01,
+        trajectory_length=1.0,
+        init_strategy=start,
+        jit_compile=True,
+        ignore_jit_warnings=True,
+    )
     rows, clock = [], [time.perf_counter()]
 
     def logged(step):  # Pyro's adapter sees each iteration's acceptance before it moves the step size
         def record(t, z, accept_prob, z_grad=None):
             now = time.perf_counter()
             steps = kernel.num_steps
-            rows.append({"iteration": t, "step size": kernel.step_size, "leapfrog steps": steps, "acceptance": float(accept_prob), "seconds": now - clock[0]})
+            rows.append(
+                {
+                    "iteration": t,
+                    "step size": kernel.step_size,
+                    "leapfrog steps": steps,
+                    "acceptance": float(accept_prob),
+                    "seconds": now - clock[0],
+                }
+            )
             clock[0] = now
             return step(t, z, accept_prob, z_grad)
 
@@ -71,9 +92,16 @@ def main():
     args = parser.parse_args()
     torch.set_num_threads(1)
     for prior in args.priors:
-        print(f"\n{args.data} {args.model}, prior {prior}\n\n| iteration | step size | leapfrog steps | acceptance | seconds |\n|---|---|---|---|---|")
+        print(
+            f"\n{args.data} {args.model}, prior {prior}\n\n| iteration | step size | leapfrog steps | acceptance | "
+            "seconds |\n|---|---|---|---|---|"
+        )
         for row in warmup(args.data, args.model, prior, args.iterations, args.seed):
-            print(f"| {row['iteration']} | {row['step size']:.2g} | {row['leapfrog steps']} | {row['acceptance']:.2g} | {row['seconds']:.1f} |", flush=True)
+            print(
+                f"| {row['iteration']} | {row['step size']:.2g} | {row['leapfrog steps']} | {row['acceptance']:.2g} | "
+                f"{row['seconds']:.1f} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

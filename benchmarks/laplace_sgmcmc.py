@@ -9,8 +9,10 @@
    (d) Heek's calibration bins with variance: how many bins lie outside E[A] +- 1.96 sd and +- 3 sd.
    Test accuracy, NLL, ECE, expected accuracy, the significant bins and time; reliability diagrams.
 
-    python benchmarks/laplace_sgmcmc.py [--evidence] [--heek] [--out runs/bench-laplace-sgmcmc]   (about 12 minutes on 2 cores)
-    python benchmarks/laplace_sgmcmc.py --nuts-sized   (the small LeNet by NUTS, SGHMC, mean-field, dropout; about 3 minutes)
+    python benchmarks/laplace_sgmcmc.py [--evidence] [--heek] [--out runs/bench-laplace-sgmcmc]   (about 12 minutes on 2
+    cores)
+    python benchmarks/laplace_sgmcmc.py --nuts-sized   (the small LeNet by NUTS, SGHMC, mean-field, dropout; about 3
+    minutes)
 """
 
 from __future__ import annotations
@@ -39,9 +41,27 @@ def evidence_table():
     noise = toy.info["noise_scale"] / float(toy.y_std)
     cat = bz.likelihoods.Categorical()
     setups = [
-        ("toy", toy, bz.BNN(bz.models.MLP(1, [50], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(noise)), "full", "all"),
-        ("digits mlp", digits, bz.BNN(bz.models.MLP(64, [50], 10, activation="relu"), bz.priors.Normal(1.0), cat), "kron", "last_layer"),
-        ("digits cnn", digits, bz.BNN(bz.models.LeNet(dropout="dense"), bz.priors.Normal(1.0), cat), "kron", "last_layer"),
+        (
+            "toy",
+            toy,
+            bz.BNN(bz.models.MLP(1, [50], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(noise)),
+            "full",
+            "all",
+        ),
+        (
+            "digits mlp",
+            digits,
+            bz.BNN(bz.models.MLP(64, [50], 10, activation="relu"), bz.priors.Normal(1.0), cat),
+            "kron",
+            "last_layer",
+        ),
+        (
+            "digits cnn",
+            digits,
+            bz.BNN(bz.models.LeNet(dropout="dense"), bz.priors.Normal(1.0), cat),
+            "kron",
+            "last_layer",
+        ),
     ]
     _row(
         [
@@ -60,7 +80,14 @@ def evidence_table():
     _row(["---"] * 10)
     for name, data, model, hessian, subset in setups:
         batch = 128 if data.task == "classification" else None
-        svi = bz.SVI(steps=3000, lr=0.005 if batch else 0.02, lr_decay=1.0 if batch else 0.1, batch_size=batch, num_draws=200, progress=False)
+        svi = bz.SVI(
+            steps=3000,
+            lr=0.005 if batch else 0.02,
+            lr_decay=1.0 if batch else 0.1,
+            batch_size=batch,
+            num_draws=200,
+            progress=False,
+        )
         evidence = ["iw", "ais"] if name == "toy" else ["iw"]
         mf = run("mean-field", data, model, svi, evidence=evidence, ais_steps=500)
         options = dict(subset=subset, hessian=hessian, batch_size=batch, lr=0.005 if batch else 0.01, progress=False)
@@ -94,8 +121,25 @@ def heek_claims(out: Path):
     model = bz.BNN(bz.models.LeNet(dropout="dense"), bz.priors.Normal(1.0), bz.likelihoods.Categorical())
     svi = dict(steps=3000, lr=0.005, batch_size=128, num_draws=200, progress=False)
     configs = [(f"mean-field tau={t}", bz.SVI(kl_weight=t, **svi)) for t in (1.0, 0.3, 0.1)]
-    configs += [(f"dropout p={p}", bz.SVI(guide="dropout", guide_options={"p": p, "masks": "example"}, **svi)) for p in (0.1, 0.3, 0.5)]
-    configs += [("sghmc", bz.SGMCMC(kind="sghmc", step_size=3e-4, friction=50.0, batch_size=128, burn_in=6000, num_samples=200, thinning=20, progress=False))]
+    configs += [
+        (f"dropout p={p}", bz.SVI(guide="dropout", guide_options={"p": p, "masks": "example"}, **svi))
+        for p in (0.1, 0.3, 0.5)
+    ]
+    configs += [
+        (
+            "sghmc",
+            bz.SGMCMC(
+                kind="sghmc",
+                step_size=3e-4,
+                friction=50.0,
+                batch_size=128,
+                burn_in=6000,
+                num_samples=200,
+                thinning=20,
+                progress=False,
+            ),
+        )
+    ]
     results = []
     _row(["model", "accuracy", "NLL", "ECE", "expected accuracy", "bins outside 1.96 sd", "bins outside 3 sd", "s"])
     _row(["---"] * 8)
@@ -132,12 +176,34 @@ def nuts_sized():
     from bnn_zoo.experiments.run import run
 
     digits = bz.data.digits()
-    small = Dataset("digits-300", digits.x_train[:300], digits.y_train[:300], digits.x_test, digits.y_test, task="classification", info=digits.info)
-    model = bz.BNN(bz.models.LeNet(channels=[4], dense=16, dropout="dense"), bz.priors.FanInNormal(), bz.likelihoods.Categorical())
+    small = Dataset(
+        "digits-300",
+        digits.x_train[:300],
+        digits.y_train[:300],
+        digits.x_test,
+        digits.y_test,
+        task="classification",
+        info=digits.info,
+    )
+    model = bz.BNN(
+        bz.models.LeNet(channels=[4], dense=16, dropout="dense"), bz.priors.FanInNormal(), bz.likelihoods.Categorical()
+    )
     svi = dict(steps=3000, lr=0.005, batch_size=64, num_draws=200, progress=False)
     methods = [
         ("nuts (1 chain, 100 + 100)", bz.NUTS(num_warmup=100, num_samples=100, num_chains=1, progress=False)),
-        ("sghmc", bz.SGMCMC(kind="sghmc", step_size=1e-3, friction=20.0, batch_size=64, burn_in=4000, num_samples=200, thinning=20, progress=False)),
+        (
+            "sghmc",
+            bz.SGMCMC(
+                kind="sghmc",
+                step_size=1e-3,
+                friction=20.0,
+                batch_size=64,
+                burn_in=4000,
+                num_samples=200,
+                thinning=20,
+                progress=False,
+            ),
+        ),
         ("mean-field", bz.SVI(**svi)),
         ("dropout p=0.5", bz.SVI(guide="dropout", guide_options={"p": 0.5, "masks": "example"}, **svi)),
     ]
@@ -145,18 +211,32 @@ def nuts_sized():
     _row(["---"] * 6)
     for name, method in methods:
         m = run(name, small, model, method).metrics
-        _row([name, f"{m['accuracy']:.3f}", f"{m['nll']:.3f}", f"{m['ece']:.3f}", f"{m['expected_accuracy']:.3f}", f"{m['runtime_s']:.0f}"])
+        _row(
+            [
+                name,
+                f"{m['accuracy']:.3f}",
+                f"{m['nll']:.3f}",
+                f"{m['ece']:.3f}",
+                f"{m['expected_accuracy']:.3f}",
+                f"{m['runtime_s']:.0f}",
+            ]
+        )
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--evidence", action="store_true")
     parser.add_argument("--heek", action="store_true")
-    parser.add_argument("--nuts-sized", action="store_true", help="only the small LeNet by NUTS, SGHMC, mean-field and dropout")
+    parser.add_argument(
+        "--nuts-sized", action="store_true", help="only the small LeNet by NUTS, SGHMC, mean-field and dropout"
+    )
     parser.add_argument("--out", default="runs/bench-laplace-sgmcmc")
     args = parser.parse_args()
     torch.set_num_threads(2)
-    print(f"{time.strftime('%Y-%m-%d')}, {platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}\n")
+    print(
+        f"{time.strftime('%Y-%m-%d')}, {platform.machine()}, {torch.get_num_threads()} threads, torch "
+        f"{torch.__version__}\n"
+    )
     if args.nuts_sized:
         return nuts_sized()
     if args.evidence or not args.heek:

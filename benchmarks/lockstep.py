@@ -23,7 +23,16 @@ from bnn_zoo.inference.lockstep import Job, fit_lockstep
 def job(seed: int, guide: str, steps: int, x, y, hidden: int = 50) -> Job:
     model = bz.BNN(bz.models.MLP(x.shape[1], [hidden], 1, "relu"), bz.priors.Normal(10.0), bz.likelihoods.Gaussian(0.3))
     options = {"p": 0.05, "masks": "example"} if guide == "dropout" else {}
-    svi = bz.SVI(guide=guide, guide_options=options, steps=steps, lr=1e-3, batch_size=128, seed=seed, progress=False, num_draws=10)
+    svi = bz.SVI(
+        guide=guide,
+        guide_options=options,
+        steps=steps,
+        lr=1e-3,
+        batch_size=128,
+        seed=seed,
+        progress=False,
+        num_draws=10,
+    )
     return Job(model, x, y, svi)
 
 

@@ -35,11 +35,17 @@ CONFIGS = [  # name, prior, init, jit
 
 def model_for(data, prior):
     noise = data.info["noise_scale"] / float(data.y_std)
-    return bz.BNN(bz.models.MLP(1, [50], 1), bz.priors.FanInNormal() if prior == "fanin" else bz.priors.Normal(1.0), bz.likelihoods.Gaussian(noise))
+    return bz.BNN(
+        bz.models.MLP(1, [50], 1),
+        bz.priors.FanInNormal() if prior == "fanin" else bz.priors.Normal(1.0),
+        bz.likelihoods.Gaussian(noise),
+    )
 
 
 def potential_cost(model, x, y, jit, repeats=300):
-    kernel = _NUTSKernel(model, init_strategy=init_to_value(values=model.network_init(0)), jit_compile=jit, ignore_jit_warnings=True)
+    kernel = _NUTSKernel(
+        model, init_strategy=init_to_value(values=model.network_init(0)), jit_compile=jit, ignore_jit_warnings=True
+    )
     kernel.setup(0, x, y)
     z = kernel.initial_params
     for _ in range(20):
@@ -71,7 +77,12 @@ def main():
         if init == "svi":
             init_value = bz.fit(model, x, y, bz.SVI(steps=3000, lr=0.02, lr_decay=0.1, num_particles=4, progress=False))
         svi_s = time.perf_counter() - start
-        post = bz.fit(model, x, y, bz.NUTS(num_warmup=args.warmup, num_samples=args.samples, init=init_value, jit_compile=jit, progress=False))
+        post = bz.fit(
+            model,
+            x,
+            y,
+            bz.NUTS(num_warmup=args.warmup, num_samples=args.samples, init=init_value, jit_compile=jit, progress=False),
+        )
         total = time.perf_counter() - start
         stats = post.sample_stats
         ess = az.ess(post.to_inference_data(), method="bulk")
@@ -90,10 +101,16 @@ def main():
             )
         )
     base = rows[0][-1]
-    print("| configuration | total s | of which SVI s | mean tree depth | leapfrog steps/draw | step size | divergences | min bulk ESS | s per ESS | ratio |")
+    print(
+        "| configuration | total s | of which SVI s | mean tree depth | leapfrog steps/draw | step size | divergences "
+        "| min bulk ESS | s per ESS | ratio |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r[0]} | {r[1]:.1f} | {r[2]:.1f} | {r[3]:.1f} | {r[4]:.0f} | {r[5]:.4f} | {r[6]} | {r[7]:.0f} | {r[8]:.3f} | {base / r[8]:.1f}x |")
+        print(
+            f"| {r[0]} | {r[1]:.1f} | {r[2]:.1f} | {r[3]:.1f} | {r[4]:.0f} | {r[5]:.4f} | {r[6]} | {r[7]:.0f} | "
+            f"{r[8]:.3f} | {base / r[8]:.1f}x |"
+        )
 
 
 if __name__ == "__main__":

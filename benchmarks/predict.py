@@ -89,7 +89,9 @@ def memory_table() -> None:
         # glibc otherwise keeps freed 20 MB blocks in its heap (its mmap threshold grows with them), and the
         # peak then measures fragmentation, which varied from 44 to 640 MB between identical runs
         env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
-        run = subprocess.run([sys.executable, __file__, "--peak", str(draws)], capture_output=True, text=True, check=True, env=env)
+        run = subprocess.run(
+            [sys.executable, __file__, "--peak", str(draws)], capture_output=True, text=True, check=True, env=env
+        )
         stored = draws * (13 * 400 + 400 + 400 * 400 + 400 + 401) * 4 / 2**20
         print(f"| 13-400-400-1 | {draws} | {stored:.0f} | {float(run.stdout.split()[-1]):.0f} |", flush=True)
 
@@ -98,7 +100,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--draws", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--memory", action="store_true", help="peak memory of predict at T = 1,000, 10,000 and 30,000 instead")
+    parser.add_argument(
+        "--memory", action="store_true", help="peak memory of predict at T = 1,000, 10,000 and 30,000 instead"
+    )
     parser.add_argument("--peak", type=int, help=argparse.SUPPRESS)  # one --memory measurement, in a fresh process
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -107,8 +111,8 @@ def main():
     if args.memory:
         return memory_table()
     print(
-        "| network | T draws | N inputs | hand-batched, draws given ms | hand-batched, drawing ms | predict ms | vs draws given | vs drawing |\n"
-        "|---|---|---|---|---|---|---|---|"
+        "| network | T draws | N inputs | hand-batched, draws given ms | hand-batched, drawing ms | predict ms | vs "
+        "draws given | vs drawing |\n|---|---|---|---|---|---|---|---|"
     )
     for net, (hidden, inputs) in NETS.items():
         post = posterior(hidden, args.draws)
@@ -118,7 +122,8 @@ def main():
             x = torch.randn(n, 13)
             mean, var = zoo(post, x)
             ref_mean, ref_var = hand(draws, layers, x, 0.35**2)
-            torch.testing.assert_close(mean, ref_mean, rtol=1e-4, atol=1e-5)  # the same numbers, or the timing means nothing
+            # the same numbers, or the timing means nothing
+            torch.testing.assert_close(mean, ref_mean, rtol=1e-4, atol=1e-5)
             torch.testing.assert_close(var, ref_var, rtol=1e-4, atol=1e-5)
             times = {"hand": [], "drawing": [], "zoo": []}
             for _ in range(args.repeats):
@@ -126,7 +131,11 @@ def main():
                 times["drawing"].append(timed(hand_drawing, post, layers, x, 0.35**2))
                 times["zoo"].append(timed(zoo, post, x))
             h, d, z = (statistics.median(times[k]) for k in ("hand", "drawing", "zoo"))
-            print(f"| {net} | {args.draws} | {n} | {h * 1e3:.2f} | {d * 1e3:.2f} | {z * 1e3:.2f} | {z / h:.2f}x | {z / d:.2f}x |", flush=True)
+            print(
+                f"| {net} | {args.draws} | {n} | {h * 1e3:.2f} | {d * 1e3:.2f} | {z * 1e3:.2f} | {z / h:.2f}x | "
+                f"{z / d:.2f}x |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

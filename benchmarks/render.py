@@ -31,7 +31,8 @@ def samplers(record: dict) -> str:
         by.setdefault(row["sampler"], []).append(row)
     base = statistics.median(r["ess_per_s"] for r in next(iter(by.values())))
     lines = [
-        "| sampler | warm-up + draws | wall s | leapfrog steps / draw | min bulk ESS of f | max R-hat of f | ESS/s by seed | median | vs NumPyro |",
+        "| sampler | warm-up + draws | wall s | leapfrog steps / draw | min bulk ESS of f | max R-hat of f | ESS/s by "
+        "seed | median | vs NumPyro |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for sampler, rows in by.items():
@@ -39,7 +40,8 @@ def samplers(record: dict) -> str:
         rates = ", ".join(f"{r['ess_per_s']:.1f}" for r in rows)
         lines.append(
             f"| {sampler} | {rows[0]['draws']} | {_span(rows, 'wall', '{:.0f}')} | {_span(rows, 'steps', '{:.0f}')} | "
-            f"{_span(rows, 'ess', '{:.0f}')} | {_span(rows, 'rhat_f', '{:.3f}')} | {rates} | {median:.1f} | {median / base:.2f}x |"
+            f"{_span(rows, 'ess', '{:.0f}')} | {_span(rows, 'rhat_f', '{:.3f}')} | {rates} | {median:.1f} | "
+            f"{median / base:.2f}x |"
         )
     return "\n".join(lines)
 
@@ -51,7 +53,10 @@ def _span(rows: list[dict], key: str, fmt: str) -> str:
 
 
 def backends(record: dict) -> str:
-    lines = ["| architecture | weights | rows | torch eager ms | XLA ms | torch / XLA | XLA compile s | auto backend |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| architecture | weights | rows | torch eager ms | XLA ms | torch / XLA | XLA compile s | auto backend |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     return "\n".join(lines + [backend_row(r) for r in record["rows"]])
 
 
@@ -90,8 +95,12 @@ def page(text: str) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description="Markdown tables from benchmarks/results/*.json")
     parser.add_argument("names", nargs="*", help="result files to print (default: all)")
-    parser.add_argument("--page", type=Path, nargs="+", help="markdown pages whose marked tables are re-rendered in place")
-    parser.add_argument("--check", action="store_true", help="with --page: change nothing, fail if the page is out of date")
+    parser.add_argument(
+        "--page", type=Path, nargs="+", help="markdown pages whose marked tables are re-rendered in place"
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="with --page: change nothing, fail if the page is out of date"
+    )
     args = parser.parse_args()
     if args.page is None:
         for name in args.names or sorted(p.stem for p in Path(RESULTS).glob("*.json")):
@@ -105,7 +114,11 @@ def main() -> int:
             path.write_text(fresh)
         stale += [str(path)] if fresh != text else []
     if args.check and stale:
-        print(f"{', '.join(stale)} differ from benchmarks/results: run python benchmarks/render.py --page {' '.join(stale)}", file=sys.stderr)
+        print(
+            f"{', '.join(stale)} differ from benchmarks/results: run python benchmarks/render.py --page "
+            f"{' '.join(stale)}",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

@@ -29,7 +29,10 @@ def machine() -> dict:
     """What the numbers depend on: CPU model, cores usable, threads, library versions."""
     import torch
 
-    cpu = next((line.split(":", 1)[1].strip() for line in _lines("/proc/cpuinfo") if line.startswith("model name")), platform.processor())
+    cpu = next(
+        (line.split(":", 1)[1].strip() for line in _lines("/proc/cpuinfo") if line.startswith("model name")),
+        platform.processor(),
+    )
     return {
         "cpu": cpu,
         "cores": len(os.sched_getaffinity(0)),
@@ -41,7 +44,10 @@ def machine() -> dict:
 
 def commit() -> str:
     """The checked-out commit, with ``+dirty`` when the tree has uncommitted changes."""
-    run = lambda *args: subprocess.run(["git", *args], capture_output=True, text=True, cwd=RESULTS.parent).stdout.strip()  # noqa: E731
+
+    def run(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True, cwd=RESULTS.parent).stdout.strip()
+
     head = run("rev-parse", "--short", "HEAD") or "unknown"
     return head + ("+dirty" if run("status", "--porcelain", "--untracked-files=no") else "")
 
@@ -50,7 +56,13 @@ def write(name: str, rows: list[dict], **settings) -> Path:
     """Write ``rows`` (one dict per measured configuration) under ``RESULTS/name.json``, atomically."""
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"{name}.json"
-    record = {"date": time.strftime("%Y-%m-%d"), "machine": machine(), "commit": commit(), "settings": settings, "rows": rows}
+    record = {
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": machine(),
+        "commit": commit(),
+        "settings": settings,
+        "rows": rows,
+    }
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(record, indent=2, default=float) + "\n")
     tmp.replace(path)

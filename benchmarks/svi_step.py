@@ -11,7 +11,8 @@ number of steps, one torch thread:
 Two hand-written loops per fit: the leanest functional one (explicit tensors, ``w = mu +
 softplus(rho) eps`` and the closed-form Normal KL, or ``x * bernoulli`` masks and Gal's weight decay
 written out) and the nn.Module one most PyTorch code has (a BayesLinear layer in an nn.Sequential;
-nn.Dropout layers with Adam's weight decay), both with ``torch.optim.Adam`` at its defaults. bnn-zoo's time per step is the difference between a fit of
+nn.Dropout layers with Adam's weight decay), both with ``torch.optim.Adam`` at its defaults. bnn-zoo's time per step is
+the difference between a fit of
 2S and of S steps divided by S, so guide building and the Posterior's draws cancel out. Each pair
 runs ``--repeats`` times interleaved; the table gives medians.
 
@@ -50,7 +51,9 @@ def boston(folder: str | None) -> tuple[torch.Tensor, torch.Tensor]:
         x = torch.randn(455, 13, generator=g)
         return x, torch.tanh(x[:, :3]).sum(1) + 0.3 * torch.randn(455, generator=g)
     d = Path(folder)
-    data = torch.tensor([[float(v) for v in line.split()] for line in (d / "data.txt").read_text().splitlines() if line.strip()])
+    data = torch.tensor(
+        [[float(v) for v in line.split()] for line in (d / "data.txt").read_text().splitlines() if line.strip()]
+    )
     features = [int(float(v)) for v in (d / "index_features.txt").read_text().split()]
     target = int(float((d / "index_target.txt").read_text().split()[0]))
     train = [int(float(v)) for v in (d / "index_train_0.txt").read_text().split()]
@@ -61,7 +64,17 @@ def boston(folder: str | None) -> tuple[torch.Tensor, torch.Tensor]:
 def zoo_fit(case, x, y, steps: int, direct: bool = True) -> float:
     hidden, act, guide, options, batch, prior, lr = CASES[case]
     model = bz.BNN(bz.models.MLP(13, hidden, 1, act), bz.priors.Normal(prior), bz.likelihoods.Gaussian(NOISE))
-    svi = bz.SVI(guide=guide, guide_options=options, steps=steps, lr=lr, batch_size=batch, lr_decay=1.0, progress=False, num_draws=10, direct=direct)
+    svi = bz.SVI(
+        guide=guide,
+        guide_options=options,
+        steps=steps,
+        lr=lr,
+        batch_size=batch,
+        lr_decay=1.0,
+        progress=False,
+        num_draws=10,
+        direct=direct,
+    )
     start = time.perf_counter()
     bz.fit(model, x, y, svi)
     return time.perf_counter() - start
@@ -90,7 +103,13 @@ def profile(case, x, y, steps: int) -> None:
         rows.setdefault("a whole step (the fit's time / steps)", []).append(total)
         parts = {}
         for label, keys in PARTS:
-            parts[label] = sum(v[3] for (file, _, name), v in stats.items() if any(file.endswith(f) and name == n for f, n in keys)) / steps * 1e3
+            parts[label] = (
+                sum(
+                    v[3] for (file, _, name), v in stats.items() if any(file.endswith(f) and name == n for f, n in keys)
+                )
+                / steps
+                * 1e3
+            )
             rows.setdefault(label, []).append(parts[label])
         rest = total - parts[PARTS[0][0]] - parts[PARTS[-1][0]]
         rows.setdefault("the rest: the loop's checks and copies, building the guide, 10 draws", []).append(rest)
@@ -126,7 +145,9 @@ def hand_mean_field(case, x, y, steps: int) -> float:
             h = act(F.linear(h, ws[i], ws[i + 1]))
         f = F.linear(h, ws[-2], ws[-1])
         nll = 0.5 * ((y - f) / NOISE).pow(2).sum() + y.numel() * (math.log(NOISE) + 0.5 * math.log(2 * math.pi))
-        kl = sum((prior / s).log().sum() + ((s.pow(2) + m.pow(2)) / (2 * prior**2) - 0.5).sum() for m, s in zip(mus, sigmas))
+        kl = sum(
+            (prior / s).log().sum() + ((s.pow(2) + m.pow(2)) / (2 * prior**2) - 0.5).sum() for m, s in zip(mus, sigmas)
+        )
         (nll + kl).backward()
         optim.step()
     return (time.perf_counter() - start) / steps
@@ -167,7 +188,10 @@ class BayesLinear(torch.nn.Module):
     def forward(self, x):
         sigmas = [F.softplus(r) for r in self.rhos]
         w, b = (m + s * torch.randn_like(s) for m, s in zip(self.mus, sigmas))
-        self.kl = sum((self.prior / s).log().sum() + ((s.pow(2) + m.pow(2)) / (2 * self.prior**2) - 0.5).sum() for m, s in zip(self.mus, sigmas))
+        self.kl = sum(
+            (self.prior / s).log().sum() + ((s.pow(2) + m.pow(2)) / (2 * self.prior**2) - 0.5).sum()
+            for m, s in zip(self.mus, sigmas)
+        )
         return F.linear(x, w, b)
 
 
@@ -176,7 +200,10 @@ def module_mean_field(case, x, y, steps: int) -> float:
     hidden, act, _, _, _, prior, lr = CASES[case]
     layers = []
     for weight, bias in _init([13, *hidden, 1]):
-        layers += [BayesLinear(torch.nn.Parameter(weight), torch.nn.Parameter(bias), prior), torch.nn.Tanh() if act == "tanh" else torch.nn.ReLU()]
+        layers += [
+            BayesLinear(torch.nn.Parameter(weight), torch.nn.Parameter(bias), prior),
+            torch.nn.Tanh() if act == "tanh" else torch.nn.ReLU(),
+        ]
     net = torch.nn.Sequential(*layers[:-1])
     optim = torch.optim.Adam(net.parameters(), lr=lr)
     y = y[:, None]
@@ -216,25 +243,36 @@ def main():
     parser.add_argument("--data", help="a UCI folder (bostonHousing); default: 455 synthetic rows of 13 columns")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--profile", choices=[c.split()[0] for c in CASES], help="profile bnn-zoo's fit of this case instead")
+    parser.add_argument(
+        "--profile", choices=[c.split()[0] for c in CASES], help="profile bnn-zoo's fit of this case instead"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     x, y = boston(args.data)
     if args.profile:
         profile(next(c for c in CASES if c.startswith(args.profile)), x, y, args.steps)
         return
-    print("| fit | functional loop ms/step | nn.Module loop ms/step | bnn-zoo ms/step | bnn-zoo steps/s | vs functional | vs nn.Module |")
+    print(
+        "| fit | functional loop ms/step | nn.Module loop ms/step | bnn-zoo ms/step | bnn-zoo steps/s | vs functional "
+        "| vs nn.Module |"
+    )
     print("|---|---|---|---|---|---|---|")
     for case in CASES:
         dropout = CASES[case][2] == "dropout"
-        sides = {"functional": hand_dropout if dropout else hand_mean_field, "module": module_dropout if dropout else module_mean_field}
+        sides = {
+            "functional": hand_dropout if dropout else hand_mean_field,
+            "module": module_dropout if dropout else module_mean_field,
+        }
         sides["zoo"] = zoo_per_step
         times = {side: [] for side in sides}
         for _ in range(args.repeats):
             for side, run in sides.items():
                 times[side].append(run(case, x, y, args.steps))
         h, m, z = (statistics.median(times[side]) for side in ("functional", "module", "zoo"))
-        print(f"| {case} | {h * 1e3:.3f} | {m * 1e3:.3f} | {z * 1e3:.3f} | {1 / z:.0f} | {h / z:.2f}x | {m / z:.2f}x |", flush=True)
+        print(
+            f"| {case} | {h * 1e3:.3f} | {m * 1e3:.3f} | {z * 1e3:.3f} | {1 / z:.0f} | {h / z:.2f}x | {m / z:.2f}x |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -48,7 +48,17 @@ def zoo_fit(name, x, y, vocab, steps) -> float:
     net = bz.models.TextRNN(vocab, EMBED, HIDDEN, gates=gates, head="lm", embedding_dropout=embedding_dropout)
     model = bz.BNN(net, bz.priors.Normal(1.0), bz.likelihoods.Tokens())
     options = {"p": P, "masks": "example"}
-    svi = bz.SVI(guide="dropout", guide_options=options, steps=steps, lr=LR, batch_size=BATCH, lr_decay=1.0, progress=False, num_draws=2, direct=direct)
+    svi = bz.SVI(
+        guide="dropout",
+        guide_options=options,
+        steps=steps,
+        lr=LR,
+        batch_size=BATCH,
+        lr_decay=1.0,
+        progress=False,
+        num_draws=2,
+        direct=direct,
+    )
     start = time.perf_counter()
     bz.fit(model, x, y, svi)
     return time.perf_counter() - start
@@ -95,7 +105,9 @@ def hand_variational_lstm(x, y, vocab, steps, hoisted: bool = False) -> float:
             h = torch.sigmoid(o) * torch.tanh(c)
             outs.append(h)
         logits = (torch.stack(outs, 1) * mask_o[:, None]) @ wo.T + bo
-        nll = F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1), ignore_index=-1, reduction="sum") * (n / BATCH)
+        nll = F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1), ignore_index=-1, reduction="sum") * (
+            n / BATCH
+        )
         decay = 0.5 * (keep * (w.pow(2).sum() + wo.pow(2).sum()) + b.pow(2).sum() + bo.pow(2).sum() + emb.pow(2).sum())
         (nll + decay).backward()
         optim.step()
@@ -110,8 +122,14 @@ def main():
     args = parser.parse_args()
     torch.set_num_threads(1)
     x, y, vocab = windows(args.data)
-    print(f"{x.shape[0]} training windows of {SEQ} characters, vocabulary {vocab}, batch {BATCH}, embed {EMBED}, hidden {HIDDEN}\n")
-    print("| model | hand-written ms/step | hand-written, inputs hoisted ms/step | bnn-zoo ms/step | vs hand-written | vs hoisted |")
+    print(
+        f"{x.shape[0]} training windows of {SEQ} characters, vocabulary {vocab}, batch {BATCH}, embed {EMBED}, hidden "
+        f"{HIDDEN}\n"
+    )
+    print(
+        "| model | hand-written ms/step | hand-written, inputs hoisted ms/step | bnn-zoo ms/step | vs hand-written | "
+        "vs hoisted |"
+    )
     print("|---|---|---|---|---|---|")
     for name in MODELS:
         times = {"plain": [], "hoisted": [], "zoo": []}

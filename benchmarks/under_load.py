@@ -32,10 +32,21 @@ def _ms_per_step(threads: int) -> float:
     x, y = torch.randn(1030, 8, generator=g), torch.randn(1030, generator=g)
     jobs = [
         lockstep.Job(
-            bz.BNN(bz.models.MLP(8, [50], 1, activation="relu"), bz.priors.Normal(1.0), bz.likelihoods.Gaussian.from_precision(tau, y_std=1.0)),
+            bz.BNN(
+                bz.models.MLP(8, [50], 1, activation="relu"),
+                bz.priors.Normal(1.0),
+                bz.likelihoods.Gaussian.from_precision(tau, y_std=1.0),
+            ),
             x,
             y,
-            bz.SVI(guide="dropout", guide_options={"p": p, "masks": "example"}, steps=STEPS, batch_size=128, lr=1e-3, progress=False),
+            bz.SVI(
+                guide="dropout",
+                guide_options={"p": p, "masks": "example"},
+                steps=STEPS,
+                batch_size=128,
+                lr=1e-3,
+                progress=False,
+            ),
         )
         for p in (0.005, 0.01, 0.05)
         for tau in (0.1, 1.0, 10.0)
@@ -54,12 +65,16 @@ def _competitor() -> subprocess.Popen:
 
 def _timed(threads: int, policy: str | None, loaded: bool) -> float:
     """ms per step in a fresh process with OpenMP's wait policy ``policy`` (None: the runtime's default)."""
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"} | ({"OMP_WAIT_POLICY": policy} if policy else {})
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"} | (
+        {"OMP_WAIT_POLICY": policy} if policy else {}
+    )
     busy = _competitor() if loaded else None
     try:
         if busy:
             time.sleep(3)  # its threads are running
-        out = subprocess.run([sys.executable, __file__, "--measure", str(threads)], env=env, capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, __file__, "--measure", str(threads)], env=env, capture_output=True, text=True, check=True
+        )
         return float(out.stdout.split()[-1])
     finally:
         if busy:
@@ -77,12 +92,24 @@ def main() -> None:
     rows = []
     for threads, policy in ((2, None), (1, None), (2, "PASSIVE")):
         quiet, loaded = _timed(threads, policy, False), _timed(threads, policy, True)
-        rows.append({"torch_threads": threads, "omp_wait_policy": policy or "default", "ms_per_step_quiet": quiet, "ms_per_step_loaded": loaded})
+        rows.append(
+            {
+                "torch_threads": threads,
+                "omp_wait_policy": policy or "default",
+                "ms_per_step_quiet": quiet,
+                "ms_per_step_loaded": loaded,
+            }
+        )
         rows[-1]["slowdown"] = loaded / quiet
         print(rows[-1], flush=True)
     print(
         results.write(
-            "under-load", rows, steps=STEPS, fits=9, data_rows=1030, competitor="torch 512x512 matmul loop at torch's default threads and wait policy"
+            "under-load",
+            rows,
+            steps=STEPS,
+            fits=9,
+            data_rows=1030,
+            competitor="torch 512x512 matmul loop at torch's default threads and wait policy",
         )
     )
 

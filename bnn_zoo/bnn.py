@@ -59,10 +59,16 @@ class BNN:
             raise BnnZooError(f"net must be a torch.nn.Module, got {type(net).__name__}")
         prior = Normal(1.0) if prior is None else prior
         if not (isinstance(prior, Distribution) or callable(prior)):
-            raise BnnZooError(f"prior must be a bnn_zoo.priors prior (e.g. bz.priors.Normal(1.0)) or a torch/Pyro distribution, got {prior!r}")
+            raise BnnZooError(
+                "prior must be a bnn_zoo.priors prior (e.g. bz.priors.Normal(1.0)) or a torch/Pyro distribution, got "
+                f"{prior!r}"
+            )
         likelihood = Gaussian(1.0) if likelihood is None else likelihood
         if not isinstance(likelihood, Likelihood):
-            raise BnnZooError(f"likelihood must be a bnn_zoo.likelihoods object (e.g. bz.likelihoods.Gaussian(0.1)), got {likelihood!r}")
+            raise BnnZooError(
+                "likelihood must be a bnn_zoo.likelihoods object (e.g. bz.likelihoods.Gaussian(0.1)), got "
+                f"{likelihood!r}"
+            )
         self.net = net
         self.prior = prior.named(net) if isinstance(prior, PerSite) else prior
         self.likelihood = likelihood
@@ -70,7 +76,10 @@ class BNN:
         self.params = {name: p.detach() for name, p in net.named_parameters() if name in bayesian}
         self.fixed = {name: p.detach() for name, p in net.named_parameters() if name not in bayesian}
         if not self.params:
-            raise BnnZooError("no parameter of the network is Bayesian: check the expose/hide selection (or the network has no parameters)")
+            raise BnnZooError(
+                "no parameter of the network is Bayesian: check the expose/hide selection (or the network has no "
+                "parameters)"
+            )
         self.expose, self.hide = _names(net, expose), _names(net, hide)  # as names, so the description is plain data
 
     def site_prior(self, name: str) -> Distribution:
@@ -105,13 +114,21 @@ class BNN:
         name, ref = next(iter(self.params.items()))
         batch = weights[name].shape[: weights[name].dim() - ref.dim()]
         noise = noise or {}
-        weights = {**weights, **{k: n.centre if n.centre.shape == weights[k].shape else n.centre.expand(weights[k].shape) for k, n in noise.items()}}
+        weights = {
+            **weights,
+            **{
+                k: n.centre if n.centre.shape == weights[k].shape else n.centre.expand(weights[k].shape)
+                for k, n in noise.items()
+            },
+        }
         with local_noise.hooks(self.net, noise):
             if not batch:
                 with _bound(self.net, {**self.fixed, **weights}):
                     return self.net(x)
             flat = {k: v.reshape(-1, *self.params[k].shape) for k, v in weights.items()}
-            if not noise and not self.fixed and x.dim() == 2 and isinstance(self.net, ForwardsDraws):  # e.g. the MLP: 3x vmap
+            if (
+                not noise and not self.fixed and x.dim() == 2 and isinstance(self.net, ForwardsDraws)
+            ):  # e.g. the MLP: 3x vmap
                 f = self.net.forward_draws(flat, x)
                 return f.reshape(*batch, *f.shape[1:])
             f = vmap(lambda w: functional_call(self.net, {**self.fixed, **w}, (x,)), randomness="different")(flat)
@@ -181,7 +198,8 @@ class BNN:
         kept = [name for name, v in values.items() if name not in owned and torch.equal(v, before[name])]
         if kept:
             warnings.warn(
-                f"{', '.join(kept)}: no reset_parameters() re-draws these weights, so every seed and every chain starts them "
+                f"{', '.join(kept)}: no reset_parameters() re-draws these weights, so every seed and every chain "
+                "starts them "
                 "where the network was built; give their module a reset_parameters() (docs/extending.md)",
                 stacklevel=2,
             )

@@ -19,22 +19,32 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main(argv=None) -> int:
-    parser = _Parser(prog="bnn-zoo", description="Bayesian neural networks on Pyro: fit one model by SVI guides or NUTS/HMC, compare in ArviZ.")
+    parser = _Parser(
+        prog="bnn-zoo",
+        description="Bayesian neural networks on Pyro: fit one model by SVI guides or NUTS/HMC, compare in ArviZ.",
+    )
     parser.add_argument("--version", action="version", version=f"bnn-zoo {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = sub.add_parser(
         "demo",
         help="toy regression by mean-field SVI and NUTS side by side, with a GP baseline (the main job)",
-        description="Heek's toy regression (N=20, y = x^3 + N(0, 3^2)), a 1-50-1 tanh BNN (fan-in prior, noise sd 3) fitted by mean-field SVI "
+        description="Heek's toy regression (N=20, y = x^3 + N(0, 3^2)), a 1-50-1 tanh BNN (fan-in prior, noise sd 3) "
+        "fitted by mean-field SVI "
         "and by NUTS (initialised from the SVI fit), next to a GPyTorch GP (RBF kernel, type-II ML); prints one table, "
-        "writes DIR/<run>/posterior.nc, metrics.json, predictions.nc and plots, and DIR/demo.png with every predictive band.",
+        "writes DIR/<run>/posterior.nc, metrics.json, predictions.nc and plots, and DIR/demo.png with every predictive "
+        "band.",
     )
     p.add_argument("--out", default="runs/demo", help="output folder (default: runs/demo)")
     p.add_argument("--svi-steps", type=int, default=3000, help="SVI steps (default 3000)")
     p.add_argument("--num-warmup", type=int, default=300, help="NUTS warmup draws per chain (default 300)")
     p.add_argument("--num-samples", type=int, default=300, help="NUTS kept draws per chain (default 300)")
-    p.add_argument("--num-chains", type=int, default=2, help="NUTS chains, each in its own process, as many at once as cores (default 2)")
+    p.add_argument(
+        "--num-chains",
+        type=int,
+        default=2,
+        help="NUTS chains, each in its own process, as many at once as cores (default 2)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--overwrite", action="store_true", help="replace the runs already in --out")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -42,50 +52,70 @@ def main(argv=None) -> int:
     sub.add_parser(
         "fit",
         add_help=False,
-        help="fit one model to one dataset and write the saved posterior, metrics.json, config.yaml and plots (bnn-zoo fit --help)",
+        help="fit one model to one dataset and write the saved posterior, metrics.json, config.yaml and plots "
+        "(bnn-zoo fit --help)",
     )
 
     p = sub.add_parser(
         "compare",
         help="put result folders side by side: one table (evidence, LOO, WAIC, test metrics) and plots",
-        description="Read DIR/posterior.nc, metrics.json and predictions.nc from each result folder; print one table and "
-        "write OUT/comparison.csv, comparison.md and plots: compare.png (az.plot_compare), reliability.png, "
+        description="Read DIR/posterior.nc, metrics.json and predictions.nc from each result folder; print one table "
+        "and write OUT/comparison.csv, comparison.md and plots: compare.png (az.plot_compare), reliability.png, "
         "bands.png (1-D regression), evidence.png and trace/rank/energy plots of MCMC runs. LOO runs whose "
         "Pareto k exceed ArviZ's threshold (0.7 at most) are flagged.",
     )
-    p.add_argument("dirs", nargs="+", metavar="DIR", help="result folders written by `bnn-zoo fit --out` or `bnn-zoo demo` (runs/demo/svi ...)")
+    p.add_argument(
+        "dirs",
+        nargs="+",
+        metavar="DIR",
+        help="result folders written by `bnn-zoo fit --out` or `bnn-zoo demo` (runs/demo/svi ...)",
+    )
     p.add_argument("--out", default="comparison", help="folder for the table and plots (default: comparison)")
     p.add_argument(
         "--reference",
         metavar="DIR",
-        help="a converged MCMC run of the same model and data: adds each run's distance from it (regression: w2, variance_ratio; "
+        help="a converged MCMC run of the same model and data: adds each run's distance from it (regression: w2, "
+        "variance_ratio; "
         "classification: agreement, total_variation)",
     )
 
     p = sub.add_parser(
         "sweep",
         help="run every cell of a sweep file (grid, zip, nested selection) locally or on Ray; resumable",
-        description="Run a sweep file: a base run config and axes over its fields (grid: every combination; zip: in step; "
-        "select: a nested protocol that picks values per cell on a validation part). Each cell is a run keyed by the hash "
-        "of its config, written to DIR/cells/KEY/ (result files, cell.json, status.json). Finished cells are skipped, so "
+        description="Run a sweep file: a base run config and axes over its fields (grid: every combination; zip: in "
+        "step; "
+        "select: a nested protocol that picks values per cell on a validation part). Each cell is a run keyed by the "
+        "hash "
+        "of its config, written to DIR/cells/KEY/ (result files, cell.json, status.json). Finished cells are skipped, "
+        "so "
         "re-running a killed sweep loses at most the cells that were running; a failing cell records its error and the "
         "sweep goes on. bnn-zoo sweep DIR --status says what is done, running, failed and pending.",
     )
     p.add_argument("target", metavar="FILE|DIR", help="a sweep file (YAML) to run, or with --status a sweep folder")
     p.add_argument("--out", help="the sweep's folder (default: sweeps/NAME-of-the-file)")
-    p.add_argument("--status", action="store_true", help="say which cells of the sweep folder are done, running, failed and pending")
+    p.add_argument(
+        "--status",
+        action="store_true",
+        help="say which cells of the sweep folder are done, running, failed and pending",
+    )
     _execution_options(p)
 
     p = sub.add_parser(
         "table",
         help="a sweep's results: mean and standard error over splits and seeds of every metric, as markdown and CSV",
-        description="Aggregate the finished cells of a sweep folder: for each group of --by labels, the number of cells and "
-        "every metric's mean and standard error (sd / sqrt(n)); writes OUT.csv (all metrics) and OUT.md (the main ones). "
+        description="Aggregate the finished cells of a sweep folder: for each group of --by labels, the number of "
+        "cells and "
+        "every metric's mean and standard error (sd / sqrt(n)); writes OUT.csv (all metrics) and OUT.md (the main "
+        "ones). "
         "With --reference, published numbers side by side and the difference in published standard errors.",
     )
     p.add_argument("dirs", nargs="+", metavar="SWEEPDIR", help="sweep folders (their cells are pooled)")
-    p.add_argument("--by", default="dataset,inference", help="labels to group by, comma-separated (default dataset,inference)")
-    p.add_argument("--reference", help="a CSV of published numbers: dataset, metric, mean, se (or dataset, M, M_se, ...)")
+    p.add_argument(
+        "--by", default="dataset,inference", help="labels to group by, comma-separated (default dataset,inference)"
+    )
+    p.add_argument(
+        "--reference", help="a CSV of published numbers: dataset, metric, mean, se (or dataset, M, M_se, ...)"
+    )
     p.add_argument(
         "--reference-method",
         metavar="INFERENCE",
@@ -97,22 +127,36 @@ def main(argv=None) -> int:
     p = sub.add_parser(
         "reproduce",
         help="run a published protocol (uci-gal: Gal & Ghahramani's MC dropout on UCI) and write its table",
-        description="uci-gal: per split, every (p, tau) of the folder's grids trained on the first 80% of the training split and "
-        "scored on the last 20%, the best refitted on the whole split and tested with T = 10,000 MC dropout passes; one hidden "
-        "layer of n_hidden ReLU units, Adam 1e-3, batch 128, the Keras weight decay with l = 1e-2; tau in original units. "
-        "Writes DIR/table.csv (dataset, rmse, rmse_se, test_ll, test_ll_se), DIR/table.md and every cell's folder (a re-run resumes).",
+        description="uci-gal: per split, every (p, tau) of the folder's grids trained on the first 80% of the "
+        "training split and "
+        "scored on the last 20%, the best refitted on the whole split and tested with T = 10,000 MC dropout passes; "
+        "one hidden "
+        "layer of n_hidden ReLU units, Adam 1e-3, batch 128, the Keras weight decay with l = 1e-2; tau in original "
+        "units. "
+        "Writes DIR/table.csv (dataset, rmse, rmse_se, test_ll, test_ll_se), DIR/table.md and every cell's folder (a "
+        "re-run resumes).",
     )
     p.add_argument("protocol", choices=["uci-gal"], help="the protocol")
-    p.add_argument("--data", required=True, help="a UCI folder (holding data.txt and the published grids) or a folder of them")
-    p.add_argument("--epochs", type=_positive, help="training epochs (default 100 x n_epochs.txt: the budget that reproduces the published table)")
+    p.add_argument(
+        "--data", required=True, help="a UCI folder (holding data.txt and the published grids) or a folder of them"
+    )
+    p.add_argument(
+        "--epochs",
+        type=_positive,
+        help="training epochs (default 100 x n_epochs.txt: the budget that reproduces the published table)",
+    )
     p.add_argument("--splits", help="splits to run, e.g. 0-19 or 0,3,5 (default all)")
-    p.add_argument("--mc-passes", type=_positive, default=10_000, help="MC dropout passes T per prediction (default 10,000)")
+    p.add_argument(
+        "--mc-passes", type=_positive, default=10_000, help="MC dropout passes T per prediction (default 10,000)"
+    )
     p.add_argument("--device", help="where the fits are stepped: cpu (default) or cuda (scoring stays on the CPU)")
     p.add_argument("--out", required=True, help="output folder")
     _execution_options(p)
 
     sub.add_parser(
-        "list", help="datasets, models, priors, likelihoods, guides and inference methods available", description="List what can be named on the command line."
+        "list",
+        help="datasets, models, priors, likelihoods, guides and inference methods available",
+        description="List what can be named on the command line.",
     )
 
     if argv is None:  # as a command: `bnn-zoo ... | head` ends quietly, as other tools do
@@ -133,7 +177,14 @@ def main(argv=None) -> int:
     if argv[:1] == ["fit"]:  # the run's options come from its typed config (jsonargparse), not argparse
         return _guarded(_fit, argv[1:])
     args = parser.parse_args(argv)
-    commands = {"demo": _demo, "compare": _compare, "list": _list, "sweep": _sweep, "table": _table, "reproduce": _reproduce}
+    commands = {
+        "demo": _demo,
+        "compare": _compare,
+        "list": _list,
+        "sweep": _sweep,
+        "table": _table,
+        "reproduce": _reproduce,
+    }
     return _guarded(commands[args.command], args)
 
 
@@ -149,13 +200,24 @@ _positive.__name__ = "positive integer"  # what argparse names in its error
 
 def _execution_options(p) -> None:
     """How a sweep's cells run: where, how many at once, batched or not."""
-    p.add_argument("--workers", type=_positive, default=1, help="cells run at once: local processes, or Ray CPUs (default 1)")
-    p.add_argument("--ray", action="store_true", help="run the cells as Ray tasks on a local Ray (pip install 'bnn-zoo[distributed]')")
-    p.add_argument("--ray-address", metavar="HOST:PORT", help="run the cells on an existing Ray cluster; DIR must be on a filesystem its nodes share")
+    p.add_argument(
+        "--workers", type=_positive, default=1, help="cells run at once: local processes, or Ray CPUs (default 1)"
+    )
+    p.add_argument(
+        "--ray",
+        action="store_true",
+        help="run the cells as Ray tasks on a local Ray (pip install 'bnn-zoo[distributed]')",
+    )
+    p.add_argument(
+        "--ray-address",
+        metavar="HOST:PORT",
+        help="run the cells on an existing Ray cluster; DIR must be on a filesystem its nodes share",
+    )
     p.add_argument(
         "--no-lockstep",
         action="store_true",
-        help="fit every cell on its own (default: cells that differ only in seed, split, p, tau, prior or learning rate are fitted "
+        help="fit every cell on its own (default: cells that differ only in seed, split, p, tau, prior or learning "
+        "rate are fitted "
         "together as one batched computation where the method allows it: SVI with the dropout or mean-field guide)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -194,7 +256,11 @@ def _reported(command, args) -> int:
         with tempfile.NamedTemporaryFile("w", prefix="bnn-zoo-traceback-", suffix=".txt", delete=False) as fh:
             fh.write(traceback.format_exc())
         first = (str(exc).splitlines() or [""])[0][:200]
-        print(f"bnn-zoo: error: unexpected {type(exc).__name__}: {first} (a bug in bnn-zoo; the traceback is in {fh.name})", file=sys.stderr)
+        print(
+            f"bnn-zoo: error: unexpected {type(exc).__name__}: {first} (a bug in bnn-zoo; the traceback is in "
+            f"{fh.name})",
+            file=sys.stderr,
+        )
         return 1
 
 
@@ -218,7 +284,9 @@ def _demo(args):
 
     for run in RUNS:  # checked before anything is fitted
         output_folder(Path(args.out) / run, overwrite=args.overwrite, resume=None)
-    demo(args.out, args.svi_steps, args.num_warmup, args.num_samples, args.num_chains, args.seed, progress=not args.quiet)
+    demo(
+        args.out, args.svi_steps, args.num_warmup, args.num_samples, args.num_chains, args.seed, progress=not args.quiet
+    )
     return 0
 
 
@@ -231,17 +299,33 @@ def fit_parser():
 
     parser = config.parser()
     parser.description = (
-        "Fit a BNN (or the GP baseline) and write DIR/posterior.nc (ArviZ InferenceData), DIR/posterior.json and DIR/state.pt "
-        "(the saved posterior: bnn_zoo.load(DIR)), DIR/metrics.json, DIR/config.yaml (re-run it with --config) and plots. "
-        "Choices of a kind are named by their registered names (bnn-zoo list): --data uci --data.path PATH, --inference nuts, "
-        "--guide dropout --guide.p 0.05, --model mypkg.nets:MyNet --model.width 64 (a torch.nn.Module taking in_features, "
-        "out_features first). Inputs and targets are standardised with training statistics; rmse and test_log_likelihood "
-        "are in original units."
+        "Fit a BNN (or the GP baseline) and write DIR/posterior.nc (ArviZ InferenceData), DIR/posterior.json and "
+        "DIR/state.pt "
+        "(the saved posterior: bnn_zoo.load(DIR)), DIR/metrics.json, DIR/config.yaml (re-run it with --config) and "
+        "plots. Choices of a kind are named by their registered names (bnn-zoo list): --data uci --data.path PATH, "
+        "--inference nuts, "
+        "--guide dropout --guide.p 0.05, --model mypkg.nets:MyNet --model.width 64 (a torch.nn.Module taking "
+        "in_features, out_features first). Inputs and targets are standardised with training statistics; rmse and "
+        "test_log_likelihood are in original units."
     )
-    parser.add_argument("--config", action=ActionConfigFile, help="a run config in YAML (a result folder's config.yaml); later options override it")
-    parser.add_argument("--out", type=str, required=True, help="output folder; bnn_zoo.load(DIR) reads the fitted posterior back")
-    parser.add_argument("--resume", action="store_true", help="continue an interrupted run from DIR/checkpoint.pt (SVI, SG-MCMC, ChEES) and ais_checkpoint.pt")
-    parser.add_argument("--overwrite", action="store_true", help="replace the run in DIR (its files are deleted first; never a file bnn-zoo did not write)")
+    parser.add_argument(
+        "--config",
+        action=ActionConfigFile,
+        help="a run config in YAML (a result folder's config.yaml); later options override it",
+    )
+    parser.add_argument(
+        "--out", type=str, required=True, help="output folder; bnn_zoo.load(DIR) reads the fitted posterior back"
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue an interrupted run from DIR/checkpoint.pt (SVI, SG-MCMC, ChEES) and ais_checkpoint.pt",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the run in DIR (its files are deleted first; never a file bnn-zoo did not write)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     return parser
 
@@ -313,12 +397,23 @@ def _sweep(args):
 
     out = writable_folder(args.out or Path("sweeps") / Path(args.target).stem)
     sweep = Sweep.from_file(args.target)
-    summary = run_sweep(sweep, out, args.workers, args.ray, args.ray_address, show_progress=not args.quiet, lockstep=not args.no_lockstep)
+    summary = run_sweep(
+        sweep,
+        out,
+        args.workers,
+        args.ray,
+        args.ray_address,
+        show_progress=not args.quiet,
+        lockstep=not args.no_lockstep,
+    )
     return _report(summary, out)
 
 
 def _report(summary, out) -> int:
-    print(f"{summary['done']} cells run, {summary['skipped']} already done, {len(summary['failed'])} failed; results in {out}")
+    print(
+        f"{summary['done']} cells run, {summary['skipped']} already done, {len(summary['failed'])} failed; results in "
+        f"{out}"
+    )
     for failure in summary["failed"]:
         print(f"failed: {failure}")
     return 1 if summary["failed"] else 0
@@ -357,10 +452,19 @@ def _reproduce(args):
     out = writable_folder(args.out)
     splits = protocols.parse_splits(args.splits)
     folders = protocols.uci_folders(args.data)
-    sweeps = [protocols.uci_gal(f, args.epochs, splits, args.mc_passes, args.device) for f in folders]  # all checked before any runs
+    # all checked before any runs
+    sweeps = [protocols.uci_gal(f, args.epochs, splits, args.mc_passes, args.device) for f in folders]
     summary = {"done": 0, "skipped": 0, "failed": []}
     for folder, sweep in zip(folders, sweeps):
-        part = run_sweep(sweep, out / folder.name, args.workers, args.ray, args.ray_address, not args.quiet, lockstep=not args.no_lockstep)
+        part = run_sweep(
+            sweep,
+            out / folder.name,
+            args.workers,
+            args.ray,
+            args.ray_address,
+            not args.quiet,
+            lockstep=not args.no_lockstep,
+        )
         summary = {k: summary[k] + part[k] for k in summary}
     frame = table.aggregate(pd.concat([table.collect(out / f.name) for f in folders]), ["dataset"])
     print(table.write_uci(frame, out / "table"), end="")

@@ -44,13 +44,24 @@ def check_device(device) -> "torch.device":  # noqa: F821 (torch is imported whe
     except (RuntimeError, TypeError):
         raise BnnZooError(f"unknown device {device!r}; use 'cpu' or 'cuda' (or 'cuda:N')") from None
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise BnnZooError("device='cuda' was asked for, but this torch sees no CUDA device (torch.cuda.is_available() is False); use 'cpu'")
+        raise BnnZooError(
+            "device='cuda' was asked for, but this torch sees no CUDA device (torch.cuda.is_available() is False); use "
+            "'cpu'"
+        )
     if device.type not in ("cpu", "cuda"):
         raise BnnZooError(f"bnn-zoo fits on 'cpu' or 'cuda', not {device.type!r}")
     return device
 
 
-PLAIN = {int: "a whole number", float: "a number", bool: "True or False", str: "text", dict: "a dict", list: "a list", tuple: "a tuple"}
+PLAIN = {
+    int: "a whole number",
+    float: "a number",
+    bool: "True or False",
+    str: "text",
+    dict: "a dict",
+    list: "a list",
+    tuple: "a tuple",
+}
 
 
 def check_field_types(settings) -> None:

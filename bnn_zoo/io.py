@@ -39,7 +39,11 @@ def start_heartbeat(every: float) -> None:
     def beat():
         while not time.sleep(every):
             if _doing["what"]:
-                print(f"bnn-zoo: {_doing['what']} ({_duration(time.monotonic() - _doing['since'])} so far)", file=sys.stderr, flush=True)
+                print(
+                    f"bnn-zoo: {_doing['what']} ({_duration(time.monotonic() - _doing['since'])} so far)",
+                    file=sys.stderr,
+                    flush=True,
+                )
 
     threading.Thread(target=beat, name="bnn-zoo-heartbeat", daemon=True).start()
 
@@ -65,7 +69,9 @@ def atomic_write(path, write):
         os.replace(tmp, path)
     except OSError as exc:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # the old file, if any, is untouched
-            raise BnnZooError(f"no space left to write {path} ({exc.strerror}); free some space and run again") from None
+            raise BnnZooError(
+                f"no space left to write {path} ({exc.strerror}); free some space and run again"
+            ) from None
         raise
     finally:
         if os.path.exists(tmp):
@@ -84,8 +90,15 @@ def remove_temporaries(folder) -> None:
         tmp.unlink(missing_ok=True)
 
 
-RESULT_MARKERS = ("metrics.json", "posterior.json", "checkpoint.pt", "config.yaml")  # what makes a folder a bnn-zoo result
+# what makes a folder a bnn-zoo result
+RESULT_MARKERS = (
+    "metrics.json",
+    "posterior.json",
+    "checkpoint.pt",
+    "config.yaml",
+)
 OWNER_MARK = ".bnn-zoo-result"  # written into every folder `output_folder` claims: the proof that bnn-zoo may clear it
+# every file a run writes into its folder, and so all that --overwrite may delete
 RESULT_FILES = frozenset(
     {
         *RESULT_MARKERS,
@@ -96,7 +109,7 @@ RESULT_FILES = frozenset(
         "ais_checkpoint.pt",
         *(f"{plot}.png" for plot in ("predictive", "loss", "energy", "trace", "rank")),
     }
-)  # every file a run writes into its folder, and so all that --overwrite may delete
+)
 
 
 def output_folder(path, overwrite: bool = False, resume: bool | None = False, option: str = "--out") -> Path:
@@ -112,7 +125,9 @@ def output_folder(path, overwrite: bool = False, resume: bool | None = False, op
         _lock(path, option)
         return path
     except OSError as exc:  # unreadable, not writable, or gone while we looked
-        raise BnnZooError(f"cannot use {option} {path} ({exc.strerror or exc}); choose a folder you can read and write") from None
+        raise BnnZooError(
+            f"cannot use {option} {path} ({exc.strerror or exc}); choose a folder you can read and write"
+        ) from None
 
 
 _held: dict[Path, int] = {}  # result folders this process writes, each with its locked descriptor
@@ -132,7 +147,9 @@ def _lock(path: Path, option: str) -> None:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        raise BnnZooError(f"another bnn-zoo process is writing to {option} {path}; wait for it to finish or choose another folder") from None
+        raise BnnZooError(
+            f"another bnn-zoo process is writing to {option} {path}; wait for it to finish or choose another folder"
+        ) from None
     _held[key] = fd
 
 
@@ -148,7 +165,9 @@ def check_path(path, option: str = "--out") -> Path:
     limit = os.pathconf(".", "PC_NAME_MAX") if hasattr(os, "pathconf") else 255
     long = next((part for part in path.parts if len(part.encode()) > limit), None)
     if long is not None:
-        raise BnnZooError(f"{option} has a name of {len(long.encode())} bytes ({long[:20]}...); this filesystem allows {limit}")
+        raise BnnZooError(
+            f"{option} has a name of {len(long.encode())} bytes ({long[:20]}...); this filesystem allows {limit}"
+        )
     return path
 
 
@@ -162,9 +181,14 @@ def _claim(path: Path, overwrite, resume, option: str) -> Path:
             ways = "--overwrite to replace it" + ("" if resume is None else " or --resume to continue it")
             raise BnnZooError(f"{option} {path} already holds a run; pass {ways}, or choose another folder")
         elif (path / "metrics.json").exists():
-            raise BnnZooError(f"{option} {path} holds a finished run, so there is nothing to resume; pass --overwrite to fit it again")
+            raise BnnZooError(
+                f"{option} {path} holds a finished run, so there is nothing to resume; pass --overwrite to fit it again"
+            )
     path = writable_folder(path, option)
-    atomic_write(path / OWNER_MARK, lambda tmp: Path(tmp).write_text("a bnn-zoo result folder: bnn-zoo fit --overwrite may clear it\n"))
+    atomic_write(
+        path / OWNER_MARK,
+        lambda tmp: Path(tmp).write_text("a bnn-zoo result folder: bnn-zoo fit --overwrite may clear it\n"),
+    )
     return path
 
 
@@ -174,14 +198,15 @@ def clear_result_folder(path: Path, option: str = "--out") -> None:
     cleared; any other folder raises before a file is deleted."""
     if not (path / OWNER_MARK).is_file():
         raise BnnZooError(
-            f"{option} {path} has no {OWNER_MARK} file, so bnn-zoo cannot tell that it wrote this folder and --overwrite "
-            "deletes nothing; remove the folder yourself or choose another"
+            f"{option} {path} has no {OWNER_MARK} file, so bnn-zoo cannot tell that it wrote this folder and "
+            "--overwrite deletes nothing; remove the folder yourself or choose another"
         )
     foreign = sorted(p.name for p in path.iterdir() if not _written_by_a_run(p))
     if foreign:
         listed = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
         raise BnnZooError(
-            f"{option} {path} holds files bnn-zoo did not write ({listed}), so --overwrite deletes nothing; move them out or choose another folder"
+            f"{option} {path} holds files bnn-zoo did not write ({listed}), so --overwrite deletes nothing; move them "
+            "out or choose another folder"
         )
     for p in path.iterdir():
         p.unlink()
@@ -209,7 +234,9 @@ def writable_folder(path, option: str = "--out") -> Path:
         path.mkdir(parents=True, exist_ok=True)
         tempfile.TemporaryFile(dir=path).close()
     except OSError as exc:
-        raise BnnZooError(f"cannot write to {option} {path} ({exc.strerror}); choose a folder you can write to") from None
+        raise BnnZooError(
+            f"cannot write to {option} {path} ({exc.strerror}); choose a folder you can write to"
+        ) from None
     remove_temporaries(path)
     return path
 
@@ -256,8 +283,8 @@ def check_identity(saved: dict, identity: str, path, method: str) -> None:
     """Refuse to resume a checkpoint written by a different fit (its ``identity`` is :func:`fingerprint`'s)."""
     if not isinstance(saved, dict) or saved.get("identity") != identity:
         raise BnnZooError(
-            f"checkpoint {path} belongs to a different fit (other data, model, guide or settings); delete it to start afresh, "
-            f"or point {method}(checkpoint=...) elsewhere (bnn-zoo fit: --overwrite)"
+            f"checkpoint {path} belongs to a different fit (other data, model, guide or settings); delete it to start "
+            f"afresh, or point {method}(checkpoint=...) elsewhere (bnn-zoo fit: --overwrite)"
         )
 
 
@@ -308,11 +335,15 @@ def read_yaml(path, what: str = "config"):
     if not path.is_file():
         raise BnnZooError(f"{what} {path} does not exist")
     if path.stat().st_size > YAML_MAX_BYTES:
-        raise BnnZooError(f"{what} {path} is {path.stat().st_size:,} bytes; bnn-zoo reads YAML files of at most {YAML_MAX_BYTES:,}")
+        raise BnnZooError(
+            f"{what} {path} is {path.stat().st_size:,} bytes; bnn-zoo reads YAML files of at most {YAML_MAX_BYTES:,}"
+        )
     try:
         data = yaml.load(path.read_text(), Loader=_BoundedLoader)
         if _expanded_size(data, {}) > YAML_MAX_VALUES:
-            raise _Refused(f"it expands to more than {YAML_MAX_VALUES:,} values through its aliases (*name); write the values out")
+            raise _Refused(
+                f"it expands to more than {YAML_MAX_VALUES:,} values through its aliases (*name); write the values out"
+            )
         return data
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise BnnZooError(f"{what} {path} is not valid YAML ({str(exc).splitlines()[0]})") from None
@@ -344,7 +375,9 @@ def _bounded_loader():
             for key_node, _ in node.value:
                 key = self.construct_object(key_node, deep=deep)
                 if key in seen:
-                    raise _Refused(f"the key {key!r} appears twice in one mapping (line {key_node.start_mark.line + 1}); keep one")
+                    raise _Refused(
+                        f"the key {key!r} appears twice in one mapping (line {key_node.start_mark.line + 1}); keep one"
+                    )
                 seen.add(key)
             return super().construct_mapping(node, deep=deep)
 
@@ -380,7 +413,10 @@ def load_inference_data(path):
     try:
         idata = az.from_netcdf(path, engine="h5netcdf")
     except Exception as exc:
-        raise BnnZooError(f"{path} is not a readable netCDF result ({type(exc).__name__}); the file is truncated or corrupt, re-run the fit") from None
+        raise BnnZooError(
+            f"{path} is not a readable netCDF result ({type(exc).__name__}); the file is truncated or corrupt, re-run "
+            "the fit"
+        ) from None
     if "posterior" not in idata.groups():
         raise BnnZooError(f"{path} has no posterior group; it is not a bnn-zoo result file")
     return idata

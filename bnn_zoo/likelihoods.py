@@ -141,11 +141,16 @@ class Gaussian(Likelihood):
         if y.dim() == 1 and out_features == 1:
             y = y[:, None]
         if y.dim() != 2 or y.shape[1] != out_features:
-            raise BnnZooError(f"y has shape {tuple(y.shape)} but the network has {out_features} output(s); pass y with shape (N,) or (N, {out_features})")
+            raise BnnZooError(
+                f"y has shape {tuple(y.shape)} but the network has {out_features} output(s); pass y with shape (N,) or "
+                f"(N, {out_features})"
+            )
         return y
 
     def __repr__(self):
-        return f"Gaussian(scale={self.scale})" if self.scale is not None else f"Gaussian(scale_prior={self.scale_prior})"
+        return (
+            f"Gaussian(scale={self.scale})" if self.scale is not None else f"Gaussian(scale_prior={self.scale_prior})"
+        )
 
 
 class _Discrete(Likelihood):
@@ -230,7 +235,10 @@ class Tokens(Categorical):
         if y.dim() != 2:
             raise BnnZooError(f"token labels must have shape (N, T) with -1 for padding, got {tuple(y.shape)}")
         if y.numel() and (y.min() < self.PAD or y.max() >= out_features):
-            raise BnnZooError(f"token labels must lie in 0..{out_features - 1} (or -1 for padding), found {int(y.min())}..{int(y.max())}")
+            raise BnnZooError(
+                f"token labels must lie in 0..{out_features - 1} (or -1 for padding), found "
+                f"{int(y.min())}..{int(y.max())}"
+            )
         return y
 
     def __repr__(self):
@@ -251,7 +259,9 @@ class _TokenCategorical(dist.TorchDistribution):
         return _TokenCategorical(self.logits.expand(*batch_shape, *self.logits.shape[-2:]))
 
     def log_prob(self, value):
-        logp = self.logits.log_softmax(-1).gather(-1, value.clamp(min=0).expand(self.logits.shape[:-1])[..., None])[..., 0]
+        logp = self.logits.log_softmax(-1).gather(-1, value.clamp(min=0).expand(self.logits.shape[:-1])[..., None])[
+            ..., 0
+        ]
         return (logp * (value >= 0)).sum(-1)
 
     def sample(self, sample_shape=()):

@@ -90,7 +90,8 @@ class MatrixNormalWeights(LocalNoise):
     def outputs(self, module, x, out):
         if not isinstance(module, nn.Linear):
             raise BnnZooError(
-                f"matrix-normal local reparameterisation supports dense layers only, not {type(module).__name__}; set local_reparam=false for this model"
+                f"matrix-normal local reparameterisation supports dense layers only, not {type(module).__name__}; set "
+                "local_reparam=false for this model"
             )
         spread = (x @ self.col_factor).pow(2).sum(-1, keepdim=True)  # x V x^T per example
         z = torch.randn(*out.shape[:-1], self.row_factor.shape[-1], dtype=out.dtype, device=out.device)
@@ -103,7 +104,10 @@ def linear_op(module: nn.Module, x: torch.Tensor, weight: torch.Tensor) -> torch
         return F.linear(x, weight)
     if isinstance(module, nn.modules.conv._ConvNd):
         return module._conv_forward(x, weight, None)
-    raise BnnZooError(f"local reparameterisation supports Linear and Conv layers, not {type(module).__name__}; set local_reparam=false for this model")
+    raise BnnZooError(
+        f"local reparameterisation supports Linear and Conv layers, not {type(module).__name__}; set "
+        "local_reparam=false for this model"
+    )
 
 
 class collect(Messenger):
@@ -164,10 +168,17 @@ def hooks(net: nn.Module, noise: dict[str, LocalNoise]):
                 aware.setdefault(module, {})[attr] = n
                 continue
             if owner in owners:
-                raise BnnZooError(f"module {owner!r} has more than one weight with local noise; turn local noise off for it")
+                raise BnnZooError(
+                    f"module {owner!r} has more than one weight with local noise; turn local noise off for it"
+                )
             owners.add(owner)
             # a network may move a weight's input mask upstream (LeNet: before pooling, as in Gal's lenet-all)
-            site = submodule(net, getattr(net, "mask_sites", {}).get(name, owner)) if isinstance(n, InputDropout) else module  # MovesMasks
+            # MovesMasks
+            site = (
+                submodule(net, getattr(net, "mask_sites", {}).get(name, owner))
+                if isinstance(n, InputDropout)
+                else module
+            )
             # only the hooks the noise overrides: each one puts the module on torch's slower call path
             if type(n).inputs is not LocalNoise.inputs:
                 handles.append(site.register_forward_pre_hook(lambda m, args, n=n: (n.inputs(m, args[0]), *args[1:])))

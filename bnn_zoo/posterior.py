@@ -101,7 +101,8 @@ class Prediction:
 @runtime_checkable
 class PosteriorLike(Protocol):
     """The posterior contract: what every fit returns (the BNN :class:`Posterior`, the GP baseline's
-    ``GPPosterior``), so evaluation, comparison and saving never ask which method made it. Predictions are draws of the network output (or the GP's latent
+    ``GPPosterior``), so evaluation, comparison and saving never ask which method made it. Predictions are draws of the
+    network output (or the GP's latent
     function) with the likelihood; log-likelihoods are pointwise per draw; the InferenceData holds
     posterior, posterior_predictive, log_likelihood, observed and constant data."""
 
@@ -120,7 +121,9 @@ class PosteriorLike(Protocol):
 
     def log_likelihood(self, x: torch.Tensor | None = None, y: torch.Tensor | None = None) -> torch.Tensor: ...
 
-    def elbo(self, x: torch.Tensor | None = None, y: torch.Tensor | None = None, num_samples: int = 1000) -> tuple[float, float]: ...
+    def elbo(
+        self, x: torch.Tensor | None = None, y: torch.Tensor | None = None, num_samples: int = 1000
+    ) -> tuple[float, float]: ...
 
     def to_inference_data(self) -> az.InferenceData: ...
 
@@ -134,7 +137,8 @@ class Posterior:
 
     MCMC, SG-MCMC and Laplace fits store their draws, one chain per sampler chain. A variational fit
     with a torch-module guide stores none (``samples=None``): its draws are made from the guide on
-    demand, in blocks of at most ``BLOCK_DRAWS`` draws and ``BLOCK_FLOATS`` numbers, each block under a seed of its own (the
+    demand, in blocks of at most ``BLOCK_DRAWS`` draws and ``BLOCK_FLOATS`` numbers, each block under a seed of its own
+    (the
     fit's seed and the block's number). So draw j is the same whichever call asks for it, and
     prediction, log-likelihoods and the InferenceData hold one block of weights at a time, whatever
     the number of draws T. ``settings["num_draws"]`` is the default T; ``predict(x, num_samples=...)``
@@ -160,7 +164,10 @@ class Posterior:
         values = self.stored if self.stored is not None else self.guide.state_dict()
         bad = [k for k, v in values.items() if torch.is_floating_point(v) and not torch.isfinite(v).all()]
         if bad:
-            raise BnnZooError(f"the fit produced non-finite draws for {bad}; lower the learning rate or step size, or use a tighter prior")
+            raise BnnZooError(
+                f"the fit produced non-finite draws for {bad}; lower the learning rate or step size, or use a tighter "
+                "prior"
+            )
 
     @property
     def method(self) -> str:
@@ -175,7 +182,9 @@ class Posterior:
     def to(self, device: torch.device | str) -> Posterior:
         """The same posterior on ``device`` (e.g. fitted on CUDA, evaluated and saved on the CPU)."""
         if self.guide is not None and not isinstance(self.guide, torch.nn.Module):
-            raise BnnZooError("a posterior whose guide is a plain function cannot change device; use a torch-module guide")
+            raise BnnZooError(
+                "a posterior whose guide is a plain function cannot change device; use a torch-module guide"
+            )
         other = copy.copy(self)
         other.model, other.x, other.y = self.model.to(device), self.x.to(device), self.y.to(device)
         other.stored = None if self.stored is None else {k: v.to(device) for k, v in self.stored.items()}
@@ -237,12 +246,21 @@ class Posterior:
         """Draws per guide block: the largest divisor of BLOCK_DRAWS (the default T, so it is drawn without
         waste) whose weights fit in BLOCK_FLOATS numbers."""
         per_draw = sum(math.prod(s) for s in self.model.latent_shapes().values())
-        return max(d for d in range(1, self.BLOCK_DRAWS + 1) if self.BLOCK_DRAWS % d == 0 and (d == 1 or d * per_draw <= self.BLOCK_FLOATS))
+        return max(
+            d
+            for d in range(1, self.BLOCK_DRAWS + 1)
+            if self.BLOCK_DRAWS % d == 0 and (d == 1 or d * per_draw <= self.BLOCK_FLOATS)
+        )
 
     def _guide_block(self, block: int, size: int) -> dict[str, torch.Tensor]:
         """Guide draws block * size, ..., (block + 1) * size - 1, under their own seed (the global RNG untouched)."""
         seed = int(np.random.SeedSequence([int(self.settings.get("seed", 0)), block]).generate_state(1)[0])
-        with torch.no_grad(), torch.random.fork_rng(devices=[self.model.device] if self.model.device.type == "cuda" else [], device_type="cuda"):
+        with (
+            torch.no_grad(),
+            torch.random.fork_rng(
+                devices=[self.model.device] if self.model.device.type == "cuda" else [], device_type="cuda"
+            ),
+        ):
             torch.manual_seed(seed)
             return {k: v.detach() for k, v in sample_guide(self.guide, self.model, size, self.x, self.y).items()}
 
@@ -294,11 +312,21 @@ class Posterior:
         total = sum(self._per_draw(x, index, lambda f, lat: self.model.likelihood.mean(f, lat).sum(0)))
         return total / len(index)
 
-    def log_likelihood(self, x: torch.Tensor | None = None, y: torch.Tensor | None = None, draw_index: torch.Tensor | None = None) -> torch.Tensor:
+    def log_likelihood(
+        self, x: torch.Tensor | None = None, y: torch.Tensor | None = None, draw_index: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Pointwise log p(y_n | x_n, w_s): (chain, draw, N), for every draw or the draws at ``draw_index``
         in each chain. Training data by default; computed in chunks of draws."""
         x, y = (self.x, self.y) if x is None else check_data(self.model, x, y)
-        lp = torch.cat(list(self._per_draw(x, self._chain_index(draw_index), lambda f, lat: self.model.likelihood.distribution(f, lat).log_prob(y))))
+        lp = torch.cat(
+            list(
+                self._per_draw(
+                    x,
+                    self._chain_index(draw_index),
+                    lambda f, lat: self.model.likelihood.distribution(f, lat).log_prob(y),
+                )
+            )
+        )
         return lp.reshape(self.num_chains, -1, lp.shape[-1])
 
     def _chain_index(self, draw_index: torch.Tensor | None = None) -> torch.Tensor:
@@ -317,11 +345,14 @@ class Posterior:
                 total = next(iter(weights.values())).shape[0]
                 for i in range(0, total, chunk):
                     part = {k: v[i : i + chunk] for k, v in weights.items()}
-                    f = torch.cat([self._forward(part, x[j : j + rows]) for j in range(0, len(x), rows)], dim=1)  # rows are independent
+                    # rows are independent
+                    f = torch.cat([self._forward(part, x[j : j + rows]) for j in range(0, len(x), rows)], dim=1)
                     yield fn(f, {k: v[i : i + chunk] for k, v in latent.items()})
                 del draws, weights, latent  # before the next block is made
 
-    def elbo(self, x: torch.Tensor | None = None, y: torch.Tensor | None = None, num_samples: int = 1000) -> tuple[float, float]:
+    def elbo(
+        self, x: torch.Tensor | None = None, y: torch.Tensor | None = None, num_samples: int = 1000
+    ) -> tuple[float, float]:
         """ELBO = E_q[log p(y, w | x) - log q(w)] on the full data (Gal's thesis eq. 3.7), with its Monte
         Carlo standard error.
 
@@ -363,18 +394,38 @@ class Posterior:
         }
         draws = self._draws_at(self._chain_index(kept["posterior"]))
         posterior = xr.Dataset(
-            {k: (("chain", "draw", *_dims(k, v.shape[1:])), v.reshape(self.num_chains, -1, *v.shape[1:]).numpy()) for k, v in draws.items()},
+            {
+                k: (("chain", "draw", *_dims(k, v.shape[1:])), v.reshape(self.num_chains, -1, *v.shape[1:]).numpy())
+                for k, v in draws.items()
+            },
             coords={"chain": np.arange(self.num_chains), "draw": kept["posterior"].numpy()},
         )
         with torch.random.fork_rng(device_type="cuda"):  # the same fit always writes the same file
             torch.manual_seed(int(self.settings.get("seed", 0)))
             y_rep = torch.cat(
-                list(self._per_draw(self.x, self._chain_index(kept["function"]), lambda f, lat: self.model.likelihood.distribution(f, lat).sample()))
+                list(
+                    self._per_draw(
+                        self.x,
+                        self._chain_index(kept["function"]),
+                        lambda f, lat: self.model.likelihood.distribution(f, lat).sample(),
+                    )
+                )
             )
         y_rep = y_rep.reshape(self.num_chains, len(kept["function"]), *self.y.shape)
-        attrs = {**self.attrs(), "draws_posterior": len(kept["posterior"]), "draws_function_space": len(kept["function"])}
+        attrs = {
+            **self.attrs(),
+            "draws_posterior": len(kept["posterior"]),
+            "draws_function_space": len(kept["function"]),
+        }
         return function_space_inference_data(
-            posterior, y_rep, self.log_likelihood(draw_index=kept["function"]), kept["function"].numpy(), self.x, self.y, self.sample_stats, attrs
+            posterior,
+            y_rep,
+            self.log_likelihood(draw_index=kept["function"]),
+            kept["function"].numpy(),
+            self.x,
+            self.y,
+            self.sample_stats,
+            attrs,
         )
 
     def _outputs_per_draw(self, x) -> int:
@@ -405,7 +456,13 @@ class Posterior:
         except saving.NotDescribable as exc:
             header = {"model": None, "model_note": str(exc)}
         header.update(settings=self.settings, info=self.info, runtime_s=self.runtime_s)
-        return saving.write(path, self.kind, header, state, self.to_inference_data() if idata is None else (None if idata is False else idata))
+        return saving.write(
+            path,
+            self.kind,
+            header,
+            state,
+            self.to_inference_data() if idata is None else (None if idata is False else idata),
+        )
 
     def _extra_state(self) -> dict:
         """Tensors a subclass needs saved beyond the draws (a Laplace posterior's MAP)."""
@@ -457,7 +514,9 @@ def function_space_inference_data(posterior: xr.Dataset, y_rep, log_lik, draws, 
         "constant_data": xr.Dataset({"x": (("obs", "feature"), x.numpy())}),
     }
     if sample_stats:
-        groups["sample_stats"] = xr.Dataset({k: (("step",) if v.dim() == 1 else ("chain", "draw"), v.numpy()) for k, v in sample_stats.items()})
+        groups["sample_stats"] = xr.Dataset(
+            {k: (("step",) if v.dim() == 1 else ("chain", "draw"), v.numpy()) for k, v in sample_stats.items()}
+        )
     for ds in groups.values():
         ds.attrs.update(attrs)
     return az.InferenceData(**groups)
@@ -492,10 +551,22 @@ def load_posterior(header: dict, state: dict, model=None, guide=None, cls: type 
     with torch.random.fork_rng(device_type="cuda"):
         pyro.set_rng_seed(seed)  # as SVI.run seeds before building: random parts (flow permutations) come out the same
         if rebuild:
-            spec = settings["guide"] if settings["guide_source"] == "registry" else saving.resolve_class(settings["guide"])
+            spec = (
+                settings["guide"] if settings["guide_source"] == "registry" else saving.resolve_class(settings["guide"])
+            )
             guide = guides.make(spec, model, model.network_init(seed), settings.get("guide_options"))
         if guide is not None:
             parameters(guide, x, y)  # creates the parameters that a guide makes on its first call
     if guide is not None and state["guide"] is not None:
         guide.load_state_dict(state["guide"])
-    return (cls or Posterior)(model, x, y, state["samples"], settings, state["sample_stats"], guide, header.get("runtime_s", 0.0), header.get("info"))
+    return (cls or Posterior)(
+        model,
+        x,
+        y,
+        state["samples"],
+        settings,
+        state["sample_stats"],
+        guide,
+        header.get("runtime_s", 0.0),
+        header.get("info"),
+    )

@@ -137,7 +137,10 @@ class ScaleMixture:
 
     def __init__(self, pi: float = 0.5, scale1: float = 1.0, scale2: float = 0.0025):
         if not (0 < pi < 1 and math.isfinite(scale1) and 0 < scale2 < scale1):
-            raise BnnZooError(f"a scale mixture needs 0 < pi < 1 and 0 < scale2 < scale1 < inf, got pi={pi}, scale1={scale1}, scale2={scale2}")
+            raise BnnZooError(
+                f"a scale mixture needs 0 < pi < 1 and 0 < scale2 < scale1 < inf, got pi={pi}, scale1={scale1}, "
+                f"scale2={scale2}"
+            )
         self.pi, self.scale1, self.scale2 = float(pi), float(scale1), float(scale2)
 
     def __call__(self, name: str, param: torch.Tensor) -> Distribution:
@@ -185,7 +188,9 @@ class PerSite:
         prior = bz.priors.PerSite({net.layers[-1]: dist.StudentT(3.0, 0.0, 1.0)}, default=bz.priors.Normal(1.0))
     """
 
-    def __init__(self, rules: Mapping[str | nn.Module, Prior | Distribution], default: Prior | Distribution | None = None):
+    def __init__(
+        self, rules: Mapping[str | nn.Module, Prior | Distribution], default: Prior | Distribution | None = None
+    ):
         self.rules = dict(rules)
         self.default = default if default is not None else Normal(1.0)
         for value in [*self.rules.values(), self.default]:

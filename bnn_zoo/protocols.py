@@ -69,7 +69,9 @@ class ForwardsDraws(Protocol):
     (B, N, in), multiplies the input of the layer owning weight ``name`` (per-example dropout).
     Returns (B, N, out): what vmap over ``forward`` returns, to floating-point rounding."""
 
-    def forward_draws(self, weights: dict[str, torch.Tensor], x: torch.Tensor, input_masks: dict[str, torch.Tensor] | None = None) -> torch.Tensor: ...
+    def forward_draws(
+        self, weights: dict[str, torch.Tensor], x: torch.Tensor, input_masks: dict[str, torch.Tensor] | None = None
+    ) -> torch.Tensor: ...
 
 
 @runtime_checkable

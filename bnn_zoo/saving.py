@@ -121,7 +121,9 @@ def write(path: str | Path, kind: str, header: dict, state: dict, idata=None) ->
     atomic_torch_save(state, path / STATE)
     if idata is not None:
         save_inference_data(idata, path / IDATA)
-    write_json({"format": FORMAT, "version": VERSION, "kind": kind, "bnn_zoo_version": __version__, **header}, path / HEADER)
+    write_json(
+        {"format": FORMAT, "version": VERSION, "kind": kind, "bnn_zoo_version": __version__, **header}, path / HEADER
+    )
     return path
 
 
@@ -144,13 +146,19 @@ def load(path: str | Path, model: Any = None, guide: Any = None):
     path = Path(path)
     header_file = path / HEADER
     if not path.is_dir():
-        raise BnnZooError(f"{path} is not a folder; give a folder written by posterior.save(DIR) or bnn-zoo fit --out DIR")
+        raise BnnZooError(
+            f"{path} is not a folder; give a folder written by posterior.save(DIR) or bnn-zoo fit --out DIR"
+        )
     if not header_file.is_file():
-        raise BnnZooError(f"{path} has no {HEADER}: it is not a saved bnn-zoo posterior (save one with posterior.save(DIR))")
+        raise BnnZooError(
+            f"{path} has no {HEADER}: it is not a saved bnn-zoo posterior (save one with posterior.save(DIR))"
+        )
     try:
         header = json.loads(header_file.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BnnZooError(f"{header_file} is unreadable ({type(exc).__name__}); the folder is corrupt, save the posterior again") from None
+        raise BnnZooError(
+            f"{header_file} is unreadable ({type(exc).__name__}); the folder is corrupt, save the posterior again"
+        ) from None
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise BnnZooError(f"{header_file} is not a bnn-zoo posterior header")
     if header.get("kind") in _LOADER_HOMES:
@@ -165,8 +173,8 @@ def load(path: str | Path, model: Any = None, guide: Any = None):
         return _LOADERS[header["kind"]](header, state, model=model, guide=guide)
     except (KeyError, RuntimeError, TypeError) as exc:
         raise BnnZooError(
-            f"{path} does not match its description ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
-            "the folder is corrupt or was saved for another model"
+            f"{path} does not match its description ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}); the folder is corrupt or was saved for another model"
         ) from None
 
 
@@ -184,7 +192,9 @@ def rebuild_model(header: dict, model: Any) -> Any:
     try:
         return rebuild(header["model"])
     except NotDescribable as exc:
-        raise BnnZooError(f"the saved model cannot be rebuilt here ({exc}); pass it: bnn_zoo.load(DIR, model=...)") from None
+        raise BnnZooError(
+            f"the saved model cannot be rebuilt here ({exc}); pass it: bnn_zoo.load(DIR, model=...)"
+        ) from None
 
 
 def describe_or_none(obj: Any) -> Any:

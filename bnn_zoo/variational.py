@@ -63,7 +63,8 @@ class LocalParamModule(PyroModule):
 
 def sample_sites(sites: dict[str, tuple[Distribution, dict]]) -> dict[str, torch.Tensor]:
     """A :class:`~bnn_zoo.protocols.SiteDistributions` guide's forward: sample every site from its q."""
-    return {name: pyro.sample(name, q, infer=dict(infer)) for name, (q, infer) in sites.items()}  # a copy: messengers may edit it
+    # a copy: messengers may edit it
+    return {name: pyro.sample(name, q, infer=dict(infer)) for name, (q, infer) in sites.items()}
 
 
 def scope(guide: Callable) -> contextlib.AbstractContextManager:
@@ -105,7 +106,9 @@ def sample_guide(guide: Callable, model, num_samples: int, *args) -> dict[str, t
     return {k: draws[k].reshape(num_samples, *shapes[k]) for k in shapes}
 
 
-def log_weights(guide: Callable, model, x: torch.Tensor, y: torch.Tensor, num_samples: int, chunk: int = 256) -> torch.Tensor:
+def log_weights(
+    guide: Callable, model, x: torch.Tensor, y: torch.Tensor, num_samples: int, chunk: int = 256
+) -> torch.Tensor:
     """log p(y, w_s | x) - log q(w_s) for ``num_samples`` draws w_s ~ q on the full data: shape (S,).
 
     Pyro's ``vectorized_importance_weights`` in chunks of ``chunk`` draws, so memory stays bounded.

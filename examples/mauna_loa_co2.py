@@ -30,7 +30,9 @@ def mauna_loa(split_year: float = 1991.0) -> Dataset:
     try:
         from statsmodels.datasets import co2
     except ImportError:
-        raise SystemExit("this example reads the CO2 series bundled with statsmodels: pip install -e '.[examples]'") from None
+        raise SystemExit(
+            "this example reads the CO2 series bundled with statsmodels: pip install -e '.[examples]'"
+        ) from None
     monthly = co2.load_pandas().data["co2"].resample("MS").mean().dropna()
     year = torch.tensor(monthly.index.year + (monthly.index.month - 0.5) / 12, dtype=torch.float32)[:, None]
     ppm = torch.tensor(monthly.values, dtype=torch.float32)
@@ -44,10 +46,24 @@ def main(out: Path, quick: bool):
     dropout = {"p": [0.0, 0.1, 0.1, 0.1, 0.1], "masks": "example"}
 
     def net(activation):
-        return bz.BNN(bz.models.MLP(1, [512] * 4, 1, activation=activation), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.05))
+        return bz.BNN(
+            bz.models.MLP(1, [512] * 4, 1, activation=activation), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.05)
+        )
 
-    relu = run("mc-dropout-relu", data, net("relu"), bz.SVI(guide="dropout", guide_options=dropout, steps=steps, lr=1e-3, num_draws=200), out / "relu")
-    tanh = run("mc-dropout-tanh", data, net("tanh"), bz.SVI(guide="dropout", guide_options=dropout, steps=steps, lr=1e-3, num_draws=200), out / "tanh")
+    relu = run(
+        "mc-dropout-relu",
+        data,
+        net("relu"),
+        bz.SVI(guide="dropout", guide_options=dropout, steps=steps, lr=1e-3, num_draws=200),
+        out / "relu",
+    )
+    tanh = run(
+        "mc-dropout-tanh",
+        data,
+        net("tanh"),
+        bz.SVI(guide="dropout", guide_options=dropout, steps=steps, lr=1e-3, num_draws=200),
+        out / "tanh",
+    )
     gp = run("gp-se", data, bz.GP("rbf"), bz.TypeII(steps=300, lr=0.05), out / "gp")
     print_table([relu, tanh, gp], title=f"{data.name}: trained before 1991, tested on 1991-2001; figure in {out}")
 

@@ -30,7 +30,9 @@ def blundell(seed=0) -> Dataset:
     def draw(n, lo, hi):
         x = lo + (hi - lo) * torch.rand(n, 1, generator=g)
         e = math.sqrt(0.02) * torch.randn(n, generator=g)
-        return x, x[:, 0] + 0.3 * torch.sin(2 * math.pi * (x[:, 0] + e)) + 0.3 * torch.sin(4 * math.pi * (x[:, 0] + e)) + e
+        return x, x[:, 0] + 0.3 * torch.sin(2 * math.pi * (x[:, 0] + e)) + 0.3 * torch.sin(
+            4 * math.pi * (x[:, 0] + e)
+        ) + e
 
     return Dataset("blundell", *draw(100, 0.0, 0.5), *draw(200, -0.2, 1.2), info={"noise_scale": math.sqrt(0.02)})
 
@@ -50,10 +52,16 @@ def main(out: Path, quick: bool):
     steps, draws = (500, 50) if quick else (5000, 300)
     for data in (blundell(), cubic()):
         noise = data.info["noise_scale"] / float(data.y_std)
-        model = bz.BNN(bz.models.MLP(1, [20, 20], 1, activation="relu"), bz.priors.FanInNormal(), bz.likelihoods.Gaussian(noise))
+        model = bz.BNN(
+            bz.models.MLP(1, [20, 20], 1, activation="relu"), bz.priors.FanInNormal(), bz.likelihoods.Gaussian(noise)
+        )
         methods = [
             ("mean-field", model, bz.SVI(steps=steps, lr=0.01, num_particles=8, lr_decay=0.1)),
-            ("mc-dropout", model, bz.SVI(guide="dropout", guide_options={"p": 0.1, "masks": "example"}, steps=steps, lr=0.01)),
+            (
+                "mc-dropout",
+                model,
+                bz.SVI(guide="dropout", guide_options={"p": 0.1, "masks": "example"}, steps=steps, lr=0.01),
+            ),
             ("gp-matern52", bz.GP("matern52"), bz.TypeII(steps=300, lr=0.05)),
             ("nuts", model, bz.NUTS(num_warmup=draws, num_samples=draws, num_chains=1)),
         ]

@@ -22,13 +22,23 @@ out = Path(parser.parse_args().out)
 data = bz.data.digits()
 categorical = bz.likelihoods.Categorical()
 mlp = bz.BNN(bz.models.MLP(64, [50], 10, activation="relu"), bz.priors.Normal(1.0), categorical)
-cnn = bz.BNN(bz.models.LeNet((1, 8, 8), channels=(16, 32), dense=64, out_features=10, dropout="dense"), bz.priors.Normal(1.0), categorical)
+cnn = bz.BNN(
+    bz.models.LeNet((1, 8, 8), channels=(16, 32), dense=64, out_features=10, dropout="dense"),
+    bz.priors.Normal(1.0),
+    categorical,
+)
 svi = dict(steps=3000, lr=0.005, batch_size=128, num_draws=200, progress=False)
 
 results = [
     run("mlp mean-field", data, mlp, bz.SVI(**svi), out / "mlp-mean-field", evidence=["iw"]),
     run("cnn mean-field", data, cnn, bz.SVI(**svi), out / "cnn-mean-field", evidence=["iw"]),
-    run("cnn dropout", data, cnn, bz.SVI(guide="dropout", guide_options={"p": 0.5, "masks": "example"}, **svi), out / "cnn-dropout"),
+    run(
+        "cnn dropout",
+        data,
+        cnn,
+        bz.SVI(guide="dropout", guide_options={"p": 0.5, "masks": "example"}, **svi),
+        out / "cnn-dropout",
+    ),
 ]
 table = report([out / "mlp-mean-field", out / "cnn-mean-field", out / "cnn-dropout"], out / "comparison")
 columns = ["run", "architecture", "elbo", "evidence_iw", "accuracy", "nll", "ece", "runtime_s"]

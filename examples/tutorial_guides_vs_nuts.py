@@ -31,9 +31,21 @@ svi = dict(steps=3000, lr=0.02, lr_decay=0.1, num_particles=4, progress=False)
 mean_field = run("mean-field", data, model, bz.SVI(**svi), out / "mean-field")
 results = [
     mean_field,
-    run("dropout p=0.1", data, model, bz.SVI(guide="dropout", guide_options={"p": 0.1, "masks": "example"}, **svi), out / "dropout"),
+    run(
+        "dropout p=0.1",
+        data,
+        model,
+        bz.SVI(guide="dropout", guide_options={"p": 0.1, "masks": "example"}, **svi),
+        out / "dropout",
+    ),
     run("last-layer mean-field", data, last_layer, bz.SVI(**svi), out / "last-layer"),
-    run("nuts", data, model, bz.NUTS(num_warmup=300, num_samples=300, num_chains=2, init=mean_field.posterior, progress=False), out / "nuts"),
+    run(
+        "nuts",
+        data,
+        model,
+        bz.NUTS(num_warmup=300, num_samples=300, num_chains=2, init=mean_field.posterior, progress=False),
+        out / "nuts",
+    ),
     run("gp rbf", data, bz.GP("rbf"), bz.TypeII(steps=300, progress=False), out / "gp"),
 ]
 plots.predictive_bands([r.predictions for r in results], out / "bands.png")

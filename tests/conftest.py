@@ -6,7 +6,9 @@ import pytest
 import torch
 
 warnings.filterwarnings("ignore", category=FutureWarning)
-if os.environ.get("PYTEST_XDIST_WORKER"):  # one worker per core (pyproject's -n): a thread each, or they oversubscribe the cores
+if os.environ.get(
+    "PYTEST_XDIST_WORKER"
+):  # one worker per core (pyproject's -n): a thread each, or they oversubscribe the cores
     torch.set_num_threads(1)
 
 import arviz as az  # noqa: E402
@@ -19,7 +21,8 @@ NOISE = 0.5
 
 @contextlib.contextmanager
 def torch_threads(n: int):
-    """torch's thread count set to n for the block (forked MCMC chains run one per thread: bnn_zoo.inference.mcmc._workers)."""
+    """torch's thread count set to n for the block (forked MCMC chains run one per thread: "
+    "bnn_zoo.inference.mcmc._workers)."""
     before = torch.get_num_threads()
     torch.set_num_threads(n)
     try:
@@ -51,7 +54,9 @@ def blr_exact(blr_data):
 
 def flat(sites: dict) -> torch.Tensor:
     """Weights then bias, matching the exact posterior's ordering."""
-    return torch.cat([sites["layers.0.weight"].reshape(*sites["layers.0.weight"].shape[:-2], -1), sites["layers.0.bias"]], -1)
+    return torch.cat(
+        [sites["layers.0.weight"].reshape(*sites["layers.0.weight"].shape[:-2], -1), sites["layers.0.bias"]], -1
+    )
 
 
 def assert_matches_exact_posterior_within_4_mcse(fit, blr_exact):
@@ -61,7 +66,11 @@ def assert_matches_exact_posterior_within_4_mcse(fit, blr_exact):
     mcse_mean = flat({k: torch.as_tensor(az.mcse(idata, method="mean")[k].values) for k in fit.samples}).reshape(-1)
     mcse_sd = flat({k: torch.as_tensor(az.mcse(idata, method="sd")[k].values) for k in fit.samples}).reshape(-1)
     exact_sd = blr_exact.cov.diagonal().sqrt()
-    assert torch.all((draws.mean(0) - blr_exact.mean).abs() < 4 * mcse_mean.double()), (draws.mean(0), blr_exact.mean, mcse_mean)
+    assert torch.all((draws.mean(0) - blr_exact.mean).abs() < 4 * mcse_mean.double()), (
+        draws.mean(0),
+        blr_exact.mean,
+        mcse_mean,
+    )
     assert torch.all((draws.std(0) - exact_sd).abs() < 4 * mcse_sd.double()), (draws.std(0), exact_sd, mcse_sd)
 
 

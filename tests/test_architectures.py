@@ -22,7 +22,10 @@ def _recorded_masks(module, noise: dict, x):
         drawn.append(mask)
         return mask
 
-    with mock.patch.object(local_noise, "bernoulli_mask", recording), local_noise.hooks(module, {name: InputDropout(None, 0.5) for name in noise}):
+    with (
+        mock.patch.object(local_noise, "bernoulli_mask", recording),
+        local_noise.hooks(module, {name: InputDropout(None, 0.5) for name in noise}),
+    ):
         return module(x), drawn
 
 
@@ -53,7 +56,10 @@ def test_untied_lstm_draws_independent_masks_per_gate():
     h = c = torch.zeros(200, K)
     for t in range(3):  # by hand (Gal's eqs. 3.22-3.23): gate g sees x_t and h_{t-1} through its own masks
         pre = {
-            g: (x[:, t] * mx[g]) @ getattr(lstm, f"weight_{g}").T + (h * mh[g]) @ getattr(lstm, f"recurrent_{g}").T + getattr(lstm, f"bias_{g}") for g in GATES
+            g: (x[:, t] * mx[g]) @ getattr(lstm, f"weight_{g}").T
+            + (h * mh[g]) @ getattr(lstm, f"recurrent_{g}").T
+            + getattr(lstm, f"bias_{g}")
+            for g in GATES
         }
         c = pre["f"].sigmoid() * c + pre["i"].sigmoid() * pre["g"].tanh()
         h = pre["o"].sigmoid() * c.tanh()
@@ -136,7 +142,9 @@ def test_token_likelihood_ignores_padding():
     logits = torch.randn(3, 4, V)
     y = torch.tensor([[1, 2, 3, -1], [4, -1, -1, -1], [5, 6, 7, 8]])
     lp = bz.likelihoods.Tokens().distribution(logits, {}).log_prob(y)
-    by_hand = torch.stack([sum(logits[n, t].log_softmax(-1)[y[n, t]] for t in range(4) if y[n, t] >= 0) for n in range(3)])
+    by_hand = torch.stack(
+        [sum(logits[n, t].log_softmax(-1)[y[n, t]] for t in range(4) if y[n, t] >= 0) for n in range(3)]
+    )
     assert torch.allclose(lp, by_hand)
 
 
@@ -150,12 +158,23 @@ def _text_data(n=48, steps=6):
 @pytest.mark.parametrize("gates", ["tied", "untied"])
 @pytest.mark.parametrize(
     "guide, options",
-    [("dropout", {"p": 0.2, "masks": "example"}), ("mean-field", {}), ("matrix-normal", {"rank": 2}), ("flow", {"transform": "spline", "scope": "layer"})],
+    [
+        ("dropout", {"p": 0.2, "masks": "example"}),
+        ("mean-field", {}),
+        ("matrix-normal", {"rank": 2}),
+        ("flow", {"transform": "spline", "scope": "layer"}),
+    ],
 )
 def test_every_guide_fits_the_text_rnn(gates, guide, options):
     x, y = _text_data()
-    model = bz.BNN(bz.models.TextRNN(V, 6, 8, gates=gates, embedding_dropout=True), bz.priors.Normal(1.0), bz.likelihoods.Categorical())
-    post = bz.fit(model, x, y, bz.SVI(guide=guide, guide_options=options, steps=20, num_particles=2, progress=False, num_draws=8))
+    model = bz.BNN(
+        bz.models.TextRNN(V, 6, 8, gates=gates, embedding_dropout=True),
+        bz.priors.Normal(1.0),
+        bz.likelihoods.Categorical(),
+    )
+    post = bz.fit(
+        model, x, y, bz.SVI(guide=guide, guide_options=options, steps=20, num_particles=2, progress=False, num_draws=8)
+    )
     assert post.predict(x).probs.shape == (48, 2)
     assert "lstm.weight" in post.to_inference_data().posterior or "lstm.weight_i" in post.to_inference_data().posterior
 
@@ -172,9 +191,17 @@ def test_mcmc_runs_on_small_cnn_and_rnn(kind):
     method = (bz.NUTS if kind == "nuts" else bz.HMC)(num_warmup=5, num_samples=5, num_chains=1, progress=False)
     x, y = _text_data(16, 4)
     rnn = bz.BNN(bz.models.TextRNN(V, 3, 3, gates="untied", head="lm"), bz.priors.Normal(1.0), bz.likelihoods.Tokens())
-    targets = torch.cat([x[:, 1:], torch.zeros(16, 1)], 1).long().masked_fill(torch.cat([x[:, 1:], torch.zeros(16, 1)], 1) == 0, -1)
+    targets = (
+        torch.cat([x[:, 1:], torch.zeros(16, 1)], 1)
+        .long()
+        .masked_fill(torch.cat([x[:, 1:], torch.zeros(16, 1)], 1) == 0, -1)
+    )
     assert bz.fit(rnn, x, targets, method).predict(x).f.shape == (5, 16, 4, V)
-    cnn = bz.BNN(bz.models.LeNet((1, 4, 4), channels=[2], dense=4, out_features=3), bz.priors.Normal(1.0), bz.likelihoods.Categorical())
+    cnn = bz.BNN(
+        bz.models.LeNet((1, 4, 4), channels=[2], dense=4, out_features=3),
+        bz.priors.Normal(1.0),
+        bz.likelihoods.Categorical(),
+    )
     xi, yi = torch.randn(12, 16), torch.arange(12) % 3
     assert bz.fit(cnn, xi, yi, method).predict(xi).probs.shape == (12, 3)
 
@@ -191,8 +218,14 @@ def test_mcmc_runs_on_small_cnn_and_rnn(kind):
 def test_every_guide_fits_the_cnn(guide, options):
     g = torch.Generator().manual_seed(6)
     x, y = torch.randn(24, 16, generator=g), torch.arange(24) % 3
-    model = bz.BNN(bz.models.LeNet((1, 4, 4), channels=[2], dense=4, out_features=3), bz.priors.Normal(1.0), bz.likelihoods.Categorical())
-    post = bz.fit(model, x, y, bz.SVI(guide=guide, guide_options=options, steps=10, num_particles=2, progress=False, num_draws=8))
+    model = bz.BNN(
+        bz.models.LeNet((1, 4, 4), channels=[2], dense=4, out_features=3),
+        bz.priors.Normal(1.0),
+        bz.likelihoods.Categorical(),
+    )
+    post = bz.fit(
+        model, x, y, bz.SVI(guide=guide, guide_options=options, steps=10, num_particles=2, progress=False, num_draws=8)
+    )
     assert post.predict(x).probs.shape == (24, 3)
     assert post.to_inference_data().posterior["features.1.weight"].shape == (1, 8, 2, 1, 3, 3)
 

@@ -22,7 +22,9 @@ def two_fits():
     model = bz.BNN(bz.models.MLP(1, [4], 1), bz.priors.FanInNormal(), bz.likelihoods.Gaussian.learned())
     svi = bz.fit(model, x, y, bz.SVI(steps=800, lr=0.03, num_particles=2, num_draws=400, seed=1, progress=False))
     # 50 + 50 draws: what the ArviZ checks need (two chains for R-hat), at half the time of 100 + 100
-    nuts = bz.fit(model, x, y, bz.NUTS(num_warmup=50, num_samples=DRAWS, num_chains=2, init=svi, seed=1, progress=False))
+    nuts = bz.fit(
+        model, x, y, bz.NUTS(num_warmup=50, num_samples=DRAWS, num_chains=2, init=svi, seed=1, progress=False)
+    )
     return model, svi, nuts
 
 
@@ -44,7 +46,13 @@ def test_same_model_object_through_summary_loo_and_compare(two_fits):
 def test_inference_data_groups_dims_and_attrs(two_fits):
     model, svi, nuts = two_fits
     idata = nuts.to_inference_data()
-    assert set(idata.groups()) >= {"posterior", "posterior_predictive", "log_likelihood", "observed_data", "sample_stats"}
+    assert set(idata.groups()) >= {
+        "posterior",
+        "posterior_predictive",
+        "log_likelihood",
+        "observed_data",
+        "sample_stats",
+    }
     assert idata.posterior["layers.0.weight"].dims == ("chain", "draw", "layers.0.out", "layers.0.in")
     assert idata.posterior["layers.0.bias"].dims == ("chain", "draw", "layers.0.out")
     assert idata.posterior.sizes["chain"] == 2 and idata.posterior.sizes["draw"] == DRAWS
@@ -54,8 +62,18 @@ def test_inference_data_groups_dims_and_attrs(two_fits):
         assert idata.sample_stats[stat].dims == ("chain", "draw")
     assert idata.sample_stats["diverging"].dtype == bool
     attrs = idata.posterior.attrs
-    assert attrs["method"] == "nuts" and attrs["seed"] == 1 and "FanInNormal" in attrs["prior"] and "Gaussian" in attrs["likelihood"]
-    assert "MLP" in attrs["model"] and attrs["inference_library_version"] and attrs["torch_version"] and attrs["arviz_version"]
+    assert (
+        attrs["method"] == "nuts"
+        and attrs["seed"] == 1
+        and "FanInNormal" in attrs["prior"]
+        and "Gaussian" in attrs["likelihood"]
+    )
+    assert (
+        "MLP" in attrs["model"]
+        and attrs["inference_library_version"]
+        and attrs["torch_version"]
+        and attrs["arviz_version"]
+    )
     assert json.loads(attrs["settings"])["num_chains"] == 2
     svi_data = svi.to_inference_data()
     assert svi_data.sample_stats["loss"].dims == ("step",) and svi_data.sample_stats.sizes["step"] == 800

@@ -58,7 +58,9 @@ def test_labels_out_of_range_and_fractional():
 def test_bad_method_settings(reg):
     with pytest.raises(bz.BnnZooError, match="SVI steps must be a positive integer"):
         bz.fit(reg, torch.randn(5, 2), torch.randn(5), bz.SVI(steps=0))
-    with pytest.raises(bz.BnnZooError, match="unknown guide 'low-rank'; available guides: dropout, flow, matrix-normal, mean-field"):
+    with pytest.raises(
+        bz.BnnZooError, match="unknown guide 'low-rank'; available guides: dropout, flow, matrix-normal, mean-field"
+    ):
         bz.fit(reg, torch.randn(5, 2), torch.randn(5), bz.SVI(guide="low-rank", progress=False))
     with pytest.raises(bz.BnnZooError, match="method must be bnn_zoo.SVI"):
         bz.fit(reg, torch.randn(5, 2), torch.randn(5), "nuts")
@@ -102,7 +104,9 @@ def test_uci_missing_truncated_and_corrupt_files(tmp_path):
     with pytest.raises(bz.BnnZooError, match="is truncated or corrupt .* re-copy the file"):
         load_uci(tmp_path / "t")
     (tmp_path / "t" / "data.txt").write_text(text[: text.index("\n", len(text) // 2)])  # cut at a row end
-    with pytest.raises(bz.BnnZooError, match="index_train_0.txt holds indices outside 0..5 .* data.txt may be truncated"):
+    with pytest.raises(
+        bz.BnnZooError, match="index_train_0.txt holds indices outside 0..5 .* data.txt may be truncated"
+    ):
         load_uci(tmp_path / "t")
     _uci_folder(tmp_path / "c")
     (tmp_path / "c" / "index_train_0.txt").write_text("0\n1\n99\n")
@@ -125,20 +129,38 @@ def test_corrupt_and_missing_result_files(tmp_path):
     "argv, message",
     [
         (["fit", "--model", "transformer", "--out", "o"], "unknown model 'transformer'; choose one of: mlp,"),
-        (["fit", "--model", "mlp", "--model.width", "3", "--out", "o"], "--model.width is not an option of model mlp (its options: hidden, activation)"),
-        (["fit", "--model", "mlp", "--model.hidden", "a", "--out", "o"], "--model.hidden: expected a list like [1, 2], got a"),
+        (
+            ["fit", "--model", "mlp", "--model.width", "3", "--out", "o"],
+            "--model.width is not an option of model mlp (its options: hidden, activation)",
+        ),
+        (
+            ["fit", "--model", "mlp", "--model.hidden", "a", "--out", "o"],
+            "--model.hidden: expected a list like [1, 2], got a",
+        ),
         (["fit", "--data", "mnist", "--out", "o"], "unknown data 'mnist'"),
         (["fit", "--prior", "laplace", "--out", "o"], "unknown prior 'laplace'"),
         (["fit", "--likelihood", "poisson", "--out", "o"], "unknown likelihood 'poisson'"),
         (["fit", "--guide", "nope", "--out", "o"], "unknown guide 'nope'"),
-        (["fit", "--guide", "matrix-normal", "--guide.ranks", "2", "--out", "o"], "--guide.ranks is not an option of guide matrix-normal"),
+        (
+            ["fit", "--guide", "matrix-normal", "--guide.ranks", "2", "--out", "o"],
+            "--guide.ranks is not an option of guide matrix-normal",
+        ),
         (["fit", "--data", "uci", "--data.path", "/no/such/dir", "--out", "o"], "does not exist"),
         (["fit", "--inference", "mh", "--out", "o"], "unknown inference 'mh'"),
-        (["fit", "--evaluation.evidence", "[bic]", "--out", "o"], "--evaluation.evidence: expected one of ais, iw, got bic"),
+        (
+            ["fit", "--evaluation.evidence", "[bic]", "--out", "o"],
+            "--evaluation.evidence: expected one of ais, iw, got bic",
+        ),
         (["fit", "--inference", "nuts", "--evaluation.evidence", "[iw]", "--out", "o"], "needs a guide with a density"),
-        (["fit", "--inference", "nuts", "--inference.kl_weight", "0.5", "--out", "o"], "--inference.kl_weight is not an option of inference nuts"),
+        (
+            ["fit", "--inference", "nuts", "--inference.kl_weight", "0.5", "--out", "o"],
+            "--inference.kl_weight is not an option of inference nuts",
+        ),
         (["fit", "--inference", "nuts", "--guide", "dropout", "--out", "o"], "a guide applies to svi, not nuts"),
-        (["fit", "--inference", "gp", "--inference.kernel", "periodic", "--out", "o"], "--inference.kernel: expected one of rbf, matern52, nngp, got periodic"),
+        (
+            ["fit", "--inference", "gp", "--inference.kernel", "periodic", "--out", "o"],
+            "--inference.kernel: expected one of rbf, matern52, nngp, got periodic",
+        ),
         (["fit", "--inference", "gp", "--inference.kernel", "nngp", "--out", "o"], "limit of a relu MLP"),
         (["fit", "--data", "toy-text", "--model", "lstm-tied", "--inference", "gp", "--out", "o"], "not text"),
         (["fit", "--likelihood", "categorical", "--out", "o"], "is a regression dataset; use gaussian"),
@@ -172,14 +194,19 @@ def _corpus_files(root):
         "uci-huge": lambda d: (d / "data.txt").write_text("\n".join(f"{i}e30 1 {i}" for i in range(12)) + "\n"),
         "uci-repeated-feature": lambda d: (d / "index_features.txt").write_text("0\n0\n1\n"),
         "uci-two-rows": lambda d: (d / "index_train_0.txt").write_text("0\n1\n"),
-        "uci-nan": lambda d: (d / "data.txt").write_text("\n".join(f"{i} {'nan' if i == 5 else 1} {i}" for i in range(12)) + "\n"),
+        "uci-nan": lambda d: (d / "data.txt").write_text(
+            "\n".join(f"{i} {'nan' if i == 5 else 1} {i}" for i in range(12)) + "\n"
+        ),
     }.items():
         _uci_folder(root / name)
         edit(root / name)
     (root / "laughs.yaml").write_text(
-        "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(f"{n}: &{n} [{', '.join([f'*{p}'] * 9)}]\n" for p, n in zip("abcdefgh", "bcdefghi"))
+        "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n"
+        + "".join(f"{n}: &{n} [{', '.join([f'*{p}'] * 9)}]\n" for p, n in zip("abcdefgh", "bcdefghi"))
     )
-    (root / "bigint.yaml").write_text("inference: {class_path: SVI, init_args: {steps: 123456789012345678901234567890}}\n")
+    (root / "bigint.yaml").write_text(
+        "inference: {class_path: SVI, init_args: {steps: 123456789012345678901234567890}}\n"
+    )
     (root / "dup.yaml").write_text("seed: 1\nseed: 2\n")
     (root / "usernet.py").write_text(
         "import torch\n\n\nclass Boom(torch.nn.Module):\n    def __init__(self, in_features, out_features):\n"
@@ -198,12 +225,20 @@ def _corpus_files(root):
     (root / "sweep-junk" / "cells" / "def" / "status.json").write_text('{"state": "done", "metrics": {"rmse": 1.0}}')
     (root / "flatnet.py").write_text(
         "import torch\n\n\nclass Flat(torch.nn.Module):\n"
-        "    def __init__(self, in_features, out_features):\n        super().__init__()\n        self.layer = torch.nn.Linear(in_features, 1)\n\n"
-        "    def forward(self, x):\n        return self.layer(x)[:, 0]\n"
+        "    def __init__(self, in_features, out_features):\n        super().__init__()\n        self.layer = "
+        "torch.nn.Linear(in_features, 1)\n\n    def forward(self, x):\n        return self.layer(x)[:, 0]\n"
     )
-    (root / "big.yaml").write_text("base: {inference: {class_path: SVI, init_args: {steps: 2}}}\ngrid: {seed: range(10000)}\n")
+    (root / "big.yaml").write_text(
+        "base: {inference: {class_path: SVI, init_args: {steps: 2}}}\ngrid: {seed: range(10000)}\n"
+    )
     _uci_folder(root / "uci-gal-0-epochs")
-    for name, value in {"dropout_rates": "0.01", "tau_values": "0.1", "n_hidden": "50", "n_epochs": "0", "n_splits": "1"}.items():
+    for name, value in {
+        "dropout_rates": "0.01",
+        "tau_values": "0.1",
+        "n_hidden": "50",
+        "n_epochs": "0",
+        "n_splits": "1",
+    }.items():
         (root / "uci-gal-0-epochs" / f"{name}.txt").write_text(value + "\n")
     done, partial = root / "done", root / "partial"
     for finished in (done, root / "svi"):  # a finished fit, and the demo's first run
@@ -224,45 +259,108 @@ QUICK_FIT = ["--inference.steps", "2", "--evaluation.plots", "false", "--quiet"]
     "argv, message",
     [
         # option ranges: guides, priors, likelihoods, methods, evaluation, seed
-        (["fit", "--guide", "matrix-normal", "--guide.rank", "0"], "rank (None: full Cholesky factors) must be a whole number >= 1, got 0"),
+        (
+            ["fit", "--guide", "matrix-normal", "--guide.rank", "0"],
+            "rank (None: full Cholesky factors) must be a whole number >= 1, got 0",
+        ),
         (["fit", "--guide", "matrix-normal", "--guide.rank", "-2"], "must be a whole number >= 1, got -2"),
-        (["fit", "--guide", "matrix-normal", "--guide.scales", "true", "--guide.local_reparam", "true"], "local_reparam needs Kronecker-factored outputs"),
-        (["fit", "--guide", "mean-field", "--guide.init_scale", "-1"], "init_scale (the starting sd of every weight) must be a finite number > 0, got -1"),
+        (
+            ["fit", "--guide", "matrix-normal", "--guide.scales", "true", "--guide.local_reparam", "true"],
+            "local_reparam needs Kronecker-factored outputs",
+        ),
+        (
+            ["fit", "--guide", "mean-field", "--guide.init_scale", "-1"],
+            "init_scale (the starting sd of every weight) must be a finite number > 0, got -1",
+        ),
         (["fit", "--guide", "flow", "--guide.num_flows", "0"], "num_flows must be a whole number >= 1, got 0"),
         (["fit", "--guide", "dropout", "--guide.p", "1.5"], "dropout probabilities must lie in [0, 1), got [1.5"),
         (["fit", "--prior", "normal", "--prior.scale", "-1"], "prior scales must be positive and finite, got [-1.0]"),
         (["fit", "--prior", "normal", "--prior.scale", "0"], "prior scales must be positive and finite, got [0.0]"),
-        (["fit", "--prior", "scale-mixture", "--prior.pi", "1.5"], "a scale mixture needs 0 < pi < 1 and 0 < scale2 < scale1 < inf, got pi=1.5"),
-        (["fit", "--inference", "laplace", "--prior", "scale-mixture"], "has ScaleMixture(pi=0.5, scale1=1.0, scale2=0.0025): use --prior fanin or normal"),
-        (["fit", "--likelihood", "gaussian", "--likelihood.scale", "-1"], "Gaussian noise scale must be positive and finite, got -1.0"),
+        (
+            ["fit", "--prior", "scale-mixture", "--prior.pi", "1.5"],
+            "a scale mixture needs 0 < pi < 1 and 0 < scale2 < scale1 < inf, got pi=1.5",
+        ),
+        (
+            ["fit", "--inference", "laplace", "--prior", "scale-mixture"],
+            "has ScaleMixture(pi=0.5, scale1=1.0, scale2=0.0025): use --prior fanin or normal",
+        ),
+        (
+            ["fit", "--likelihood", "gaussian", "--likelihood.scale", "-1"],
+            "Gaussian noise scale must be positive and finite, got -1.0",
+        ),
         (["fit", "--inference.steps", "0"], "SVI steps must be a positive integer, got 0"),
-        (["fit", "--inference.steps", "null", "--inference.epochs", "0"], "SVI epochs must be a positive integer, got 0"),
+        (
+            ["fit", "--inference.steps", "null", "--inference.epochs", "0"],
+            "SVI epochs must be a positive integer, got 0",
+        ),
         (["fit", "--inference.lr", "0"], "SVI needs a finite lr > 0"),
         (["fit", "--inference.lr", "inf"], "--inference.lr: expected a number, got inf"),
         (["fit", "--inference.batch_size", "0"], "SVI batch_size must be a positive integer, got 0"),
-        (["fit", "--inference.steps", "null", "--inference.epochs", "2", "--inference.batch_size", "0"], "SVI batch_size must be a positive integer, got 0"),
-        (["fit", "--inference", "sgld", "--inference.batch_size", "0"], "SGMCMC batch_size must be a positive integer, got 0"),
-        (["fit", "--inference", "nuts", "--inference.num_chains", "0"], "NUTS num_chains must be an integer >= 1, got 0"),
-        (["fit", "--inference", "nuts", "--inference.step_size", "0.1"], "--inference.step_size is not an option of inference nuts"),
-        (["fit", "--inference", "nuts", "--inference.max_tree_depth", "0"], "NUTS max_tree_depth must be an integer >= 1, got 0"),
-        (["fit", "--inference", "hmc", "--inference.max_leapfrog", "0"], "HMC max_leapfrog must be an integer >= 1, got 0"),
+        (
+            ["fit", "--inference.steps", "null", "--inference.epochs", "2", "--inference.batch_size", "0"],
+            "SVI batch_size must be a positive integer, got 0",
+        ),
+        (
+            ["fit", "--inference", "sgld", "--inference.batch_size", "0"],
+            "SGMCMC batch_size must be a positive integer, got 0",
+        ),
+        (
+            ["fit", "--inference", "nuts", "--inference.num_chains", "0"],
+            "NUTS num_chains must be an integer >= 1, got 0",
+        ),
+        (
+            ["fit", "--inference", "nuts", "--inference.step_size", "0.1"],
+            "--inference.step_size is not an option of inference nuts",
+        ),
+        (
+            ["fit", "--inference", "nuts", "--inference.max_tree_depth", "0"],
+            "NUTS max_tree_depth must be an integer >= 1, got 0",
+        ),
+        (
+            ["fit", "--inference", "hmc", "--inference.max_leapfrog", "0"],
+            "HMC max_leapfrog must be an integer >= 1, got 0",
+        ),
         (["fit", "--inference", "nuts", "--inference.chain_method", "threads"], "--inference.chain_method"),
-        (["fit", "--inference", "chees", "--inference.chain_method", "parallel"], "--inference.chain_method is not an option of inference chees"),
+        (
+            ["fit", "--inference", "chees", "--inference.chain_method", "parallel"],
+            "--inference.chain_method is not an option of inference chees",
+        ),
         (["fit", "--inference", "sgld", "--inference.step_size", "0"], "SGMCMC needs step_size > 0"),
-        (["fit", "--inference", "chees", "--inference.num_chains", "1"], "ChEES num_chains must be an integer >= 2, got 1"),
-        (["fit", "--inference", "chees", "--inference.target_accept", "1"], "ChEES target_accept must lie in (0, 1), got 1.0"),
-        (["fit", "--inference", "chees", "--inference.max_hours", "0"], "ChEES max_hours must be a positive number of hours or None (no limit), got 0"),
-        (["fit", "--inference", "nuts", "--inference.max_hours", "-1"], "NUTS max_hours must be a positive number of hours or None (no limit), got -1"),
+        (
+            ["fit", "--inference", "chees", "--inference.num_chains", "1"],
+            "ChEES num_chains must be an integer >= 2, got 1",
+        ),
+        (
+            ["fit", "--inference", "chees", "--inference.target_accept", "1"],
+            "ChEES target_accept must lie in (0, 1), got 1.0",
+        ),
+        (
+            ["fit", "--inference", "chees", "--inference.max_hours", "0"],
+            "ChEES max_hours must be a positive number of hours or None (no limit), got 0",
+        ),
+        (
+            ["fit", "--inference", "nuts", "--inference.max_hours", "-1"],
+            "NUTS max_hours must be a positive number of hours or None (no limit), got -1",
+        ),
         (["fit", "--model", "mlp", "--model.hidden", "[0]"], "layer widths must be positive integers"),
         (["fit", "--seed", "-1"], "seed must be a whole number in 0..4294967295"),
-        (["fit", "--evaluation.predict_samples", "0"], "--evaluation.predict_samples must be a whole number >= 1, got 0"),
+        (
+            ["fit", "--evaluation.predict_samples", "0"],
+            "--evaluation.predict_samples must be a whole number >= 1, got 0",
+        ),
         (["fit", "--evaluation.elbo_samples", "1"], "--evaluation.elbo_samples must be a whole number >= 2, got 1"),
-        (["fit", "--evaluation.evidence", "[ais]", "--evaluation.training_evidence", "false"], "which --evaluation.training_evidence false skips"),
+        (
+            ["fit", "--evaluation.evidence", "[ais]", "--evaluation.training_evidence", "false"],
+            "which --evaluation.training_evidence false skips",
+        ),
         # output folders, checked before training
         (["fit", "--out", "afile"], "--out afile is a file; give a folder path"),
         (["fit", "--out", "afile/run"], "--out afile/run is inside afile, which is a file"),
         (["fit", "--out", "/proc/bnn-zoo-run"], "cannot write to --out /proc/bnn-zoo-run"),
-        (["fit", "--out", "done"], "--out done already holds a run; pass --overwrite to replace it or --resume to continue it"),
+        (
+            ["fit", "--out", "done"],
+            "--out done already holds a run; pass --overwrite to replace it or --resume to continue it",
+        ),
         (["fit", "--out", "done", "--resume"], "holds a finished run, so there is nothing to resume; pass --overwrite"),
         (["fit", "--out", "partial", "--resume", "--overwrite"], "pass one of them"),
         (["fit", "--out", "other"], "--out other is a folder with other files in it; give a new or empty folder"),
@@ -270,37 +368,93 @@ QUICK_FIT = ["--inference.steps", "2", "--evaluation.plots", "false", "--quiet"]
         (["compare", "array"], "holds a JSON list, not the mapping of metrics a fit writes"),
         (["sweep", "nowhere.yaml", "--out", "afile"], "--out afile is a file"),
         (["reproduce", "uci-gal", "--data", "uci-overlap", "--out", "afile"], "--out afile is a file"),
-        (["reproduce", "uci-gal", "--data", "uci-overlap", "--device", "banana", "--out", "new"], "unknown device 'banana'; use 'cpu' or 'cuda'"),
+        (
+            ["reproduce", "uci-gal", "--data", "uci-overlap", "--device", "banana", "--out", "new"],
+            "unknown device 'banana'; use 'cpu' or 'cuda'",
+        ),
         (["demo", "--out", "afile"], "--out afile/svi is inside afile, which is a file"),
-        (["demo", "--out", "."], "--out svi already holds a run; pass --overwrite to replace it, or choose another folder"),
+        (
+            ["demo", "--out", "."],
+            "--out svi already holds a run; pass --overwrite to replace it, or choose another folder",
+        ),
         # text corpora
         (
             ["fit", "--data", "text", "--data.path", "ok.txt", "--data.seq_len", "0", "--model", "lstm-tied"],
             "seq_len (tokens per window) must be a whole number >= 1",
         ),
-        (["fit", "--data", "text", "--data.path", "ok.txt", "--data.max_vocab", "1", "--model", "lstm-tied"], "max_vocab (padding, unknown and at least one"),
-        (["fit", "--data", "text", "--data.path", "binary.txt", "--model", "lstm-tied"], "binary.txt is a binary file (it holds NUL bytes)"),
-        (["fit", "--data", "text", "--data.path", "latin1.txt", "--model", "lstm-tied"], "latin1.txt is not UTF-8 text (byte 0xe9 at offset 3); convert it"),
-        (["fit", "--data", "text", "--data.path", "ok.txt", "--data.seq_len", "100000", "--model", "lstm-tied"], "too few tokens for one window"),
+        (
+            ["fit", "--data", "text", "--data.path", "ok.txt", "--data.max_vocab", "1", "--model", "lstm-tied"],
+            "max_vocab (padding, unknown and at least one",
+        ),
+        (
+            ["fit", "--data", "text", "--data.path", "binary.txt", "--model", "lstm-tied"],
+            "binary.txt is a binary file (it holds NUL bytes)",
+        ),
+        (
+            ["fit", "--data", "text", "--data.path", "latin1.txt", "--model", "lstm-tied"],
+            "latin1.txt is not UTF-8 text (byte 0xe9 at offset 3); convert it",
+        ),
+        (
+            ["fit", "--data", "text", "--data.path", "ok.txt", "--data.seq_len", "100000", "--model", "lstm-tied"],
+            "too few tokens for one window",
+        ),
         # UCI splits and values
-        (["fit", "--data", "uci", "--data.path", "afile"], "UCI path afile is a file; pass the folder holding data.txt"),
-        (["fit", "--data", "uci", "--data.path", "uci-overlap"], "2 of the 3 test rows of split 0 are also training rows (first: row 0)"),
+        (
+            ["fit", "--data", "uci", "--data.path", "afile"],
+            "UCI path afile is a file; pass the folder holding data.txt",
+        ),
+        (
+            ["fit", "--data", "uci", "--data.path", "uci-overlap"],
+            "2 of the 3 test rows of split 0 are also training rows (first: row 0)",
+        ),
         (["fit", "--data", "uci", "--data.path", "uci-same"], "8 of the 8 test rows of split 0 are also training rows"),
         (["fit", "--data", "uci", "--data.path", "uci-repeated"], "lists row 3 30 times"),
-        (["fit", "--data", "uci", "--data.path", "uci-one-row"], "holds 1 row(s); a split needs at least 5 training rows"),
-        (["fit", "--data", "uci", "--data.path", "uci-constant"], "the target is constant (7) on the training rows of split 0"),
+        (
+            ["fit", "--data", "uci", "--data.path", "uci-one-row"],
+            "holds 1 row(s); a split needs at least 5 training rows",
+        ),
+        (
+            ["fit", "--data", "uci", "--data.path", "uci-constant"],
+            "the target is constant (7) on the training rows of split 0",
+        ),
         (
             ["fit", "--data", "uci", "--data.path", "uci-huge"],
-            "features holds values up to 1.1e+31 (first in row 1), beyond 2e+18 where torch.float32 arithmetic overflows",
+            "features holds values up to 1.1e+31 (first in row 1), beyond 2e+18 where torch.float32 arithmetic "
+            "overflows",
         ),
         (["fit", "--data", "uci", "--data.path", "uci-nan"], "contains NaN or inf (first in row 5, line 6)"),
         # a method that cannot take the network
-        (["fit", "--data", "toy-text", "--model", "lstm-tied", "--inference", "laplace", "--inference.map_steps", "2"], "which this network does not support"),
+        (
+            [
+                "fit",
+                "--data",
+                "toy-text",
+                "--model",
+                "lstm-tied",
+                "--inference",
+                "laplace",
+                "--inference.map_steps",
+                "2",
+            ],
+            "which this network does not support",
+        ),
         # a user's network with the wrong output shape, or failing in its own code
-        (["fit", "--model", "flatnet:Flat"], "the network returns shape (2,) for 2 input rows; it must return (N, out_features)"),
-        (["fit", "--model", "usernet:Boom"], "your network usernet.Boom(in_features=1, out_features=1) could not be built: RuntimeError: my constructor"),
-        (["fit", "--model", "usernet:Other"], "usernet.Other(in_features=1, out_features=1) could not be built: TypeError:"),
-        (["fit", "--model", "usernet:BadForward"], "the network usernet.BadForward fails on the first 2 rows of x: ValueError: my forward failed"),
+        (
+            ["fit", "--model", "flatnet:Flat"],
+            "the network returns shape (2,) for 2 input rows; it must return (N, out_features)",
+        ),
+        (
+            ["fit", "--model", "usernet:Boom"],
+            "your network usernet.Boom(in_features=1, out_features=1) could not be built: RuntimeError: my constructor",
+        ),
+        (
+            ["fit", "--model", "usernet:Other"],
+            "usernet.Other(in_features=1, out_features=1) could not be built: TypeError:",
+        ),
+        (
+            ["fit", "--model", "usernet:BadForward"],
+            "the network usernet.BadForward fails on the first 2 rows of x: ValueError: my forward failed",
+        ),
         # untrusted config files and sizes
         (["fit", "--config", "laughs.yaml"], "laughs.yaml: it expands to more than 100,000 values through its aliases"),
         (["fit", "--config", "bigint.yaml"], "bigint.yaml: the integer on line 1 has more than 20 digits"),
@@ -312,11 +466,23 @@ QUICK_FIT = ["--inference.steps", "2", "--evaluation.plots", "false", "--quiet"]
         (["fit", "--model.hidden", "[10000000000]"], "--model.hidden is 10000000000"),
         (["fit", "--data.n_train", "0"], "toy-cubic n_train (training points) must be a whole number >= 2, got 0"),
         (["fit", "--data.n_train", "-3"], "must be a whole number >= 2, got -3"),
-        (["fit", "--guide", "dropout", "--guide.p", "2", "--print-config"], "dropout probabilities must lie in [0, 1), got [2.0, 2.0]"),
+        (
+            ["fit", "--guide", "dropout", "--guide.p", "2", "--print-config"],
+            "dropout probabilities must lie in [0, 1), got [2.0, 2.0]",
+        ),
         (["fit", "--out", "x" * 300], "--out has a name of 300 bytes"),
-        (["fit", "--inference", "laplace", "--inference.batch_size", "0"], "Laplace batch_size must be a whole number >= 1 or None (full batch), got 0"),
-        (["fit", "--data", "uci", "--data.path", "uci-repeated-feature"], "index_features.txt lists column 0 2 times; list each feature once"),
-        (["fit", "--data", "uci", "--data.path", "uci-two-rows"], "holds 2 row(s); a split needs at least 5 training rows"),
+        (
+            ["fit", "--inference", "laplace", "--inference.batch_size", "0"],
+            "Laplace batch_size must be a whole number >= 1 or None (full batch), got 0",
+        ),
+        (
+            ["fit", "--data", "uci", "--data.path", "uci-repeated-feature"],
+            "index_features.txt lists column 0 2 times; list each feature once",
+        ),
+        (
+            ["fit", "--data", "uci", "--data.path", "uci-two-rows"],
+            "holds 2 row(s); a split needs at least 5 training rows",
+        ),
         # sweep and table folders holding junk
         (["table", "sweep-junk"], "cannot group by dataset, inference; the cells carry no labels"),
         (["table", "partial"], "partial is not a sweep folder (no sweep.yaml)"),
@@ -324,7 +490,10 @@ QUICK_FIT = ["--inference.steps", "2", "--evaluation.plots", "false", "--quiet"]
         (["table", "sweep-junk", "--out", "afile/table"], "--out afile is a file"),
         (["sweep", "big.yaml", "--ray-address", "127.0.0.1:9"], "nothing answers at --ray-address 127.0.0.1:9"),
         (["sweep", "big.yaml", "--ray-address", "nowhere"], "--ray-address 'nowhere' is not HOST:PORT"),
-        (["reproduce", "uci-gal", "--data", "uci-gal-0-epochs", "--out", "new"], "n_epochs.txt's value must be a whole number >= 1, got 0.0"),
+        (
+            ["reproduce", "uci-gal", "--data", "uci-gal-0-epochs", "--out", "new"],
+            "n_epochs.txt's value must be a whole number >= 1, got 0.0",
+        ),
         (
             ["reproduce", "uci-gal", "--data", "uci-gal-0-epochs", "--splits", "", "--out", "new"],
             "--splits takes ranges and numbers like 0-19 or 0,3,5; got ''",
@@ -355,7 +524,9 @@ def test_cli_bad_input_corpus(argv, message, capsys, tmp_path, monkeypatch):
     err = capsys.readouterr().err
     assert code == 2 and message in err and err.count("\n") == 1, err
     assert not (tmp_path / "o").exists()
-    assert (tmp_path / "done" / "metrics.json").exists() and (tmp_path / "partial" / "config.yaml").exists()  # nothing lost
+    assert (tmp_path / "done" / "metrics.json").exists() and (
+        tmp_path / "partial" / "config.yaml"
+    ).exists()  # nothing lost
 
 
 def test_result_files_get_normal_permissions_and_no_temporary_files_stay(tmp_path):
@@ -367,7 +538,18 @@ def test_result_files_get_normal_permissions_and_no_temporary_files_stay(tmp_pat
     umask = os.umask(0)
     os.umask(umask)
     assert (tmp_path / "m.json").stat().st_mode & 0o777 == 0o666 & ~umask
-    assert (tmp_path / "m.json").read_text().split() == ["{", '"a":', "null,", '"b":', "[", "1.0,", "null", "]", "}"]  # strict JSON
+    # strict JSON
+    assert (tmp_path / "m.json").read_text().split() == [
+        "{",
+        '"a":',
+        "null,",
+        '"b":',
+        "[",
+        "1.0,",
+        "null",
+        "]",
+        "}",
+    ]
     (tmp_path / ".posterior.nc.abc123.tmp").write_bytes(b"half")  # left by a write a kill interrupted
     remove_temporaries(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json"]
@@ -382,7 +564,9 @@ def test_an_unforeseen_failure_is_one_line_with_the_traceback_in_a_file(monkeypa
     monkeypatch.setattr(cli, "_list", boom)
     assert main(["list"]) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "unexpected RuntimeError: something bnn-zoo did not foresee (a bug in bnn-zoo" in err
+    assert (
+        err.count("\n") == 1 and "unexpected RuntimeError: something bnn-zoo did not foresee (a bug in bnn-zoo" in err
+    )
     path = err.rsplit("traceback is in ", 1)[1].rstrip(")\n")
     assert "Traceback" in open(path).read()
 
@@ -413,7 +597,10 @@ def test_overwrite_deletes_only_what_bnn_zoo_wrote(tmp_path, monkeypatch, capsys
     before = _tree(tmp_path / "run")
     assert main([*fit, "run", "--overwrite"]) == 2
     err = capsys.readouterr().err
-    assert "holds files bnn-zoo did not write (figures, notes.txt), so --overwrite deletes nothing" in err and err.count("\n") == 1
+    assert (
+        "holds files bnn-zoo did not write (figures, notes.txt), so --overwrite deletes nothing" in err
+        and err.count("\n") == 1
+    )
     assert _tree(tmp_path / "run") == before
 
 
@@ -421,7 +608,10 @@ def test_overwrite_deletes_only_what_bnn_zoo_wrote(tmp_path, monkeypatch, capsys
     "make, message",
     [
         (lambda m, x, y: bz.fit(m, x, y, bz.SVI), "method is the class SVI; pass an instance, e.g. bnn_zoo.SVI()"),
-        (lambda m, x, y: bz.SVI(guide="matrix-normal", guide_options="rank=2"), "SVI guide_options must be a dict, got 'rank=2' (str)"),
+        (
+            lambda m, x, y: bz.SVI(guide="matrix-normal", guide_options="rank=2"),
+            "SVI guide_options must be a dict, got 'rank=2' (str)",
+        ),
         (lambda m, x, y: bz.SVI(lr="0.01"), "SVI lr must be a number, got '0.01' (str)"),
         (lambda m, x, y: bz.SVI(steps=True), "SVI steps must be a whole number or None, got True (bool)"),
         (lambda m, x, y: bz.NUTS(num_samples=2.0), "NUTS num_samples must be a whole number or None, got 2.0 (float)"),
@@ -441,7 +631,12 @@ def test_sweep_status_skips_junk_and_counts_cells(tmp_path, capsys):
     cells = tmp_path / "s" / "cells"
     (tmp_path / "s").mkdir()
     (tmp_path / "s" / "sweep.yaml").write_text("name: s\n")
-    for key, status in {"a": '{"state": "done", "metrics": {"rmse": 1}}', "b": "{half", "c": '{"state": "exploded"}', "d": "[1]"}.items():
+    for key, status in {
+        "a": '{"state": "done", "metrics": {"rmse": 1}}',
+        "b": "{half",
+        "c": '{"state": "exploded"}',
+        "d": "[1]",
+    }.items():
         (cells / key).mkdir(parents=True)
         (cells / key / "status.json").write_text(status)
     (cells / "d" / "cell.json").write_text('{"labels": 3}')
@@ -457,7 +652,13 @@ def test_a_10000_cell_sweep_expands_by_the_quick_route_to_what_the_parser_gives(
 
     from bnn_zoo.experiments.sweep import Sweep
 
-    sweep = Sweep.from_dict({"base": {"guide": "dropout"}, "grid": {"seed": "range(2500)", "guide.p": [0.1, 0.2]}, "zip": {"data.n_train": [20, 40]}})
+    sweep = Sweep.from_dict(
+        {
+            "base": {"guide": "dropout"},
+            "grid": {"seed": "range(2500)", "guide.p": [0.1, 0.2]},
+            "zip": {"data.n_train": [20, 40]},
+        }
+    )
     signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(TimeoutError("expanding 20,000 cells hung")))
     signal.alarm(120)  # a hang guard, not a timing: measured about 5 s for these 10,000 cells
     try:
@@ -465,11 +666,22 @@ def test_a_10000_cell_sweep_expands_by_the_quick_route_to_what_the_parser_gives(
     finally:
         signal.alarm(0)
     assert len({c.key for c in cells}) == 10_000
-    parsed = Sweep.from_dict({"base": {"guide": "dropout"}, "grid": {"seed": "range(2500)", "guide.p": [0.1, 0.2]}, "zip": {"data.n_train": [20, 40]}})
+    parsed = Sweep.from_dict(
+        {
+            "base": {"guide": "dropout"},
+            "grid": {"seed": "range(2500)", "guide.p": [0.1, 0.2]},
+            "zip": {"data.n_train": [20, 40]},
+        }
+    )
     parsed._checked = lambda overrides: None  # the parser's route, cell by cell
     for i in (0, 1, 7, 9_999):
         slow = parsed.cell(sweep.outer()[i])
-        assert (slow.key, slow.config, slow.labels, slow.batch) == (cells[i].key, cells[i].config, cells[i].labels, cells[i].batch)
+        assert (slow.key, slow.config, slow.labels, slow.batch) == (
+            cells[i].key,
+            cells[i].config,
+            cells[i].labels,
+            cells[i].batch,
+        )
     bad = Sweep.from_dict({"base": {}, "grid": {"seed": [-1]}})
     with pytest.raises(bz.BnnZooError, match="seed must be a whole number in 0..4294967295"):
         bad.cell(bad.outer()[0])
@@ -512,7 +724,19 @@ def test_two_writers_in_one_folder_the_second_is_refused_at_once(tmp_path, capsy
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     first = subprocess.Popen(
-        [sys.executable, "-m", "bnn_zoo.cli", "fit", "--inference.steps", "100000", "--inference.checkpoint_every", "50", "--out", str(out), "--quiet"],
+        [
+            sys.executable,
+            "-m",
+            "bnn_zoo.cli",
+            "fit",
+            "--inference.steps",
+            "100000",
+            "--inference.checkpoint_every",
+            "50",
+            "--out",
+            str(out),
+            "--quiet",
+        ],
         env=env,
         stderr=subprocess.PIPE,
     )

@@ -75,7 +75,9 @@ def test_selective_prediction_by_hand():
     assert curve.coverage.tolist() == pytest.approx([0.25, 0.5, 0.75, 1.0])
     assert curve.accuracy.tolist() == pytest.approx([1, 1 / 2, 2 / 3, 1 / 2])
     assert curve.accuracy_at(0.5) == pytest.approx(0.5)
-    by_entropy = calibration.selective_prediction(probs, torch.tensor([0, 0, 0, 0]), uncertainty=torch.tensor([0.0, 3.0, 1.0, 2.0]))
+    by_entropy = calibration.selective_prediction(
+        probs, torch.tensor([0, 0, 0, 0]), uncertainty=torch.tensor([0.0, 3.0, 1.0, 2.0])
+    )
     assert by_entropy.accuracy.tolist() == pytest.approx([1, 1, 2 / 3, 1 / 2])
 
 

@@ -18,8 +18,12 @@ def _within_4_mcse(post, exact):
     """Means and sds of every coefficient within 4 Monte Carlo standard errors (ArviZ, across chains)."""
     idata = post.to_inference_data()
     draws = flat({k: v.double() for k, v in post.samples.items()}).reshape(-1, exact.mean.numel())
-    mcse_mean = flat({k: torch.as_tensor(az.mcse(idata, method="mean")[k].values) for k in post.samples}).reshape(-1).double()
-    mcse_sd = flat({k: torch.as_tensor(az.mcse(idata, method="sd")[k].values) for k in post.samples}).reshape(-1).double()
+    mcse_mean = (
+        flat({k: torch.as_tensor(az.mcse(idata, method="mean")[k].values) for k in post.samples}).reshape(-1).double()
+    )
+    mcse_sd = (
+        flat({k: torch.as_tensor(az.mcse(idata, method="sd")[k].values) for k in post.samples}).reshape(-1).double()
+    )
     exact_sd = exact.cov.diagonal().sqrt()
     assert torch.all((draws.mean(0) - exact.mean).abs() < 4 * mcse_mean), (draws.mean(0), exact.mean, mcse_mean)
     assert torch.all((draws.std(0) - exact_sd).abs() < 4 * mcse_sd), (draws.std(0), exact_sd, mcse_sd)
@@ -27,7 +31,11 @@ def _within_4_mcse(post, exact):
 
 @pytest.fixture(scope="module")
 def chees_fit(blr_model, blr_data):
-    return bz.fit(blr_model, *blr_data, bz.ChEES(num_chains=16, num_warmup=150, num_samples=200, seed=0, progress=False, backend="torch"))
+    return bz.fit(
+        blr_model,
+        *blr_data,
+        bz.ChEES(num_chains=16, num_warmup=150, num_samples=200, seed=0, progress=False, backend="torch"),
+    )
 
 
 def test_chees_matches_the_exact_blr_posterior_within_4_mcse(chees_fit, blr_exact):
@@ -35,7 +43,9 @@ def test_chees_matches_the_exact_blr_posterior_within_4_mcse(chees_fit, blr_exac
 
 
 def test_chees_with_the_within_chain_mass_matrix_matches_the_exact_blr_posterior(blr_model, blr_data, blr_exact):
-    method = bz.ChEES(num_chains=16, num_warmup=150, num_samples=200, seed=0, mass_matrix="within", progress=False, backend="torch")
+    method = bz.ChEES(
+        num_chains=16, num_warmup=150, num_samples=200, seed=0, mass_matrix="within", progress=False, backend="torch"
+    )
     _within_4_mcse(bz.fit(blr_model, *blr_data, method), blr_exact)
 
 
@@ -48,7 +58,9 @@ def test_chees_adapts_to_a_posterior_whose_scales_differ_4000_fold(blr_data):
     model = bz.BNN(bz.models.MLP(3, [], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(NOISE))
     exact = linear_regression(x, y, weight_scale=1.0, bias_scale=1.0, noise_scale=NOISE)
     assert exact.cov.diagonal().max() / exact.cov.diagonal().min() > 1e7
-    post = bz.fit(model, x, y, bz.ChEES(num_chains=16, num_warmup=150, num_samples=150, seed=1, progress=False, backend="torch"))
+    post = bz.fit(
+        model, x, y, bz.ChEES(num_chains=16, num_warmup=150, num_samples=150, seed=1, progress=False, backend="torch")
+    )
     _within_4_mcse(post, exact)
 
 
@@ -113,7 +125,11 @@ def test_the_networks_own_backward_gives_autograds_potential_and_gradient(activa
     out = 3 if classes else 2
     x = torch.randn(30, 4, generator=g)
     y = torch.randint(out, (30,), generator=g) if classes else torch.randn(30, out, generator=g)
-    lik = {"fixed": bz.likelihoods.Gaussian(0.3), "learned": bz.likelihoods.Gaussian.learned(), "categorical": bz.likelihoods.Categorical()}[likelihood]
+    lik = {
+        "fixed": bz.likelihoods.Gaussian(0.3),
+        "learned": bz.likelihoods.Gaussian.learned(),
+        "categorical": bz.likelihoods.Categorical(),
+    }[likelihood]
     weight_prior = bz.priors.FanInNormal() if prior == "fanin" else bz.priors.ScaleMixture()
     model = bz.BNN(bz.models.MLP(4, hidden, out, activation=activation), weight_prior, lik)
     target = LogPosterior(model, len(x))
@@ -135,11 +151,19 @@ def test_autograd_in_chunks_of_chains_gives_the_one_batch_potential_and_gradient
 
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(12, 16, generator=g), torch.randint(3, (12,), generator=g)
-    model = bz.BNN(bz.models.LeNet((1, 4, 4), channels=(2,), dense=5, out_features=3), bz.priors.FanInNormal(), bz.likelihoods.Categorical())
+    model = bz.BNN(
+        bz.models.LeNet((1, 4, 4), channels=(2,), dense=5, out_features=3),
+        bz.priors.FanInNormal(),
+        bz.likelihoods.Categorical(),
+    )
     params = {k: torch.randn(5, *shape, generator=g) for k, shape in model.latent_shapes().items()}
     calls = []
     batched = LogPosterior.batched
-    monkeypatch.setattr(LogPosterior, "batched", lambda self, p, *a: calls.append(next(iter(p.values())).shape[0]) or batched(self, p, *a))
+    monkeypatch.setattr(
+        LogPosterior,
+        "batched",
+        lambda self, p, *a: calls.append(next(iter(p.values())).shape[0]) or batched(self, p, *a),
+    )
     monkeypatch.setattr(potential, "CHUNK_BYTES", 1e12)
     whole, whole_grads = LogPosterior(model, len(x)).batched_value_and_grad(params, x, y)
     assert calls[1:] == [5]  # after the one-chain measurement of what autograd saves
@@ -176,7 +200,9 @@ def test_chees_is_reproducible_checks_its_settings_and_runs_a_recurrent_model(bl
         bz.ChEES(num_chains=1)
     with pytest.raises(bz.BnnZooError, match="target_accept"):
         bz.ChEES(target_accept=1.5)
-    text = bz.BNN(bz.models.TextRNN(vocab_size=10, embed_dim=4, hidden=4), bz.priors.Normal(1.0), bz.likelihoods.Categorical())
+    text = bz.BNN(
+        bz.models.TextRNN(vocab_size=10, embed_dim=4, hidden=4), bz.priors.Normal(1.0), bz.likelihoods.Categorical()
+    )
     post = bz.fit(text, torch.randint(10, (6, 3)), torch.randint(2, (6,)), short)
     assert all(v.shape[:2] == (4, 5) and torch.isfinite(v).all() for v in post.samples.values())
 
@@ -198,7 +224,9 @@ def test_the_compiled_potential_and_gradient_equal_the_eager_ones(blr_data):
 def test_an_interrupted_chees_run_resumes_to_the_same_draws(blr_data, tmp_path, interrupting_mlp):
     Interrupting = interrupting_mlp
     model = bz.BNN(Interrupting(3, [], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.5))
-    settings = dict(num_chains=4, num_warmup=40, num_samples=30, seed=1, checkpoint_every=7, progress=False, backend="torch")
+    settings = dict(
+        num_chains=4, num_warmup=40, num_samples=30, seed=1, checkpoint_every=7, progress=False, backend="torch"
+    )
     full = bz.fit(model, *blr_data, bz.ChEES(**settings))
     total_calls = Interrupting.calls
     ck = tmp_path / "ck.pt"
@@ -262,14 +290,29 @@ def test_a_run_projected_past_max_hours_stops_with_the_fix_and_resumes(blr_model
     settings = dict(num_chains=4, num_warmup=20, num_samples=10, seed=2, progress=False, backend="torch")
     full = bz.fit(blr_model, *blr_data, bz.ChEES(**settings))
     ck = tmp_path / "ck.pt"
-    message = r"ChEES would take at least .* hours, even if its iterations after iteration 5 ran 10x faster .*\(1 of 30 iterations"
+    message = (
+        r"ChEES would take at least .* hours, even if its iterations after iteration 5 ran 10x faster .*\(1 of "
+        r"30 iterations"
+    )
     with pytest.raises(budget.TimeLimitExceeded, match=message) as info:
         bz.fit(blr_model, *blr_data, bz.ChEES(checkpoint=ck, max_hours=1e-9, **settings))
-    assert "\n" not in str(info.value) and "raise max_hours" in str(info.value) and "the same fit resumes it" in str(info.value)
+    assert (
+        "\n" not in str(info.value)
+        and "raise max_hours" in str(info.value)
+        and "the same fit resumes it" in str(info.value)
+    )
     resumed = bz.fit(blr_model, *blr_data, bz.ChEES(checkpoint=ck, **settings))
     assert all(torch.equal(resumed.samples[k], full.samples[k]) for k in full.samples)
     for chain_method in ("sequential", "parallel"):
-        nuts = bz.NUTS(num_warmup=5, num_samples=5, num_chains=2, max_hours=1e-9, chain_method=chain_method, progress=False, backend="torch")
+        nuts = bz.NUTS(
+            num_warmup=5,
+            num_samples=5,
+            num_chains=2,
+            max_hours=1e-9,
+            chain_method=chain_method,
+            progress=False,
+            backend="torch",
+        )
         message = r"^NUTS would take about .* hours at its pace so far \(1 of 10 iterations.*raise max_hours$"
         with torch_threads(2), pytest.raises(bz.BnnZooError, match=message):  # two threads: the parallel chains fork
             bz.fit(blr_model, *blr_data, nuts)
@@ -283,8 +326,13 @@ def test_hmc_settles_at_pyros_first_mass_matrix_update_and_nuts_does_not(blr_mod
     from bnn_zoo.inference import budget
 
     monkeypatch.setattr(budget, "GRACE_S", 0.0)
-    for method, how in (("HMC", "at least .* even if its iterations after iteration 100 ran 10x faster than so far"), ("NUTS", "about .* at its pace so far")):
+    for method, how in (
+        ("HMC", "at least .* even if its iterations after iteration 100 ran 10x faster than so far"),
+        ("NUTS", "about .* at its pace so far"),
+    ):
         backend = {"backend": "torch"} if method == "NUTS" else {}  # the time limit is the torch samplers'
-        sampler = getattr(bz, method)(num_warmup=500, num_samples=1, max_hours=1e-9, chain_method="sequential", progress=False, **backend)
+        sampler = getattr(bz, method)(
+            num_warmup=500, num_samples=1, max_hours=1e-9, chain_method="sequential", progress=False, **backend
+        )
         with pytest.raises(budget.TimeLimitExceeded, match=rf"^{method} would take {how} \(1 of 501 iterations"):
             bz.fit(blr_model, *blr_data, sampler)

@@ -30,7 +30,23 @@ def demo_run(tmp_path_factory):
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         # NUTS is most of the demo's time: 20 + 20 draws check the files and the table (30 + 30 took twice as long)
-        assert main(["demo", "--out", str(out), "--svi-steps", "200", "--num-warmup", "20", "--num-samples", str(DEMO_DRAWS), "--quiet"]) == 0
+        assert (
+            main(
+                [
+                    "demo",
+                    "--out",
+                    str(out),
+                    "--svi-steps",
+                    "200",
+                    "--num-warmup",
+                    "20",
+                    "--num-samples",
+                    str(DEMO_DRAWS),
+                    "--quiet",
+                ]
+            )
+            == 0
+        )
     return out, printed.getvalue()
 
 
@@ -49,7 +65,11 @@ def test_demo_end_to_end_at_reduced_size(demo_run):
     assert {"max_rhat", "min_ess_bulk", "divergences"} <= set(nuts) and nuts["settings"]["init"] == "posterior"
     # function space too (each training point's log-likelihood); 2 chains of 20 draws here, so no upper
     # bound on R-hat (chains this short may sit in different modes: 3.4 after a change of rounding in SVI)
-    assert math.isfinite(nuts["max_rhat_function"]) and nuts["max_rhat_function"] > 0.9 and 0 < nuts["min_ess_bulk_function"] <= 2 * DEMO_DRAWS * 2
+    assert (
+        math.isfinite(nuts["max_rhat_function"])
+        and nuts["max_rhat_function"] > 0.9
+        and 0 < nuts["min_ess_bulk_function"] <= 2 * DEMO_DRAWS * 2
+    )
     assert (out / "svi" / "loss.png").exists() and (out / "nuts" / "energy.png").exists()
     gp = json.loads((out / "gp" / "metrics.json").read_text())
     assert gp["settings"]["method"] == "gp" and gp["log_marginal_likelihood"] < 0 and gp["rmse"] < 10
@@ -68,13 +88,24 @@ def test_demo_end_to_end_at_reduced_size(demo_run):
 def test_compare_on_the_demo_results_prints_the_table_and_writes_the_plots(demo_run, tmp_path, capsys):
     out, _ = demo_run
     runs = [str(out / run) for run in ("svi", "nuts", "gp")]
-    with pytest.warns(UserWarning, match="Pareto"):  # ArviZ's own warning: mean-field draws are too narrow for PSIS here
+    with pytest.warns(
+        UserWarning, match="Pareto"
+    ):  # ArviZ's own warning: mean-field draws are too narrow for PSIS here
         assert main(["compare", *runs, "--out", str(tmp_path / "cmp")]) == 0
     table = capsys.readouterr().out
     for header in ("architecture", "inference", "ELBO", "GP log ML", "WAIC", "test RMSE", "time s"):
         assert header in table
     assert "svi (mean-field)" in table and "gp (rbf)" in table and "LOO left out where PSIS is unreliable" in table
-    for name in ("compare.png", "reliability.png", "bands.png", "evidence.png", "nuts_trace.png", "nuts_rank.png", "comparison.csv", "comparison.md"):
+    for name in (
+        "compare.png",
+        "reliability.png",
+        "bands.png",
+        "evidence.png",
+        "nuts_trace.png",
+        "nuts_rank.png",
+        "comparison.csv",
+        "comparison.md",
+    ):
         assert (tmp_path / "cmp" / name).stat().st_size > 100, name
     csv = (tmp_path / "cmp" / "comparison.csv").read_text().splitlines()
     assert len(csv) == 4 and csv[0].startswith("run,data,architecture")
@@ -91,7 +122,19 @@ def test_compare_on_the_demo_results_prints_the_table_and_writes_the_plots(demo_
         ("nuts", []),
         ("hmc", []),
         ("laplace", ["--inference.map_steps", "150"]),
-        ("sgld", ["--inference.step_size", "1e-3", "--inference.batch_size", "16", "--inference.burn_in", "50", "--inference.num_samples", "20"]),
+        (
+            "sgld",
+            [
+                "--inference.step_size",
+                "1e-3",
+                "--inference.batch_size",
+                "16",
+                "--inference.burn_in",
+                "50",
+                "--inference.num_samples",
+                "20",
+            ],
+        ),
     ],
 )
 def test_fit_on_a_uci_folder_writes_results_in_original_units(tmp_path, inference, extra):
@@ -103,7 +146,18 @@ def test_fit_on_a_uci_folder_writes_results_in_original_units(tmp_path, inferenc
     }
     defaults["hmc"] = defaults["nuts"]
     model = ["--model", "mlp", "--model.hidden", "[8]", "--model.activation", "relu"]
-    argv = ["fit", "--data", "uci", "--data.path", str(tmp_path / "uci"), *model, "--inference", inference, *defaults.get(inference, []), *extra]
+    argv = [
+        "fit",
+        "--data",
+        "uci",
+        "--data.path",
+        str(tmp_path / "uci"),
+        *model,
+        "--inference",
+        inference,
+        *defaults.get(inference, []),
+        *extra,
+    ]
     assert main([*argv, "--out", str(out), "--quiet"]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     for key in ("rmse", "test_log_likelihood", "loo_elpd", "loo_se", "runtime_s", "settings"):
@@ -120,21 +174,35 @@ def test_fit_on_a_uci_folder_writes_results_in_original_units(tmp_path, inferenc
     if guide:
         assert metrics["settings"]["guide"] == guide
         options = dict(zip(extra[2::2], extra[3::2]))
-        assert {k: str(metrics["settings"]["guide_options"][k.removeprefix("--guide.")]).lower().replace(" ", "") for k in options} == {
-            k: v.replace(" ", "") for k, v in options.items()
-        }
+        assert {
+            k: str(metrics["settings"]["guide_options"][k.removeprefix("--guide.")]).lower().replace(" ", "")
+            for k in options
+        } == {k: v.replace(" ", "") for k, v in options.items()}
 
 
 def test_a_result_folder_re_runs_from_its_config_to_identical_metrics(tmp_path):
     first, again = tmp_path / "first", tmp_path / "again"
-    argv = ["fit", "--model", "mlp", "--model.hidden", "[8]", "--guide", "matrix-normal", "--guide.rank", "1", "--inference.steps", "60"]
+    argv = [
+        "fit",
+        "--model",
+        "mlp",
+        "--model.hidden",
+        "[8]",
+        "--guide",
+        "matrix-normal",
+        "--guide.rank",
+        "1",
+        "--inference.steps",
+        "60",
+    ]
     assert main([*argv, "--seed", "3", "--out", str(first), "--quiet"]) == 0
     assert main(["fit", "--config", str(first / "config.yaml"), "--out", str(again), "--quiet"]) == 0
     a, b = (json.loads((d / "metrics.json").read_text()) for d in (first, again))
     a.pop("runtime_s"), b.pop("runtime_s")
     assert a == b and a["settings"]["guide"] == "matrix-normal" and a["settings"]["seed"] == 3
     assert (first / "config.yaml").read_text() == (again / "config.yaml").read_text()
-    assert "class_path: bnn_zoo.experiments.config.MatrixNormal" in (first / "config.yaml").read_text()  # the default likelihood, guide resolved
+    # the default likelihood, guide resolved
+    assert "class_path: bnn_zoo.experiments.config.MatrixNormal" in (first / "config.yaml").read_text()
 
 
 def test_a_users_own_network_from_the_command_line(tmp_path, monkeypatch):
@@ -142,14 +210,29 @@ def test_a_users_own_network_from_the_command_line(tmp_path, monkeypatch):
     package.mkdir()
     (package / "__init__.py").write_text(
         "import torch\n\n\nclass Wide(torch.nn.Module):\n"
-        "    def __init__(self, in_features: int, out_features: int, width: int = 4):\n"
-        "        super().__init__()\n"
-        "        self.body = torch.nn.Sequential(torch.nn.Linear(in_features, width), torch.nn.Tanh(), torch.nn.Linear(width, out_features))\n\n"
-        "    def forward(self, x):\n        return self.body(x)\n"
+        "    def __init__(self, in_features: int, out_features: int, width: int = 4):\n        super().__init__()\n"
+        "        self.body = torch.nn.Sequential(torch.nn.Linear(in_features, width), torch.nn.Tanh(), "
+        "torch.nn.Linear(width, out_features))\n\n    def forward(self, x):\n        return self.body(x)\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     out = tmp_path / "own"
-    assert main(["fit", "--model", "mynets:Wide", "--model.width", "6", "--inference.steps", "30", "--out", str(out), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "fit",
+                "--model",
+                "mynets:Wide",
+                "--model.width",
+                "6",
+                "--inference.steps",
+                "30",
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     idata = load_inference_data(out / "posterior.nc")
     assert idata.posterior["body.0.weight"].shape[-2:] == (6, 1)
     assert "class_path: mynets.Wide" in (out / "config.yaml").read_text()
@@ -159,16 +242,42 @@ def test_a_users_own_network_from_the_command_line(tmp_path, monkeypatch):
 
 def test_early_stopping_from_the_command_line(tmp_path):
     out = tmp_path / "es"
-    svi = ["--inference.steps", "4000", "--inference.lr", "0.05", "--inference.validation", "0.25", "--inference.eval_every", "20", "--inference.patience", "2"]
+    svi = [
+        "--inference.steps",
+        "4000",
+        "--inference.lr",
+        "0.05",
+        "--inference.validation",
+        "0.25",
+        "--inference.eval_every",
+        "20",
+        "--inference.patience",
+        "2",
+    ]
     assert main(["fit", "--inference", "svi", *svi, "--out", str(out), "--quiet"]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["steps_run"] == metrics["best_step"] + 40 < 4000 and (metrics["n_train"], metrics["n_validation"]) == (15, 5)
+    assert metrics["steps_run"] == metrics["best_step"] + 40 < 4000 and (
+        metrics["n_train"],
+        metrics["n_validation"],
+    ) == (15, 5)
     assert metrics["settings"]["validation"] == 0.25
 
 
 def test_linear_model_on_toy_data_and_epochs(tmp_path):
     out = tmp_path / "lin"
-    argv = ["fit", "--model", "linear", "--inference.epochs", "30", "--inference.batch_size", "5", "--prior", "normal", "--prior.scale", "2"]
+    argv = [
+        "fit",
+        "--model",
+        "linear",
+        "--inference.epochs",
+        "30",
+        "--inference.batch_size",
+        "5",
+        "--prior",
+        "normal",
+        "--prior.scale",
+        "2",
+    ]
     assert main([*argv, "--likelihood", "gaussian", "--likelihood.scale", "0.5", "--out", str(out), "--quiet"]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["settings"]["steps"] == 30 * 4 and "Normal(scale=2.0)" in metrics["prior"]
@@ -178,7 +287,19 @@ def test_linear_model_on_toy_data_and_epochs(tmp_path):
 def test_list_and_help(capsys):
     assert main(["list"]) == 0
     listing = capsys.readouterr().out
-    for name in ("toy-cubic", "uci", "mlp", "linear", "fanin", "gaussian", "mean-field", "matrix-normal", "flow", "nuts", "hmc"):
+    for name in (
+        "toy-cubic",
+        "uci",
+        "mlp",
+        "linear",
+        "fanin",
+        "gaussian",
+        "mean-field",
+        "matrix-normal",
+        "flow",
+        "nuts",
+        "hmc",
+    ):
         assert name in listing
     for command in (["--help"], ["demo", "--help"], ["fit", "--help"], ["list", "--help"]):
         with pytest.raises(SystemExit) as exc:
@@ -188,7 +309,11 @@ def test_list_and_help(capsys):
     with pytest.raises(SystemExit):
         main(["fit", "--guide.help", "dropout"])
     help_text = " ".join(capsys.readouterr().out.split())
-    assert "--guide.masks MASKS" in help_text and "Literal['step', 'example']" in help_text and "example for regression" in help_text
+    assert (
+        "--guide.masks MASKS" in help_text
+        and "Literal['step', 'example']" in help_text
+        and "example for regression" in help_text
+    )
 
 
 def test_every_fit_option_has_its_own_help_text(capsys):
@@ -209,7 +334,9 @@ def test_every_fit_option_has_its_own_help_text(capsys):
     assert not bare, f"options without help text: {bare}"
     with pytest.raises(SystemExit):
         main(["fit", "--inference.help", "hmc"])
-    assert "however small warm-up makes the step size (None: 1,000; 255 on convolutional and" in " ".join(capsys.readouterr().out.split())
+    assert "however small warm-up makes the step size (None: 1,000; 255 on convolutional and" in " ".join(
+        capsys.readouterr().out.split()
+    )
 
 
 def test_help_and_import_defer_torch_pyro_and_arviz():
@@ -217,14 +344,12 @@ def test_help_and_import_defer_torch_pyro_and_arviz():
     the first use of a public name imports its home."""
     heavy = ("torch", "pyro", "arviz", "gpytorch")
     probe = (
-        "import subprocess, sys\n"
-        "import bnn_zoo\n"
-        "from bnn_zoo import cli\n"
+        "import subprocess, sys\nimport bnn_zoo\nfrom bnn_zoo import cli\n"
         "try:\n    cli.main(['--help'])\nexcept SystemExit:\n    pass\n"
+        f"print(sorted(m for m in {heavy!r} if m in sys.modules))\nbnn_zoo.fit\n"
         f"print(sorted(m for m in {heavy!r} if m in sys.modules))\n"
-        "bnn_zoo.fit\n"
-        f"print(sorted(m for m in {heavy!r} if m in sys.modules))\n"
-        "assert all(getattr(bnn_zoo, name) is not None for name in bnn_zoo.__all__)\n"  # each resolves in a fresh process
+        "assert all(getattr(bnn_zoo, name) is not None for name in "
+        "bnn_zoo.__all__)\n"  # each resolves in a fresh process
     )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True).stdout
@@ -241,7 +366,16 @@ def test_a_fit_killed_at_random_moments_leaves_nothing_that_breaks_compare_or_a_
 
     out = tmp_path / "run"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    fit = [sys.executable, "-m", "bnn_zoo.cli", "fit", "--inference.steps", "1500", "--inference.checkpoint_every", "50"]
+    fit = [
+        sys.executable,
+        "-m",
+        "bnn_zoo.cli",
+        "fit",
+        "--inference.steps",
+        "1500",
+        "--inference.checkpoint_every",
+        "50",
+    ]
     fit += ["--evaluation.elbo_samples", "50", "--out", str(out), "--quiet"]
     rng = random.Random(0)
     for moment in sorted(rng.uniform(1.0, 9.0) for _ in range(4)):
@@ -256,7 +390,11 @@ def test_a_fit_killed_at_random_moments_leaves_nothing_that_breaks_compare_or_a_
             code = main(["compare", str(out), "--out", str(tmp_path / "cmp")])
             message = capsys.readouterr().err
             assert code == 0 or (code == 2 and message.count("\n") == 1), message
-    finished = subprocess.run([*fit, "--resume"], env=env, capture_output=True, text=True) if not (out / "metrics.json").exists() else None
+    finished = (
+        subprocess.run([*fit, "--resume"], env=env, capture_output=True, text=True)
+        if not (out / "metrics.json").exists()
+        else None
+    )
     assert finished is None or finished.returncode == 0, finished.stderr
     assert not list(out.glob(".*.tmp")) and not (out / "checkpoint.pt").exists()
     assert main(["compare", str(out), "--out", str(tmp_path / "cmp")]) == 0
@@ -269,7 +407,16 @@ def test_kill_saves_a_checkpoint_as_ctrl_c_does_and_the_fit_resumes_from_it(tmp_
     exit is 143 with one line, and --resume ends with every step."""
     out = tmp_path / "run"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    fit = [sys.executable, "-m", "bnn_zoo.cli", "fit", "--inference.steps", "1500", "--inference.checkpoint_every", "50"]
+    fit = [
+        sys.executable,
+        "-m",
+        "bnn_zoo.cli",
+        "fit",
+        "--inference.steps",
+        "1500",
+        "--inference.checkpoint_every",
+        "50",
+    ]
     fit += ["--evaluation.elbo_samples", "50", "--out", str(out), "--quiet"]
     run = subprocess.Popen(fit, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
@@ -295,11 +442,33 @@ def test_a_recurrent_fit_reproduces_whatever_the_global_generator_did(tmp_path, 
     for run in range(2):
         torch.manual_seed(1000 + run)
         out = tmp_path / f"run{run}"
-        args = "--data toy-text --model lstm-tied --inference svi --guide mean-field --inference.steps 5 --inference.num_draws 20".split()
-        assert main(["fit", *args, "--evaluation.plots", "false", "--evaluation.elbo_samples", "10", "--out", str(out), "--quiet"]) == 0
+        args = (
+            "--data toy-text --model lstm-tied --inference svi --guide mean-field --inference.steps 5 "
+            "--inference.num_draws 20"
+        ).split()
+        assert (
+            main(
+                [
+                    "fit",
+                    *args,
+                    "--evaluation.plots",
+                    "false",
+                    "--evaluation.elbo_samples",
+                    "10",
+                    "--out",
+                    str(out),
+                    "--quiet",
+                ]
+            )
+            == 0
+        )
         values = json.loads((out / "metrics.json").read_text())
         metrics.append({k: v for k, v in values.items() if isinstance(v, float) and not k.endswith("_s")})
     capsys.readouterr()
     # float rounding apart (numpy's sums round by the arrays' alignment: LOO differed in the 9th digit)
-    differ = {k: (v, metrics[1][k]) for k, v in metrics[0].items() if not math.isclose(v, metrics[1][k], rel_tol=1e-6, abs_tol=1e-8)}
+    differ = {
+        k: (v, metrics[1][k])
+        for k, v in metrics[0].items()
+        if not math.isclose(v, metrics[1][k], rel_tol=1e-6, abs_tol=1e-8)
+    }
     assert metrics[0] and differ == {}

@@ -16,7 +16,9 @@ def _posterior(likelihood, f, y, loss=None):
     predict = lambda x, num_samples: Prediction(f[:num_samples], {}, likelihood)  # noqa: E731
     stats = {} if loss is None else {"loss": torch.as_tensor(loss)}
     model = SimpleNamespace(likelihood=likelihood)
-    return SimpleNamespace(model=model, x=torch.zeros(len(y), 1), y=y, predict=predict, sample_stats=stats, num_draws=f.shape[0])
+    return SimpleNamespace(
+        model=model, x=torch.zeros(len(y), 1), y=y, predict=predict, sample_stats=stats, num_draws=f.shape[0]
+    )
 
 
 LABELS = torch.tensor([0] * 61 + [1] * 39)  # the majority class alone is right on 61%
@@ -45,7 +47,9 @@ def test_a_constant_regression_and_a_loss_that_never_moved_are_named():
     constant = _posterior(likelihood, torch.zeros(4, 50, 1), y, loss=[100.0] * 40)
     assert "explains 0.0% of the training targets' variance" in diagnose(constant, {})
     assert "the loss never moved" in diagnose(constant, {})
-    fitted = _posterior(likelihood, torch.stack([y + 0.1 * torch.randn_like(y) for _ in range(4)]), y, loss=torch.linspace(100, 10, 40))
+    fitted = _posterior(
+        likelihood, torch.stack([y + 0.1 * torch.randn_like(y) for _ in range(4)]), y, loss=torch.linspace(100, 10, 40)
+    )
     assert diagnose(fitted, {}) == ""
 
 

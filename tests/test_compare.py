@@ -10,7 +10,11 @@ from bnn_zoo.experiments.run import Result
 
 
 def _result(name, log_lik, **metrics):
-    idata = az.from_dict(posterior={"w": np.zeros((2, log_lik.shape[1]))}, log_likelihood={"y": log_lik}, observed_data={"y": np.zeros(log_lik.shape[-1])})
+    idata = az.from_dict(
+        posterior={"w": np.zeros((2, log_lik.shape[1]))},
+        log_likelihood={"y": log_lik},
+        observed_data={"y": np.zeros(log_lik.shape[-1])},
+    )
     return Result(
         name,
         None,
@@ -29,9 +33,12 @@ def test_compare_ranks_runs_and_flags_high_pareto_k():
     rng = np.random.default_rng(0)
     good = rng.normal(-1.0, 0.1, size=(2, 500, 30))
     bad = rng.normal(-1.2, 0.1, size=(2, 500, 30))
-    bad[..., 0] = rng.standard_t(1, size=(2, 500)) * 30 - 5  # one point whose importance ratios have an infinite variance
+    # one point whose importance ratios have an infinite variance
+    bad[..., 0] = rng.standard_t(1, size=(2, 500)) * 30 - 5
     with pytest.warns(UserWarning, match="Pareto"):
-        table = bz.compare([_result("good", good, elbo=-40.0, elbo_se=0.1, rmse=1.0), _result("bad", bad, elbo=-45.0, rmse=2.0)])
+        table = bz.compare(
+            [_result("good", good, elbo=-40.0, elbo_se=0.1, rmse=1.0), _result("bad", bad, elbo=-45.0, rmse=2.0)]
+        )
     assert list(table["run"]) == ["good", "bad"] and list(table["rank"]) == [0, 1]
     assert table.set_index("run").loc["bad", "max_pareto_k"] > 0.7 and table.set_index("run").loc["bad", "loo_warning"]
     assert not table.set_index("run").loc["good", "loo_warning"]
@@ -44,7 +51,10 @@ def test_compare_ranks_runs_and_flags_high_pareto_k():
 def test_markdown_table_by_hand():
     import pandas as pd
 
-    assert to_markdown(pd.DataFrame({"run": ["a"], "x": [1.23456], "y": [float("nan")]})) == "| run | x | y |\n|---|---|---|\n| a | 1.235 |  |\n"
+    assert (
+        to_markdown(pd.DataFrame({"run": ["a"], "x": [1.23456], "y": [float("nan")]}))
+        == "| run | x | y |\n|---|---|---|\n| a | 1.235 |  |\n"
+    )
 
 
 def test_result_folders_with_problems_are_refused(tmp_path):

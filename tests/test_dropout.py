@@ -20,19 +20,27 @@ P = [0.2, 0.4]  # drop probability of the inputs, and of the hidden units
 def _setup(masks):
     torch.manual_seed(0)
     x, y = torch.randn(N, 3), torch.randn(N, 1)
-    model = bz.BNN(bz.models.MLP(3, [16], 1), bz.priors.Normal.from_length_scale(L), bz.likelihoods.Gaussian(1 / math.sqrt(TAU)))
+    model = bz.BNN(
+        bz.models.MLP(3, [16], 1), bz.priors.Normal.from_length_scale(L), bz.likelihoods.Gaussian(1 / math.sqrt(TAU))
+    )
     guide = bz.guides.build("dropout", model, model.network_init(0), p=P, masks=masks)
     guide(x, y)
     return x, y, model, guide
 
 
 def _standard_dropout_loss(guide, x, y, e1, e2):
-    """Gal's eq. 3.11: (1/N) sum 1/2 ||y - f||^2 with inputs and hidden units masked (no rescaling), plus weight decay."""
+    """Gal's eq. 3.11: (1/N) sum 1/2 ||y - f||^2 with inputs and hidden units masked (no rescaling), plus weight "
+    "decay."""
     m1, b1, m2, b2 = (guide.loc(k) for k in ("layers.0.weight", "layers.0.bias", "layers.1.weight", "layers.1.bias"))
     out = (torch.tanh((x * e1) @ m1.T + b1) * e2) @ m2.T + b2
     lam1, lam2 = (dropout.weight_decay(p, L, TAU, N) for p in P)
     lam_bias = dropout.weight_decay(0.0, L, TAU, N)
-    return 0.5 * (y - out).pow(2).sum(-1).mean() + lam1 * m1.pow(2).sum() + lam2 * m2.pow(2).sum() + lam_bias * (b1.pow(2).sum() + b2.pow(2).sum())
+    return (
+        0.5 * (y - out).pow(2).sum(-1).mean()
+        + lam1 * m1.pow(2).sum()
+        + lam2 * m2.pow(2).sum()
+        + lam_bias * (b1.pow(2).sum() + b2.pow(2).sum())
+    )
 
 
 def _grads(loss, guide):
@@ -93,19 +101,29 @@ def test_mc_dropout_predictive_and_test_log_likelihood_eq_3_18_on_a_hand_case():
     and at y* = 2: log(2 e^-0.5 + 2 e^-4.5) - log 4 - log(2 pi)/2 + log(4)/2."""
     model = bz.BNN(bz.models.MLP(2, [], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.5))
     x, y = torch.zeros(3, 2), torch.zeros(3)
-    guide = bz.guides.build("dropout", model, {"layers.0.weight": torch.tensor([[1.0, 2.0]]), "layers.0.bias": torch.tensor([0.5])}, p=0.5)
+    guide = bz.guides.build(
+        "dropout", model, {"layers.0.weight": torch.tensor([[1.0, 2.0]]), "layers.0.bias": torch.tensor([0.5])}, p=0.5
+    )
     with pyro.plate("draws", 4000, dim=-2):
         draws = poutine.trace(guide).get_trace(x, y).nodes["layers.0.weight"]["value"].reshape(4000, 1, 2)
     patterns = {tuple(w.flatten().tolist()) for w in draws}
     assert patterns == {(1.0, 2.0), (1.0, 0.0), (0.0, 2.0), (0.0, 0.0)}
     assert abs((draws[:, 0, 1] == 0).float().mean() - 0.5) < 4 * math.sqrt(0.25 / 4000)
-    samples = {"layers.0.weight": torch.tensor([[[[1.0, 2.0]], [[1.0, 0.0]], [[0.0, 2.0]], [[0.0, 0.0]]]]), "layers.0.bias": torch.full((1, 4, 1), 0.5)}
+    samples = {
+        "layers.0.weight": torch.tensor([[[[1.0, 2.0]], [[1.0, 0.0]], [[0.0, 2.0]], [[0.0, 0.0]]]]),
+        "layers.0.bias": torch.full((1, 4, 1), 0.5),
+    }
     post = bz.Posterior(model, x, y, samples, {"method": "svi", "guide": "dropout"}, guide=guide)
     pred = post.predict(torch.ones(1, 2))
     assert pred.f.flatten().tolist() == [3.5, 1.5, 2.5, 0.5]
     assert pred.mean.item() == pytest.approx(2.0, abs=1e-6)
     assert pred.variance.item() == pytest.approx(1.5, abs=1e-6)
-    hand = math.log(2 * math.exp(-0.5) + 2 * math.exp(-4.5)) - math.log(4) - 0.5 * math.log(2 * math.pi) + 0.5 * math.log(4)
+    hand = (
+        math.log(2 * math.exp(-0.5) + 2 * math.exp(-4.5))
+        - math.log(4)
+        - 0.5 * math.log(2 * math.pi)
+        + 0.5 * math.log(4)
+    )
     assert pred.log_likelihood(torch.tensor([2.0])).item() == pytest.approx(hand, abs=1e-6)
     standard = post.predict(torch.ones(1, 2), at_mean=True)  # weight scaling: (1 - p) M . x + b = 0.5 * 3 + 0.5
     assert standard.f.flatten().tolist() == [2.0] and standard.variance.item() == pytest.approx(0.25)
@@ -160,7 +178,9 @@ def test_gal_keras_prior_makes_the_elbo_the_published_keras_objective():
     scale = N * tau * float(data.y_std) ** 2 / 2
     for k in ours:  # guide.locs' parameters: M1, b1, M2, b2
         exact = "weight" in k
-        torch.testing.assert_close(ours[k] / scale, theirs[k], rtol=1e-4 if exact else 1e-3, atol=1e-8 if exact else 1e-6)
+        torch.testing.assert_close(
+            ours[k] / scale, theirs[k], rtol=1e-4 if exact else 1e-3, atol=1e-8 if exact else 1e-6
+        )
 
 
 def test_the_defaults_follow_the_task_alike_from_python_and_the_command_line():

@@ -17,20 +17,38 @@ V = 7  # vocabulary of the text models
 
 def _mlp():
     x = torch.randn(40, 3)
-    return bz.BNN(bz.models.MLP(3, [6], 1, "relu"), bz.priors.Normal(1.5), bz.likelihoods.Gaussian.learned()), x, x.sum(1, keepdim=True)
+    return (
+        bz.BNN(bz.models.MLP(3, [6], 1, "relu"), bz.priors.Normal(1.5), bz.likelihoods.Gaussian.learned()),
+        x,
+        x.sum(1, keepdim=True),
+    )
 
 
 def _cnn():
     net = bz.models.LeNet((1, 6, 6), channels=[2], dense=4, out_features=3, dropout="all")
-    return bz.BNN(net, bz.priors.Normal(1.0), bz.likelihoods.Categorical()), torch.randn(20, 36), torch.randint(0, 3, (20,))
+    return (
+        bz.BNN(net, bz.priors.Normal(1.0), bz.likelihoods.Categorical()),
+        torch.randn(20, 36),
+        torch.randint(0, 3, (20,)),
+    )
 
 
 def _text(gates, embedding_dropout=False):
     net = bz.models.TextRNN(V, 3, 4, gates=gates, embedding_dropout=embedding_dropout)
-    return bz.BNN(net, bz.priors.Normal(1.0), bz.likelihoods.Categorical()), torch.randint(0, V, (20, 5)).float(), torch.randint(0, 2, (20,))
+    return (
+        bz.BNN(net, bz.priors.Normal(1.0), bz.likelihoods.Categorical()),
+        torch.randint(0, V, (20, 5)).float(),
+        torch.randint(0, 2, (20,)),
+    )
 
 
-MODELS = {"mlp": _mlp, "cnn": _cnn, "lstm-tied": lambda: _text("tied"), "lstm-untied": lambda: _text("untied"), "embedding-rnn": lambda: _text("tied", True)}
+MODELS = {
+    "mlp": _mlp,
+    "cnn": _cnn,
+    "lstm-tied": lambda: _text("tied"),
+    "lstm-untied": lambda: _text("untied"),
+    "embedding-rnn": lambda: _text("tied", True),
+}
 GUIDES = [
     ("mean-field", {}),
     ("mean-field", {"local_reparam": True}),
@@ -81,7 +99,9 @@ def _grads(loss, params):
 
 
 @pytest.mark.parametrize("model_name", list(MODELS))
-@pytest.mark.parametrize("guide_name, options", GUIDES, ids=[f"{g}-{'-'.join(f'{k}={v}' for k, v in o.items())}" for g, o in GUIDES])
+@pytest.mark.parametrize(
+    "guide_name, options", GUIDES, ids=[f"{g}-{'-'.join(f'{k}={v}' for k, v in o.items())}" for g, o in GUIDES]
+)
 def test_direct_elbo_equals_trace_mean_field_elbo(model_name, guide_name, options):
     if (guide_name, bool(options.get("local_reparam")), model_name) in SKIP:
         pytest.skip("local reparameterisation is refused on this architecture")
@@ -116,7 +136,9 @@ def test_vectorised_particles_average_the_per_particle_loss():
         kl = 0.0
         for name, (q, _) in guide.site_distributions().items():
             closed = one._closed_form_kl(name, q)
-            kl = kl + (closed if closed is not None else q.log_prob(values[name]) - one.priors[name].log_prob(values[name]))
+            kl = kl + (
+                closed if closed is not None else q.log_prob(values[name]) - one.priors[name].log_prob(values[name])
+            )
         weights = {n: v for n, v in values.items() if n in model.params}
         latent = {n: v for n, v in values.items() if n not in model.params}
         singles.append(-model.likelihood.distribution(model.forward(weights, x), latent).log_prob(y).sum() + kl)
@@ -125,8 +147,12 @@ def test_vectorised_particles_average_the_per_particle_loss():
 
 def test_svi_runs_the_direct_elbo_only_where_it_applies():
     model, x, y = _mlp()
-    assert isinstance(bz.SVI().objective_for(model, guides.make("mean-field", model, model.network_init(0))), DirectELBO)
-    assert not isinstance(bz.SVI(direct=False).objective_for(model, guides.make("mean-field", model, model.network_init(0))), DirectELBO)
+    assert isinstance(
+        bz.SVI().objective_for(model, guides.make("mean-field", model, model.network_init(0))), DirectELBO
+    )
+    assert not isinstance(
+        bz.SVI(direct=False).objective_for(model, guides.make("mean-field", model, model.network_init(0))), DirectELBO
+    )
     flow = guides.make("flow", model, model.network_init(0))
     assert not applies(model, flow)  # a joint flow has no per-site distributions: Pyro's ELBO
     assert bz.SVI(direct=False).settings()["direct"] is False and "direct" not in bz.SVI().settings()
@@ -143,11 +169,20 @@ def test_direct_and_pyro_fits_agree_in_distribution():
     def means(direct):
         out = []
         for seed in range(4):
-            model = bz.BNN(bz.models.MLP(2, [], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.5), expose=["layers.0.weight"])
-            post = bz.fit(model, x, y, bz.SVI(steps=600, lr=0.05, seed=seed, direct=direct, progress=False, num_draws=10))
+            model = bz.BNN(
+                bz.models.MLP(2, [], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.5), expose=["layers.0.weight"]
+            )
+            post = bz.fit(
+                model, x, y, bz.SVI(steps=600, lr=0.05, seed=seed, direct=direct, progress=False, num_draws=10)
+            )
             out.append(post.guide.loc_and_scale("layers.0.weight")[0].detach().flatten())
         return torch.stack(out)
 
     for direct in (True, False):
         m = means(direct)
-        assert ((m.mean(0) - exact).abs() < 4 * m.std(0) / len(m) ** 0.5 + 0.02).all(), (direct, m, exact)  # 4 standard errors over seeds
+        # 4 standard errors over seeds
+        assert ((m.mean(0) - exact).abs() < 4 * m.std(0) / len(m) ** 0.5 + 0.02).all(), (
+            direct,
+            m,
+            exact,
+        )

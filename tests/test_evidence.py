@@ -12,7 +12,9 @@ from bnn_zoo.evaluation.exact import linear_regression
 
 @pytest.fixture(scope="module")
 def mean_field(blr_model, blr_data):
-    return bz.fit(blr_model, *blr_data, bz.SVI(steps=1500, lr=0.05, lr_decay=0.02, num_particles=16, seed=0, progress=False))
+    return bz.fit(
+        blr_model, *blr_data, bz.SVI(steps=1500, lr=0.05, lr_decay=0.02, num_particles=16, seed=0, progress=False)
+    )
 
 
 def test_ais_is_within_half_a_nat_and_its_error_bar_covers_the_truth(blr_model, blr_data, blr_exact):
@@ -27,8 +29,12 @@ def test_ais_integrates_a_learned_noise_scale(blr_data):
     x, y = blr_data
     model = bz.BNN(bz.models.MLP(3, [], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian.learned())
     sd = torch.linspace(0.05, 3, 2000, dtype=torch.float64)
-    log_evidence = torch.tensor([linear_regression(x, y, 1.0, 1.0, float(s)).log_evidence for s in sd], dtype=torch.float64)
-    truth = (torch.logsumexp(log_evidence + torch.distributions.HalfNormal(1.0).log_prob(sd), 0) + math.log(sd[1] - sd[0])).item()
+    log_evidence = torch.tensor(
+        [linear_regression(x, y, 1.0, 1.0, float(s)).log_evidence for s in sd], dtype=torch.float64
+    )
+    truth = (
+        torch.logsumexp(log_evidence + torch.distributions.HalfNormal(1.0).log_prob(sd), 0) + math.log(sd[1] - sd[0])
+    ).item()
     est, se = evidence.ais(model, x, y, num_steps=500, num_particles=16, seed=1)
     assert abs(est - truth) < min(0.5, 3 * se), (est, se, truth)
 
@@ -41,7 +47,8 @@ def test_importance_weighted_bound_rises_with_k_and_stays_below_the_evidence(mea
     for (lo, lo_se), (hi, hi_se) in zip(bounds, bounds[1:]):
         assert hi - lo > 2 * math.hypot(lo_se, hi_se), bounds
     assert bounds[-1][0] + 2 * bounds[-1][1] < blr_exact.log_evidence, (bounds, blr_exact.log_evidence)
-    assert blr_exact.log_evidence - bounds[-1][0] < 0.5 * (blr_exact.log_evidence - elbo)  # K = 100 closes over half the gap
+    # K = 100 closes over half the gap
+    assert blr_exact.log_evidence - bounds[-1][0] < 0.5 * (blr_exact.log_evidence - elbo)
 
 
 def test_ais_accepts_a_fitted_posterior(mean_field, blr_exact):
@@ -57,7 +64,9 @@ def test_evidence_refuses_what_it_cannot_estimate(blr_model, blr_data):
         evidence.importance_weighted(bz.fit(blr_model, *blr_data, bz.SVI(steps=5, progress=False)), k=10, num_repeats=1)
     with pytest.raises(bz.BnnZooError, match="log_marginal_likelihood"):
         evidence.ais(bz.GP(), *blr_data)
-    with pytest.warns(UserWarning, match="of HMC moves were accepted"):  # steps far too long: particles stay at their prior draws
+    with pytest.warns(
+        UserWarning, match="of HMC moves were accepted"
+    ):  # steps far too long: particles stay at their prior draws
         evidence.ais(blr_model, *blr_data, num_steps=3, step_size=1e3)
     with pytest.raises(bz.BnnZooError, match="needs data"):
         evidence.ais(blr_model)

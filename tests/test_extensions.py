@@ -39,7 +39,8 @@ def test_pyro_autoguides_fit_through_bz_fit_with_elbo_below_the_evidence(kind, b
         loc = flat({k: v[0] for k, v in loc_scale.items()}).detach()
         cov = torch.diag(flat({k: v[1] for k, v in loc_scale.items()}).detach() ** 2)
     else:
-        q = post.guide.get_posterior()  # over the packed latent: the weight (1, 3), then the bias, as `flat` orders them
+        # over the packed latent: the weight (1, 3), then the bias, as `flat` orders them
+        q = post.guide.get_posterior()
         loc, cov = q.loc.detach(), q.covariance_matrix.detach()
     exact_elbo = _exact_elbo(blr_exact, loc, cov)
     estimate, se = post.elbo(num_samples=4000)
@@ -71,7 +72,9 @@ def test_a_plain_guide_function_fits_and_its_elbo_is_a_lower_bound(blr_model, bl
 def test_per_site_prior_gives_each_parameter_its_distribution():
     net = bz.models.MLP(3, [4], 2)
     student = dist.StudentT(3.0, 0.0, 2.0)
-    prior = bz.priors.PerSite({net.layers[1]: student, "layers.0.bias": bz.priors.Normal(0.5)}, default=bz.priors.FanInNormal())
+    prior = bz.priors.PerSite(
+        {net.layers[1]: student, "layers.0.bias": bz.priors.Normal(0.5)}, default=bz.priors.FanInNormal()
+    )
     model = bz.BNN(net, prior, bz.likelihoods.Gaussian(1.0))
     tr = pyro.poutine.trace(model).get_trace(torch.randn(5, 3))
     for name in ("layers.1.weight", "layers.1.bias"):
@@ -80,7 +83,9 @@ def test_per_site_prior_gives_each_parameter_its_distribution():
     bias = tr.nodes["layers.0.bias"]["value"]
     assert torch.allclose(tr.nodes["layers.0.bias"]["fn"].log_prob(bias), dist.Normal(0.0, 0.5).log_prob(bias).sum())
     weight = tr.nodes["layers.0.weight"]["value"]  # the default: N(0, 1 / fan_in) with fan_in = 3
-    assert torch.allclose(tr.nodes["layers.0.weight"]["fn"].log_prob(weight), dist.Normal(0.0, 3**-0.5).log_prob(weight).sum())
+    assert torch.allclose(
+        tr.nodes["layers.0.weight"]["fn"].log_prob(weight), dist.Normal(0.0, 3**-0.5).log_prob(weight).sum()
+    )
     with pytest.raises(bz.BnnZooError, match="batch shape"):
         bz.BNN(net, bz.priors.PerSite({"layers.1.weight": dist.Normal(torch.zeros(7), 1.0)}))(torch.randn(5, 3))
     with pytest.raises(bz.BnnZooError, match="prior must be"):
@@ -117,9 +122,15 @@ def test_last_layer_bnn_is_exact_bayesian_linear_regression_on_the_features():
     exact = linear_regression(features, y, weight_scale=1.0, bias_scale=1.0, noise_scale=NOISE)
     draws = torch.cat([post.samples["layers.1.weight"].reshape(2, 400, -1), post.samples["layers.1.bias"]], -1).double()
     idata = post.to_inference_data()
-    mcse = torch.cat([torch.as_tensor(az.mcse(idata, method="mean")[k].values).reshape(-1) for k in ("layers.1.weight", "layers.1.bias")])
+    mcse = torch.cat(
+        [
+            torch.as_tensor(az.mcse(idata, method="mean")[k].values).reshape(-1)
+            for k in ("layers.1.weight", "layers.1.bias")
+        ]
+    )
     assert torch.all((draws.reshape(-1, 4).mean(0) - exact.mean).abs() < 4 * mcse.double() + 1e-3)
-    assert torch.allclose(draws.reshape(-1, 4).std(0), exact.cov.diagonal().sqrt(), rtol=0.15)  # sd's MC error ~4% at 800 draws
+    # sd's MC error ~4% at 800 draws
+    assert torch.allclose(draws.reshape(-1, 4).std(0), exact.cov.diagonal().sqrt(), rtol=0.15)
 
 
 def test_last_layer_bnn_on_the_toy_regression_fits_features_and_widens_its_band():
@@ -145,7 +156,9 @@ def test_last_layer_bnn_on_the_toy_regression_fits_features_and_widens_its_band(
 def test_device_is_chosen_at_fit_and_checked(blr_model, blr_data):
     method = bz.SVI(steps=20, num_draws=10, progress=False)
     on_cpu = bz.fit(blr_model, *blr_data, method, device="cpu")
-    assert on_cpu.model.device.type == "cpu" and torch.equal(on_cpu.samples["layers.0.weight"], bz.fit(blr_model, *blr_data, method).samples["layers.0.weight"])
+    assert on_cpu.model.device.type == "cpu" and torch.equal(
+        on_cpu.samples["layers.0.weight"], bz.fit(blr_model, *blr_data, method).samples["layers.0.weight"]
+    )
     assert torch.equal(on_cpu.to("cpu").predict(blr_data[0]).f, on_cpu.predict(blr_data[0]).f)
     if not torch.cuda.is_available():
         with pytest.raises(bz.BnnZooError, match="no CUDA device"):
@@ -154,7 +167,13 @@ def test_device_is_chosen_at_fit_and_checked(blr_model, blr_data):
         bz.fit(blr_model, *blr_data, method, device="banana")
 
 
-GUIDES_AND_OPTIONS = [("mean-field", {}), ("matrix-normal", {}), ("matrix-normal", {"rank": 2}), ("flow", {}), ("flow", {"scope": "layer"})]
+GUIDES_AND_OPTIONS = [
+    ("mean-field", {}),
+    ("matrix-normal", {}),
+    ("matrix-normal", {"rank": 2}),
+    ("flow", {}),
+    ("flow", {"scope": "layer"}),
+]
 
 
 @pytest.mark.parametrize("guide, options", GUIDES_AND_OPTIONS)

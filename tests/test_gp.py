@@ -33,7 +33,9 @@ def _numpy_kernel(kind, h, a, b):
     ls = np.array(h["covar_module.base_kernel.lengthscale"])
     r = np.sqrt((((a[:, None, :] - b[None, :, :]) / ls) ** 2).sum(-1))
     s = h["covar_module.outputscale"][0]
-    return s * (np.exp(-0.5 * r**2) if kind == "rbf" else (1 + math.sqrt(5) * r + 5 * r**2 / 3) * np.exp(-math.sqrt(5) * r))
+    return s * (
+        np.exp(-0.5 * r**2) if kind == "rbf" else (1 + math.sqrt(5) * r + 5 * r**2 / 3) * np.exp(-math.sqrt(5) * r)
+    )
 
 
 @pytest.mark.parametrize("kind", ["rbf", "matern52", "nngp"])
@@ -75,7 +77,8 @@ def test_nngp_kernel_is_the_wide_relu_network_prior():
     with torch.no_grad():
         exact = kernel(x, x).to_dense()
         np.testing.assert_allclose(kernel(x, x, diag=True).numpy(), exact.diagonal().numpy(), rtol=1e-6)
-    se = (exact.diagonal()[:, None] * exact.diagonal()[None] + exact**2).sqrt() / math.sqrt(s)  # sd of a Gaussian covariance estimate
+    # sd of a Gaussian covariance estimate
+    se = (exact.diagonal()[:, None] * exact.diagonal()[None] + exact**2).sqrt() / math.sqrt(s)
     assert torch.all((empirical - exact).abs() < 4 * se), (empirical, exact)
 
 
@@ -108,9 +111,13 @@ def test_variational_gp_classification(likelihood):
     assert out["accuracy"] > 0.93 and out["nll"] < 0.3
     elbo, se = post.elbo()
     assert elbo < 0 and elbo > -300 * math.log(3)  # better than chance, below the perfect log-likelihood 0
-    if likelihood == "bernoulli":  # our logits of the probit link reproduce GPyTorch's ELBO (quadrature) and predictive E[Phi(f)]
+    if (
+        likelihood == "bernoulli"
+    ):  # our logits of the probit link reproduce GPyTorch's ELBO (quadrature) and predictive E[Phi(f)]
         with torch.no_grad():
-            gpytorch_elbo = 300 * gpytorch.mlls.VariationalELBO(post.gp_likelihood, post.module, num_data=300)(post.module(x.double()), y.double())
+            gpytorch_elbo = 300 * gpytorch.mlls.VariationalELBO(post.gp_likelihood, post.module, num_data=300)(
+                post.module(x.double()), y.double()
+            )
             expected = post.gp_likelihood(post.module(x.double())).mean
         assert abs(elbo - gpytorch_elbo.item()) < 4 * se + 1e-3, (elbo, se, gpytorch_elbo)
         assert torch.allclose(post.predict(x, num_samples=20000).probs[:, 0].double(), expected, atol=0.01)
@@ -127,4 +134,9 @@ def test_gp_bad_input_is_refused_with_the_fix():
     with pytest.raises(bz.BnnZooError, match="TypeII"):
         bz.fit(bz.BNN(bz.models.MLP(2, [4], 1)), x, y, bz.TypeII(steps=5))
     with pytest.raises(bz.BnnZooError, match="no closed-form"):
-        bz.fit(bz.GP(likelihood=bz.likelihoods.Bernoulli(), num_inducing=8), x, (y > 0).long(), bz.TypeII(steps=2, progress=False)).log_marginal_likelihood()
+        bz.fit(
+            bz.GP(likelihood=bz.likelihoods.Bernoulli(), num_inducing=8),
+            x,
+            (y > 0).long(),
+            bz.TypeII(steps=2, progress=False),
+        ).log_marginal_likelihood()

@@ -17,13 +17,25 @@ import bnn_zoo as bz
 @pytest.fixture(scope="module")
 def nuts_fit(blr_model, blr_data):
     with torch_threads(2):  # two threads: the chains fork (where two cores are usable), as on the command line
-        return bz.fit(blr_model, *blr_data, bz.NUTS(num_warmup=300, num_samples=1000, num_chains=2, seed=0, progress=False, backend="torch"))
+        return bz.fit(
+            blr_model,
+            *blr_data,
+            bz.NUTS(num_warmup=300, num_samples=1000, num_chains=2, seed=0, progress=False, backend="torch"),
+        )
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["weight-draws", "local-reparam"])
 def svi_fit(blr_model, blr_data, request):
     """Local reparameterisation changes the gradient estimator, not the objective: same optimum."""
-    method = bz.SVI(steps=3000, lr=0.05, lr_decay=0.02, num_particles=16, seed=0, progress=False, guide_options={"local_reparam": request.param})
+    method = bz.SVI(
+        steps=3000,
+        lr=0.05,
+        lr_decay=0.02,
+        num_particles=16,
+        seed=0,
+        progress=False,
+        guide_options={"local_reparam": request.param},
+    )
     return bz.fit(blr_model, *blr_data, method)
 
 
@@ -34,7 +46,16 @@ def test_nuts_matches_exact_posterior_within_4_mcse(nuts_fit, blr_exact):
 def test_hmc_with_capped_trajectories_still_matches_the_exact_posterior(blr_model, blr_data, blr_exact):
     """max_leapfrog shortens trajectories, it does not bias them: the cap is fixed with the step size
     after warm-up, so the kept draws come from one reversible HMC kernel."""
-    hmc = bz.HMC(num_warmup=200, num_samples=500, num_chains=2, trajectory_length=10.0, max_leapfrog=3, seed=0, chain_method="sequential", progress=False)
+    hmc = bz.HMC(
+        num_warmup=200,
+        num_samples=500,
+        num_chains=2,
+        trajectory_length=10.0,
+        max_leapfrog=3,
+        seed=0,
+        chain_method="sequential",
+        progress=False,
+    )
     fit = bz.fit(blr_model, *blr_data, hmc)
     uncapped = 10.0 / fit.sample_stats["step_size"]  # trajectory_length / step size: what Pyro alone would take
     assert torch.all(uncapped > 3) and torch.all(fit.sample_stats["n_steps"] == 3)
@@ -45,7 +66,9 @@ def test_nuts_sample_stats_are_consistent(nuts_fit):
     stats = nuts_fit.sample_stats
     assert stats["diverging"].shape == (2, 1000) and stats["diverging"].dtype == torch.bool
     # tree depth is the number of doublings: n_steps in [2^(d-1), 2^d - 1]
-    assert torch.all(2 ** (stats["tree_depth"] - 1) <= stats["n_steps"]) and torch.all(stats["n_steps"] < 2 ** stats["tree_depth"])
+    assert torch.all(2 ** (stats["tree_depth"] - 1) <= stats["n_steps"]) and torch.all(
+        stats["n_steps"] < 2 ** stats["tree_depth"]
+    )
     # energy is H = U + K at the start of each trajectory, i.e. at the previous draw, and K >= 0
     assert torch.all(stats["energy"][:, 1:] >= -stats["lp"][:, :-1])
     assert len(torch.unique(stats["step_size"][0])) == 1  # adapted in warmup, then fixed
@@ -104,20 +127,26 @@ class _FailsInChild(torch.nn.Module):
         return self.layer(x)
 
 
-def test_parallel_chains_give_the_sequential_draws(blr_model, blr_data, nuts_fit):
+def test_parallel_chains_give_the_sequential_draws(blr_model, blr_data):
     """Chain c is seeded with seed + c in its own process: forking changes the wall time, not one draw."""
-    settings = dict(num_warmup=300, num_samples=1000, num_chains=2, seed=0, progress=False, chain_method="sequential", backend="torch")
-    sequential = bz.fit(blr_model, *blr_data, bz.NUTS(**settings))
-    assert nuts_fit.settings == sequential.settings  # chain_method is not a setting of the result
-    for name in nuts_fit.samples:
-        assert torch.equal(nuts_fit.samples[name], sequential.samples[name]), name
-    for name in nuts_fit.sample_stats:
-        assert torch.equal(nuts_fit.sample_stats[name], sequential.sample_stats[name]), name
+    settings = dict(num_warmup=60, num_samples=60, num_chains=2, seed=0, progress=False, backend="torch")
+    with torch_threads(2):  # two threads: the chains fork
+        parallel = bz.fit(blr_model, *blr_data, bz.NUTS(chain_method="parallel", **settings))
+    sequential = bz.fit(blr_model, *blr_data, bz.NUTS(chain_method="sequential", **settings))
+    assert parallel.settings == sequential.settings  # chain_method is not a setting of the result
+    for name in parallel.samples:
+        assert torch.equal(parallel.samples[name], sequential.samples[name]), name
+    for name in parallel.sample_stats:
+        assert torch.equal(parallel.sample_stats[name], sequential.sample_stats[name]), name
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="chains fork only where two cores are usable")
 @pytest.mark.parametrize(
-    "how, message", [("raises", r"chain \d failed: ValueError: weights out of range"), ("killed", r"chain \d.s process ended without a result")]
+    "how, message",
+    [
+        ("raises", r"chain \d failed: ValueError: weights out of range"),
+        ("killed", r"chain \d.s process ended without a result"),
+    ],
 )
 def test_a_failed_chain_process_is_one_clear_error(blr_data, how, message):
     model = bz.BNN(_FailsInChild(how), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.5))
@@ -132,7 +161,7 @@ import bnn_zoo as bz
 
 std.tqdm.get_lock()
 held, done = threading.Event(), threading.Event()
-def monitor():  # as tqdm's monitor thread does every 10 s: hold the lock (thread and process locks) while the chains fork
+def monitor():  # as tqdm's monitor thread does every 10 s: hold both locks while the chains fork
     with std.tqdm.get_lock():
         held.set()
         done.wait()

@@ -41,7 +41,8 @@ def test_laplace_type_two_prior_precision_maximises_the_exact_evidence(blr_model
     best = minimize_scalar(lambda ls: -exact(ls), bounds=(-5, 5), method="bounded", options={"xatol": 1e-10})
     post = bz.fit(blr_model, x, y, bz.Laplace(hessian="full", rounds=8, **QUICK))
     assert post.info["log_evidence"] == pytest.approx(exact(best.x), rel=1e-8)
-    assert post.info["prior_precision_scale"] == pytest.approx(math.exp(-2 * best.x), rel=1e-3)  # precision = 1 / scale^2
+    # precision = 1 / scale^2
+    assert post.info["prior_precision_scale"] == pytest.approx(math.exp(-2 * best.x), rel=1e-3)
 
 
 def test_diagonal_laplace_has_the_exact_mean_and_the_mean_field_variances(blr_model, blr_data, blr_exact):
@@ -56,7 +57,13 @@ def test_last_layer_laplace_on_the_toy_regression_saves_loads_and_reports_its_ev
 
     data = bz.data.toy_cubic()
     model = bz.BNN(bz.models.MLP(1, [50], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian.learned())
-    result = run("laplace", data, model, bz.Laplace(subset="last_layer", hessian="kron", map_steps=1500, progress=False), tmp_path / "lap")
+    result = run(
+        "laplace",
+        data,
+        model,
+        bz.Laplace(subset="last_layer", hessian="kron", map_steps=1500, progress=False),
+        tmp_path / "lap",
+    )
     post = result.posterior
     assert list(post.model.params) == ["layers.1.weight", "layers.1.bias"] and post.info["noise_scale"] < 0.5
     assert result.metrics["evidence_laplace"] == post.info["log_evidence"] and math.isfinite(post.info["log_evidence"])
@@ -65,7 +72,9 @@ def test_last_layer_laplace_on_the_toy_regression_saves_loads_and_reports_its_ev
     sd = post.predict(torch.tensor([[0.0], [3.0]])).variance.sqrt()[:, 0]
     assert sd[1] > sd[0]  # the linearised predictive widens away from the data
     again = bz.load(tmp_path / "lap")
-    assert type(again).__name__ == "LaplacePosterior" and torch.equal(again.predict(data.test[0]).f, post.predict(data.test[0]).f)
+    assert type(again).__name__ == "LaplacePosterior" and torch.equal(
+        again.predict(data.test[0]).f, post.predict(data.test[0]).f
+    )
     table = bz.compare([tmp_path / "lap"])
     assert table["evidence_laplace"].iloc[0] == pytest.approx(post.info["log_evidence"])
 
@@ -73,7 +82,12 @@ def test_last_layer_laplace_on_the_toy_regression_saves_loads_and_reports_its_ev
 def test_laplace_refuses_what_it_cannot_do(blr_data):
     x, y = blr_data
     with pytest.raises(bz.BnnZooError, match="zero-mean Normal prior"):
-        bz.fit(bz.BNN(bz.models.MLP(3, [], 1), bz.priors.PerSite({}, default=torch.distributions.Laplace(0.0, 1.0))), x, y, bz.Laplace(**QUICK))
+        bz.fit(
+            bz.BNN(bz.models.MLP(3, [], 1), bz.priors.PerSite({}, default=torch.distributions.Laplace(0.0, 1.0))),
+            x,
+            y,
+            bz.Laplace(**QUICK),
+        )
     with pytest.raises(bz.BnnZooError, match="one prior scale for all of"):
         bz.fit(bz.BNN(bz.models.MLP(3, [4], 1), bz.priors.FanInNormal()), x, y, bz.Laplace(hessian="kron", **QUICK))
     with pytest.raises(bz.BnnZooError, match="hessian in"):
@@ -84,13 +98,19 @@ def test_auto_hessian_is_full_for_small_networks_and_diag_above_the_full_limit()
     x = torch.randn(10, 3, generator=torch.Generator().manual_seed(0))
     y = x.sum(1)
     small = bz.BNN(bz.models.MLP(3, [4], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.3))
-    large = bz.BNN(bz.models.MLP(3, [70, 70], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.3))  # 5,321 weights > MAX_FULL
+    # 5,321 weights > MAX_FULL
+    large = bz.BNN(bz.models.MLP(3, [70, 70], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.3))
     for model, same_as in ((small, "full"), (large, "diag")):
-        auto, explicit = (bz.fit(model, x, y, bz.Laplace(hessian=h, map_steps=20, optimize_prior=False, seed=0, progress=False)) for h in ("auto", same_as))
+        auto, explicit = (
+            bz.fit(model, x, y, bz.Laplace(hessian=h, map_steps=20, optimize_prior=False, seed=0, progress=False))
+            for h in ("auto", same_as)
+        )
         assert auto.info["log_evidence"] == explicit.info["log_evidence"], same_as
 
 
-@pytest.mark.parametrize("subset, hessian", [("all", "full"), ("all", "diag"), ("last_layer", "full"), ("last_layer", "diag")])
+@pytest.mark.parametrize(
+    "subset, hessian", [("all", "full"), ("all", "diag"), ("last_layer", "full"), ("last_layer", "diag")]
+)
 def test_laplace_torch_gives_the_same_evidence_and_glm_predictive_at_the_same_map(subset, hessian):
     """laplace-torch (the reference implementation; install it without torchvision, see the inference
     guide) on bnn-zoo's MAP, prior precision and noise: the evidence to float rounding, and the GLM
@@ -102,11 +122,17 @@ def test_laplace_torch_gives_the_same_evidence_and_glm_predictive_at_the_same_ma
     y = torch.sin(2 * x[:, 0]) + 0.2 * torch.randn(40)
     x_test = torch.linspace(-3, 3, 25)[:, None]
     model = bz.BNN(bz.models.MLP(1, [10], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.2))
-    post = bz.fit(model, x, y, bz.Laplace(subset=subset, hessian=hessian, optimize_prior=False, num_draws=4000, progress=False))
+    post = bz.fit(
+        model, x, y, bz.Laplace(subset=subset, hessian=hessian, optimize_prior=False, num_draws=4000, progress=False)
+    )
     net = bz.models.MLP(1, [10], 1).double()
     net.load_state_dict({k: v.double() for k, v in {**post.model.fixed, **post.map}.items()})
-    reference = laplace.Laplace(net, "regression", subset_of_weights=subset, hessian_structure=hessian, sigma_noise=0.2, prior_precision=1.0)
-    reference.fit(torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x.double(), y.double()[:, None]), batch_size=40))
+    reference = laplace.Laplace(
+        net, "regression", subset_of_weights=subset, hessian_structure=hessian, sigma_noise=0.2, prior_precision=1.0
+    )
+    reference.fit(
+        torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x.double(), y.double()[:, None]), batch_size=40)
+    )
     assert post.info["log_evidence"] == pytest.approx(float(reference.log_marginal_likelihood()), rel=1e-6)
     f_mean, f_var = (v.reshape(len(x_test)).float() for v in reference(x_test.double(), pred_type="glm"))
     pred = post.predict(x_test)

@@ -12,7 +12,12 @@ from pathlib import Path
 import bnn_zoo as bz
 
 PACKAGE = Path(bz.__file__).parent
-LAYERS = [("bnn_zoo.inference", "bnn_zoo.baselines"), ("bnn_zoo.evaluation",), ("bnn_zoo.experiments",), ("bnn_zoo.cli",)]
+LAYERS = [
+    ("bnn_zoo.inference", "bnn_zoo.baselines"),
+    ("bnn_zoo.evaluation",),
+    ("bnn_zoo.experiments",),
+    ("bnn_zoo.cli",),
+]
 
 
 def _modules() -> dict[str, Path]:
@@ -39,7 +44,10 @@ def _import_graph() -> dict[str, set[str]]:
                 targets = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 # `from pkg import sub` imports the submodule; `from mod import name` the module
-                targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module for a in node.names]
+                targets = [
+                    f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                    for a in node.names
+                ]
             else:
                 continue
             for t in targets:
@@ -70,15 +78,15 @@ def test_every_module_imports_in_a_fresh_interpreter_in_dependency_order_without
     order = [m for m in graphlib.TopologicalSorter(_import_graph()).static_order()]
     script = (
         "import importlib, json, sys, pyro, matplotlib\n"
-        "before = (dict(pyro.settings.get()), matplotlib.rcParams._get('backend'))\n"
-        "import bnn_zoo\n"
+        "before = (dict(pyro.settings.get()), matplotlib.rcParams._get('backend'))\nimport bnn_zoo\n"
         "after_package = (dict(pyro.settings.get()), matplotlib.rcParams._get('backend'))\n"
-        "for name in json.loads(sys.argv[1]):\n"
-        "    importlib.import_module(name)\n"
+        "for name in json.loads(sys.argv[1]):\n    importlib.import_module(name)\n"
         "after_all = (dict(pyro.settings.get()), matplotlib.rcParams._get('backend'))\n"
         "print(json.dumps([before == after_package, before == after_all, before[0]['module_local_params']]))\n"
     )
-    done = subprocess.run([sys.executable, "-c", script, json.dumps(order)], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", script, json.dumps(order)], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.splitlines()[-1]) == [True, True, False]
 

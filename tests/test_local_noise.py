@@ -64,14 +64,24 @@ def test_matrix_normal_outputs_have_covariance_x_v_x_times_u():
 
 
 @pytest.mark.parametrize(
-    "guide, options", [("mean-field", {"local_reparam": True}), ("matrix-normal", {"local_reparam": True}), ("dropout", {"masks": "example"})]
+    "guide, options",
+    [
+        ("mean-field", {"local_reparam": True}),
+        ("matrix-normal", {"local_reparam": True}),
+        ("dropout", {"masks": "example"}),
+    ],
 )
 def test_local_noise_only_in_training_and_fits_run_with_particles(guide, options):
     torch.manual_seed(3)
     x = torch.randn(40, 2)
     y = x[:, :1] * 2 + 0.1 * torch.randn(40, 1)
     model = bz.BNN(bz.models.MLP(2, [8], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.1))
-    post = bz.fit(model, x, y, bz.SVI(guide=guide, guide_options=options, steps=400, lr=0.03, num_particles=2, progress=False, num_draws=50))
+    post = bz.fit(
+        model,
+        x,
+        y,
+        bz.SVI(guide=guide, guide_options=options, steps=400, lr=0.03, num_particles=2, progress=False, num_draws=50),
+    )
     assert not post.guide.training  # evaluation (ELBO, importance weights) sees plain weight draws
     tr = poutine.trace(post.guide).get_trace(x, y)
     assert not any("local_noise" in site.get("infer", {}) for site in tr.nodes.values())
@@ -83,8 +93,15 @@ def test_local_reparam_refuses_layers_it_cannot_handle():
     model = bz.BNN(net, bz.priors.Normal(1.0), bz.likelihoods.Gaussian(1.0))
     x, y = torch.randn(4, 3), torch.randn(4, 4)
     with pytest.raises(bz.BnnZooError, match="dense layers only"):
-        bz.fit(model, x, y, bz.SVI(guide="matrix-normal", guide_options={"local_reparam": True}, steps=1, progress=False))
+        bz.fit(
+            model, x, y, bz.SVI(guide="matrix-normal", guide_options={"local_reparam": True}, steps=1, progress=False)
+        )
     with pytest.raises(bz.BnnZooError, match="expected true or false"):
         bz.guides.build("mean-field", model, model.network_init(0), local_reparam="maybe")
-    post = bz.fit(model, x, y, bz.SVI(guide="mean-field", guide_options={"local_reparam": True}, steps=2, progress=False, num_draws=5))
+    post = bz.fit(
+        model,
+        x,
+        y,
+        bz.SVI(guide="mean-field", guide_options={"local_reparam": True}, steps=2, progress=False, num_draws=5),
+    )
     assert post.predict(x).f.shape == (5, 4, 4)  # mean-field handles the convolution

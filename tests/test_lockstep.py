@@ -20,7 +20,16 @@ Y = X @ torch.tensor([1.0, -0.5, 0.3]) + 0.2 * torch.randn(48)
 
 def _job(seed=0, guide="dropout", options=None, steps=40, batch_size=16, lr=0.01, prior_scale=2.0, noise=0.3):
     model = bz.BNN(bz.models.MLP(3, [8], 1, "relu"), bz.priors.Normal(prior_scale), bz.likelihoods.Gaussian(noise))
-    method = bz.SVI(guide=guide, guide_options=options or {}, steps=steps, lr=lr, batch_size=batch_size, seed=seed, progress=False, num_draws=10)
+    method = bz.SVI(
+        guide=guide,
+        guide_options=options or {},
+        steps=steps,
+        lr=lr,
+        batch_size=batch_size,
+        seed=seed,
+        progress=False,
+        num_draws=10,
+    )
     return Job(model, X, Y, method)
 
 
@@ -43,7 +52,9 @@ def test_the_direct_elbo_is_pyros_trace_mean_field_elbo_for_the_same_draws(guide
             sigma = guide_module.loc_and_scale(name)[1]
             value = loc + sigma * draws[name][0]
         trace.nodes[name]["value"] = value
-    pyro_loss = TraceMeanField_ELBO().differentiable_loss(job.model, poutine.replay(guide_module, trace=trace), X, Y[:, None])
+    pyro_loss = TraceMeanField_ELBO().differentiable_loss(
+        job.model, poutine.replay(guide_module, trace=trace), X, Y[:, None]
+    )
     torch.testing.assert_close(loss[0], pyro_loss, rtol=1e-5, atol=1e-4)
     guide_module.zero_grad()
     pyro_loss.backward()
@@ -54,11 +65,18 @@ def test_the_direct_elbo_is_pyros_trace_mean_field_elbo_for_the_same_draws(guide
 
 @pytest.mark.parametrize(
     "guide, options, batch_size",  # batches of 16 of 48 rows take the O(n) subsets, of 4 the O(m) ones
-    [("mean-field", {}, 16), ("dropout", {"p": 0.2, "masks": "step"}, 16), ("dropout", {"p": 0.2, "masks": "example"}, 4)],
+    [
+        ("mean-field", {}, 16),
+        ("dropout", {"p": 0.2, "masks": "step"}, 16),
+        ("dropout", {"p": 0.2, "masks": "example"}, 4),
+    ],
 )
 def test_a_fits_parameters_do_not_depend_on_the_fits_beside_it(guide, options, batch_size):
     alone = fit_lockstep([_job(1, guide, options, batch_size=batch_size)])[0]
-    others = [_job(s, guide, options, batch_size=batch_size, **kw) for s, kw in enumerate([{"lr": 0.02, "prior_scale": 1.0}, {}, {"noise": 0.5}])]
+    others = [
+        _job(s, guide, options, batch_size=batch_size, **kw)
+        for s, kw in enumerate([{"lr": 0.02, "prior_scale": 1.0}, {}, {"noise": 0.5}])
+    ]
     together = fit_lockstep(others)
     a, b = alone.guide.state_dict(), together[1].guide.state_dict()
     assert a.keys() == b.keys()
@@ -76,7 +94,12 @@ def test_lockstep_and_sequential_fits_agree_in_distribution():
 
     def job(seed):
         model = bz.BNN(bz.models.MLP(2, [], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.5))
-        return Job(model, x, y, bz.SVI(guide="mean-field", steps=800, lr=0.05, lr_decay=0.1, seed=seed, progress=False, num_draws=10))
+        return Job(
+            model,
+            x,
+            y,
+            bz.SVI(guide="mean-field", steps=800, lr=0.05, lr_decay=0.1, seed=seed, progress=False, num_draws=10),
+        )
 
     lock = fit_lockstep([job(s) for s in range(6)])
     seq = [bz.fit(j.model, j.x, j.y, j.method) for j in (job(s) for s in range(6))]
@@ -157,7 +180,8 @@ def test_a_lockstep_posterior_holds_its_data_as_bz_fit_does():
     assert lock.y.shape == alone.y.shape == (48, 1)
     pointwise = lock.log_likelihood()
     assert pointwise.shape == alone.log_likelihood().shape == (1, 10, 48)
-    assert -3 < pointwise.mean() < -math.log(0.3 * math.sqrt(2 * math.pi))  # below the density's peak; a broadcast sum over 48 rows is hundreds of nats
+    # below the density's peak; a broadcast sum over 48 rows is hundreds of nats
+    assert -3 < pointwise.mean() < -math.log(0.3 * math.sqrt(2 * math.pi))
 
 
 def test_minibatches_are_uniformly_random_subsets_drawn_without_replacement():

@@ -20,8 +20,20 @@ def _random_mn(n, m, rank=None, shape=None, seed=0, scales=False):
         b = torch.randn(m, m, generator=g, dtype=torch.float64).tril()
         b.diagonal().abs_().add_(0.5)
     else:  # [diag(sqrt d), P]
-        a = torch.cat([torch.diag(torch.rand(n, generator=g, dtype=torch.float64) + 0.5), torch.randn(n, rank, generator=g, dtype=torch.float64)], 1)
-        b = torch.cat([torch.diag(torch.rand(m, generator=g, dtype=torch.float64) + 0.5), torch.randn(m, rank, generator=g, dtype=torch.float64)], 1)
+        a = torch.cat(
+            [
+                torch.diag(torch.rand(n, generator=g, dtype=torch.float64) + 0.5),
+                torch.randn(n, rank, generator=g, dtype=torch.float64),
+            ],
+            1,
+        )
+        b = torch.cat(
+            [
+                torch.diag(torch.rand(m, generator=g, dtype=torch.float64) + 0.5),
+                torch.randn(m, rank, generator=g, dtype=torch.float64),
+            ],
+            1,
+        )
     scale = torch.rand(n, m, generator=g, dtype=torch.float64) * 2 + 0.1 if scales else None
     return MatrixNormal(loc, a, b, shape, scale)
 
@@ -44,7 +56,10 @@ def _vec(w, n, m):
 def test_closed_form_kl_and_density_equal_the_dense_gaussian(rank, scales):
     q = _random_mn(3, 4, rank, scales=scales)
     g = torch.Generator().manual_seed(9)
-    p = dist.Normal(0.3 * torch.randn(3, 4, generator=g, dtype=torch.float64), torch.rand(3, 4, generator=g, dtype=torch.float64) + 0.5).to_event(2)
+    p = dist.Normal(
+        0.3 * torch.randn(3, 4, generator=g, dtype=torch.float64),
+        torch.rand(3, 4, generator=g, dtype=torch.float64) + 0.5,
+    ).to_event(2)
     dense_p = MultivariateNormal(p.base_dist.loc.T.reshape(-1), torch.diag(p.base_dist.scale.T.reshape(-1) ** 2))
     assert kl_divergence(q, p).item() == pytest.approx(kl_divergence(_dense(q), dense_p).item(), abs=1e-5)
     w = q.rsample((5,))
@@ -71,7 +86,12 @@ def test_design_formula_for_an_isotropic_prior_and_conv_shaped_weights():
     u, v = q.row_cov, q.col_cov
     n, m = 2, 6
     design = 0.5 * (
-        torch.trace(u) * torch.trace(v) / s**2 + q.loc.pow(2).sum() / s**2 - n * m + n * m * math.log(s**2) - m * torch.logdet(u) - n * torch.logdet(v)
+        torch.trace(u) * torch.trace(v) / s**2
+        + q.loc.pow(2).sum() / s**2
+        - n * m
+        + n * m * math.log(s**2)
+        - m * torch.logdet(u)
+        - n * torch.logdet(v)
     )
     assert kl_divergence(q, p).item() == pytest.approx(design.item(), abs=1e-5)
     assert q.rsample((4,)).shape == (4, 2, 3, 2)
@@ -87,7 +107,9 @@ def test_sample_covariance_of_vec_w_matches_v_kron_u(scales):
     # standard error of a sample covariance: sqrt((S_ii S_jj + S_ij^2) / num)
     se = ((truth.diagonal()[:, None] * truth.diagonal()[None, :] + truth**2) / num).sqrt()
     assert torch.all((cov - truth).abs() < 5 * se), ((cov - truth) / se).abs().max()
-    torch.testing.assert_close(draws.mean(0), q.loc.T.reshape(-1), rtol=0, atol=5 * float(truth.diagonal().max().sqrt()) / num**0.5)
+    torch.testing.assert_close(
+        draws.mean(0), q.loc.T.reshape(-1), rtol=0, atol=5 * float(truth.diagonal().max().sqrt()) / num**0.5
+    )
 
 
 @pytest.mark.parametrize("rank", [None, 4])
@@ -98,7 +120,8 @@ def test_a_1000_by_1000_layer_holds_order_n2_plus_m2_numbers(rank):
     count = sum(p.numel() for p in guide.parameters())
     bias = 2 * 1000  # the mean-field part: a loc and a scale per bias
     factors = n * n + m * m if rank is None else (n + m) * (rank + 1)
-    assert count == n * m + factors + bias  # the mean M, two factors (a full n x n parameter each, or diag + rank), biases
+    # the mean M, two factors (a full n x n parameter each, or diag + rank), biases
+    assert count == n * m + factors + bias
     assert count <= n * m + n**2 + m**2 + 2 * 1000 and count < 1e-5 * (n * m) ** 2
 
 
@@ -110,7 +133,12 @@ def test_per_weight_scales_carry_every_weights_variance_and_start_at_mean_fields
     guide = bz.guides.build("matrix-normal", model, model.network_init(0), rank=rank, scales=True, init_scale=0.05)
     for name in guide.shapes:
         q = guide.distribution(name)
-        torch.testing.assert_close(_dense(q).covariance_matrix, torch.diag(torch.full((q.n * q.m,), 0.05**2)), rtol=1e-5, atol=1e-4 if rank else 0)
+        torch.testing.assert_close(
+            _dense(q).covariance_matrix,
+            torch.diag(torch.full((q.n * q.m,), 0.05**2)),
+            rtol=1e-5,
+            atol=1e-4 if rank else 0,
+        )
     with torch.no_grad():
         for p in guide.parameters():
             p.add_(0.3 * torch.randn_like(p))

@@ -11,7 +11,11 @@ import torch
 import bnn_zoo as bz
 
 class MallInfo2(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+    _fields_ = [
+        (n, ctypes.c_size_t)
+        for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                  "keepcost")
+    ]
 
 libc = ctypes.CDLL(None)
 libc.mallinfo2.restype = MallInfo2

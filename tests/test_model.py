@@ -20,7 +20,8 @@ def test_sites_are_named_after_parameters_and_minibatch_scales_only_the_likeliho
     model = _mlp_model()
     x, y = torch.randn(10, 2), torch.randn(10, 1)
     tr = poutine.trace(model).get_trace(x, y, batch_size=4)
-    latent = [n for n, s in tr.nodes.items() if s["type"] == "sample" and not s["is_observed"] and n != "data"]  # data: the subsample
+    # data: the subsample
+    latent = [n for n, s in tr.nodes.items() if s["type"] == "sample" and not s["is_observed"] and n != "data"]
     assert latent == [n for n, _ in model.net.named_parameters()]
     assert tr.nodes["layers.0.weight"]["value"].shape == (4, 2)
     assert tr.nodes["y"]["scale"] == pytest.approx(10 / 4)
@@ -28,19 +29,25 @@ def test_sites_are_named_after_parameters_and_minibatch_scales_only_the_likeliho
     assert tr.nodes["layers.0.weight"]["scale"] == 1.0
 
 
-@pytest.mark.parametrize("hidden, out", [([4], 1), ([], 1), ([4, 3], 2)])  # the MLP's forward_draws: matrix and one-output layers
+# the MLP's forward_draws: matrix and one-output layers
+@pytest.mark.parametrize("hidden, out", [([4], 1), ([], 1), ([4, 3], 2)])
 def test_vectorised_forward_equals_a_loop_over_draws(hidden, out):
     model = bz.BNN(bz.models.MLP(2, hidden, out, "tanh"), bz.priors.Normal(1.0), Gaussian(0.1))
     x = torch.randn(7, 2)
     draws = {k: torch.randn(2, 3, *p.shape) for k, p in model.params.items()}
     batched = model.forward(draws, x)
-    looped = torch.stack([torch.stack([model.forward({k: v[i, j] for k, v in draws.items()}, x) for j in range(3)]) for i in range(2)])
+    looped = torch.stack(
+        [torch.stack([model.forward({k: v[i, j] for k, v in draws.items()}, x) for j in range(3)]) for i in range(2)]
+    )
     assert batched.shape == (2, 3, 7, out)
     torch.testing.assert_close(batched, looped)
-    masks = {"layers.0.weight": torch.rand(6, 7, 2) < 0.5}  # per-draw inputs with per-example masks, as lockstep gives them
+    # per-draw inputs with per-example masks, as lockstep gives them
+    masks = {"layers.0.weight": torch.rand(6, 7, 2) < 0.5}
     xs = torch.randn(6, 7, 2)
     flat = {k: v.reshape(6, *v.shape[2:]) for k, v in draws.items()}
-    masked = torch.stack([model.forward({k: v[s] for k, v in flat.items()}, xs[s] * masks["layers.0.weight"][s]) for s in range(6)])
+    masked = torch.stack(
+        [model.forward({k: v[s] for k, v in flat.items()}, xs[s] * masks["layers.0.weight"][s]) for s in range(6)]
+    )
     torch.testing.assert_close(model.net.forward_draws(flat, xs, masks), masked)
 
 
@@ -64,7 +71,9 @@ def test_priors():
     assert prior.scale_of("layers.10.weight", w) == 1.0  # prefix match is per name component
     assert bz.priors.Normal.from_length_scale(4.0).scale == 0.25  # Gal: p(w) = N(0, l^-2 I)
     d = prior("layers.1.weight", w)
-    assert d.event_shape == w.shape and d.log_prob(w).item() == pytest.approx(256 * (math.log(2) - 0.5 * math.log(2 * math.pi)))
+    assert d.event_shape == w.shape and d.log_prob(w).item() == pytest.approx(
+        256 * (math.log(2) - 0.5 * math.log(2 * math.pi))
+    )
 
 
 def test_scale_mixture_prior_is_blundells_density_and_refuses_bad_scales():
@@ -110,7 +119,12 @@ def test_gal_mc_dropout_predictive_with_fixed_precision():
     f = torch.tensor([[[0.0]], [[1.0]], [[4.0]]])
     tau = 4.0
     pred = bz.Prediction(f, {}, Gaussian(scale=tau**-0.5))
-    expected = torch.logsumexp(-tau / 2 * (1.0 - f[:, 0, 0]) ** 2, 0) - math.log(3) - 0.5 * math.log(2 * math.pi) + 0.5 * math.log(tau)
+    expected = (
+        torch.logsumexp(-tau / 2 * (1.0 - f[:, 0, 0]) ** 2, 0)
+        - math.log(3)
+        - 0.5 * math.log(2 * math.pi)
+        + 0.5 * math.log(tau)
+    )
     assert pred.log_likelihood(torch.tensor([[1.0]])).item() == pytest.approx(expected.item(), rel=1e-6)
     assert pred.variance.item() == pytest.approx(1 / tau + f.var(0, unbiased=False).item())
 
@@ -141,7 +155,9 @@ def test_any_torch_module_becomes_a_bnn():
     assert post.to_inference_data().posterior["2.weight"].dims == ("chain", "draw", "2.out", "2.in")
     nuts = bz.fit(model, x, y, bz.NUTS(num_warmup=20, num_samples=20, num_chains=1, progress=False))
     assert nuts.predict(x[:3]).f.shape == (20, 3, 1)
-    with pytest.raises(bz.BnnZooError, match=r"the network cannot take x of shape \(30, 3\) .* check the number of features"):
+    with pytest.raises(
+        bz.BnnZooError, match=r"the network cannot take x of shape \(30, 3\) .* check the number of features"
+    ):
         bz.fit(model, torch.randn(30, 3), y, bz.SVI(steps=1, progress=False))
 
 

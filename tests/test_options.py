@@ -17,7 +17,10 @@ from bnn_zoo import baselines, guides, inference, priors
 from bnn_zoo.experiments import config
 
 LIBRARY = {  # (kind, command-line name) -> the library callables whose parameters are its options
-    **{("inference", name): (getattr(inference, cls),) for name, cls in [("svi", "SVI"), ("nuts", "NUTS"), ("hmc", "HMC"), ("chees", "ChEES")]},
+    **{
+        ("inference", name): (getattr(inference, cls),)
+        for name, cls in [("svi", "SVI"), ("nuts", "NUTS"), ("hmc", "HMC"), ("chees", "ChEES")]
+    },
     **{("inference", kind): (inference.SGMCMC,) for kind in ("sgld", "sghmc", "cyclical")},
     ("inference", "laplace"): (inference.Laplace,),
     ("inference", "gp"): (baselines.GP, baselines.TypeII),
@@ -65,7 +68,9 @@ def test_every_option_is_a_library_parameter_with_its_default_and_help(kind, nam
         assert default == params[option.name].default, option.name
         assert docs.get(option.name), f"{targets} does not document {option.name}"
         assert docs[option.name] in help_text, f"--{kind}.{option.name}'s help is not the library's"
-    assert not re.search(r"--\w+\.(?!help)\w+", help_text.replace(f"--{kind}.", "")), "an option of another kind leaked in"
+    assert not re.search(r"--\w+\.(?!help)\w+", help_text.replace(f"--{kind}.", "")), (
+        "an option of another kind leaked in"
+    )
 
 
 def test_the_same_run_from_python_and_from_the_command_line_gives_the_same_metrics(tmp_path):
@@ -73,7 +78,9 @@ def test_the_same_run_from_python_and_from_the_command_line_gives_the_same_metri
     from bnn_zoo.cli import main
 
     out = tmp_path / "run"
-    main(["fit", "--out", str(out), "--quiet", "--evaluation.plots", "false", "--evaluation.training_evidence", "false"])
+    main(
+        ["fit", "--out", str(out), "--quiet", "--evaluation.plots", "false", "--evaluation.training_evidence", "false"]
+    )
     cli = json.loads((out / "metrics.json").read_text())
 
     data = bz.data.toy_cubic(20, seed=0)

@@ -20,7 +20,13 @@ def _gaussian_predictions(mean: float, sd: float, seed: int = 0) -> xr.Dataset:
     """What predictions.nc holds for a predictive N(mean, sd^2) at every one of N test points."""
     pred = Prediction(torch.full((1, N, 1), mean), {}, bz.likelihoods.Gaussian(sd))
     q = reference.predictive_quantiles(pred, seed=seed)[..., 0]
-    return xr.Dataset({"y": ("obs", np.zeros(N)), "sd": ("obs", pred.variance.sqrt()[:, 0].numpy()), "quantile": (("obs", "level"), q.T.numpy())})
+    return xr.Dataset(
+        {
+            "y": ("obs", np.zeros(N)),
+            "sd": ("obs", pred.variance.sqrt()[:, 0].numpy()),
+            "quantile": (("obs", "level"), q.T.numpy()),
+        }
+    )
 
 
 def test_w2_between_two_gaussians_is_the_closed_form():
@@ -36,7 +42,12 @@ def test_w2_of_a_distribution_to_itself_is_the_monte_carlo_floor():
     """Two sets of Y_DRAWS draws of N(0, 1) differ by their sample quantiles' noise: Var q_p = p (1 - p)
     / (n phi(z_p)^2) per run, so the expected W2 is about sqrt(mean_p 2 Var q_p), 0.038."""
     p = reference.QUANTILE_LEVELS
-    density = torch.distributions.Normal(0.0, 1.0).log_prob(torch.distributions.Normal(0.0, 1.0).icdf(p.float())).exp().double()
+    density = (
+        torch.distributions.Normal(0.0, 1.0)
+        .log_prob(torch.distributions.Normal(0.0, 1.0).icdf(p.float()))
+        .exp()
+        .double()
+    )
     floor = float((2 * p * (1 - p) / (reference.Y_DRAWS * density**2)).mean().sqrt())
     same = reference.scores(_gaussian_predictions(0.0, 1.0, seed=3), _gaussian_predictions(0.0, 1.0, seed=4))
     assert same["w2"] == pytest.approx(floor, rel=0.2) and same["variance_ratio"] == pytest.approx(1.0, rel=1e-5)
@@ -57,7 +68,10 @@ def test_agreement_and_total_variation_for_classifiers():
     y = np.array([0, 1, 2, 0])
     p = np.array([[0.6, 0.3, 0.1], [0.2, 0.7, 0.1], [0.5, 0.2, 0.3], [1.0, 0.0, 0.0]])
     q = np.array([[0.5, 0.4, 0.1], [0.6, 0.3, 0.1], [0.1, 0.2, 0.7], [1.0, 0.0, 0.0]])
-    distance = reference.scores(xr.Dataset({"y": ("obs", y), "probs": (("obs", "class"), p)}), xr.Dataset({"y": ("obs", y), "probs": (("obs", "class"), q)}))
+    distance = reference.scores(
+        xr.Dataset({"y": ("obs", y), "probs": (("obs", "class"), p)}),
+        xr.Dataset({"y": ("obs", y), "probs": (("obs", "class"), q)}),
+    )
     assert distance["agreement"] == 0.5
     assert distance["total_variation"] == pytest.approx((0.1 + 0.4 + 0.4 + 0.0) / 4)
 
@@ -86,7 +100,16 @@ def runs(tmp_path_factory):
     """A converged ChEES reference, an unconverged one and a mean-field fit of the toy problem."""
     root = tmp_path_factory.mktemp("runs")
     quick = ["--quiet", "--evaluation.plots", "false"]
-    chees = ["--inference", "chees", "--inference.backend", "torch", "--inference.num_warmup", "200", "--inference.num_samples", "400"]
+    chees = [
+        "--inference",
+        "chees",
+        "--inference.backend",
+        "torch",
+        "--inference.num_warmup",
+        "200",
+        "--inference.num_samples",
+        "400",
+    ]
     assert main(["fit", *quick, *chees, "--inference.num_chains", "8", "--out", str(root / "ref")]) == 0
     assert main(["fit", *quick, *chees, "--inference.num_chains", "2", "--out", str(root / "short")]) == 0
     assert main(["fit", *quick, "--inference.steps", "500", "--out", str(root / "svi")]) == 0

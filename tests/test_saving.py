@@ -34,7 +34,12 @@ def saved(tmp_path_factory):
             y,
             bz.SVI(guide=__import__("pyro").infer.autoguide.AutoNormal, steps=50, num_draws=20, progress=False),
         ),
-        "nuts": bz.fit(bz.BNN(net, bz.priors.FanInNormal(), bz.likelihoods.Gaussian(0.3)), x, y, bz.NUTS(num_warmup=20, num_samples=20, progress=False)),
+        "nuts": bz.fit(
+            bz.BNN(net, bz.priors.FanInNormal(), bz.likelihoods.Gaussian(0.3)),
+            x,
+            y,
+            bz.NUTS(num_warmup=20, num_samples=20, progress=False),
+        ),
         "gp": bz.fit(bz.GP("matern52"), x, y, bz.TypeII(steps=30, progress=False)),
     }
     out = {}
@@ -47,8 +52,7 @@ def saved(tmp_path_factory):
 def test_a_loaded_posterior_predicts_exactly_the_same_in_a_new_process(saved, tmp_path):
     folders = {name: str(folder) for name, (folder, _, _) in saved.items()}
     script = (
-        "import sys, json, torch, bnn_zoo as bz\n"
-        "x = torch.linspace(-3, 3, 11)[:, None]\n"
+        "import sys, json, torch, bnn_zoo as bz\nx = torch.linspace(-3, 3, 11)[:, None]\n"
         "folders = json.loads(sys.argv[1])\n"
         "torch.save({k: bz.load(v).predict(x).f for k, v in folders.items()}, sys.argv[2])\n"
     )
@@ -64,7 +68,8 @@ def test_a_loaded_guide_is_the_fitted_guide(saved):
         folder, _, post = saved[name]
         again = bz.load(folder)
         assert again.settings == post.settings and again.model.fixed.keys() == post.model.fixed.keys()
-        assert all(torch.equal(again.model.fixed[k], v) for k, v in post.model.fixed.items())  # the fitted point estimates
+        # the fitted point estimates
+        assert all(torch.equal(again.model.fixed[k], v) for k, v in post.model.fixed.items())
         with torch.random.fork_rng(device_type="cuda"):  # torchax, once imported, renames the default device type
             torch.manual_seed(5)
             fresh = post.predict(X_NEW, num_samples=200).f  # beyond the stored draws: new guide draws

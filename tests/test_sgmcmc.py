@@ -23,7 +23,9 @@ def _draws(post):
 
 def _mcse(post):
     idata = post.to_inference_data()
-    return flat({k: torch.as_tensor(az.mcse(idata, method="mean")[k].values) for k in post.samples}).reshape(-1).double()
+    return (
+        flat({k: torch.as_tensor(az.mcse(idata, method="mean")[k].values) for k in post.samples}).reshape(-1).double()
+    )
 
 
 def _ula_sd(exact, eps):
@@ -38,16 +40,28 @@ def _mcse_sd(post):
 @pytest.mark.slow  # fixed step sizes; the default, adapted, is tested below in the default suite
 def test_full_batch_sgld_has_the_exact_mean_and_the_theoretical_step_size_bias(blr_model, blr_data, blr_exact):
     exact_sd = blr_exact.cov.diagonal().sqrt()
-    runs = {eps: bz.fit(blr_model, *blr_data, bz.SGMCMC(kind="sgld", step_size=eps, **{**RUN, "burn_in": 1000})) for eps in (2e-3, 1e-2)}
+    runs = {
+        eps: bz.fit(blr_model, *blr_data, bz.SGMCMC(kind="sgld", step_size=eps, **{**RUN, "burn_in": 1000}))
+        for eps in (2e-3, 1e-2)
+    }
     for eps, post in runs.items():
         draws, theory = _draws(post), _ula_sd(blr_exact, eps)
         assert torch.all((draws.mean(0) - blr_exact.mean).abs() < 4 * _mcse(post)), eps
-        assert torch.all((draws.std(0) - theory).abs() < 4 * _mcse_sd(post)), (eps, draws.std(0), theory)  # (P - eps P^2 / 2)^-1
+        # (P - eps P^2 / 2)^-1
+        assert torch.all((draws.std(0) - theory).abs() < 4 * _mcse_sd(post)), (
+            eps,
+            draws.std(0),
+            theory,
+        )
     large = runs[1e-2]
     assert torch.all(_ula_sd(blr_exact, 1e-2)[2:] > 1.6 * exact_sd[2:])  # the theory's bias at this step size...
-    assert torch.all(_draws(large).std(0)[2:] - exact_sd[2:] > 4 * _mcse_sd(large)[2:])  # ...is there, far beyond Monte Carlo error
+    # ...is there, far beyond Monte Carlo error
+    assert torch.all(_draws(large).std(0)[2:] - exact_sd[2:] > 4 * _mcse_sd(large)[2:])
     small = runs[2e-3]  # and shrinks with the step: a fifth of the step, under a quarter of the bias
-    assert torch.all(_draws(small).std(0)[2:] - exact_sd[2:] < 0.25 * (_draws(large).std(0)[2:] - exact_sd[2:]) + 4 * _mcse_sd(small)[2:])
+    assert torch.all(
+        _draws(small).std(0)[2:] - exact_sd[2:]
+        < 0.25 * (_draws(large).std(0)[2:] - exact_sd[2:]) + 4 * _mcse_sd(small)[2:]
+    )
     assert {"step_size", "log_posterior", "minibatch_log_likelihood"} <= set(large.sample_stats)
     assert large.sample_stats["step_size"].shape == (2, RUN["num_samples"])
 
@@ -63,7 +77,8 @@ def test_sghmc_and_cyclical_sgld_find_the_exact_posterior_within_monte_carlo_err
         assert torch.all((draws.mean(0) - blr_exact.mean).abs() < 4 * _mcse(post)), post.settings["kind"]
         assert torch.all((draws.std(0) - exact_sd).abs() < 4 * _mcse_sd(post) + 0.05 * exact_sd), post.settings["kind"]
     steps = cyclical.sample_stats["step_size"][0]
-    assert steps.max() <= 4e-3 and steps.min() < 0.5 * steps.max()  # draws come from the whole cosine schedule's sampling part
+    # draws come from the whole cosine schedule's sampling part
+    assert steps.max() <= 4e-3 and steps.min() < 0.5 * steps.max()
 
 
 def _assert_resumes_to_the_same_draws(model, data, settings: dict, checkpoint, at: int) -> None:
@@ -84,7 +99,16 @@ def test_an_interrupted_sgmcmc_run_resumes_to_the_same_draws(blr_data, tmp_path,
     Interrupting = interrupting_mlp
     model = bz.BNN(Interrupting(3, [4], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.5))
     settings = dict(
-        kind="sghmc", step_size=5e-3, friction=5.0, batch_size=10, num_samples=30, thinning=2, burn_in=20, num_chains=2, checkpoint_every=15, progress=False
+        kind="sghmc",
+        step_size=5e-3,
+        friction=5.0,
+        batch_size=10,
+        num_samples=30,
+        thinning=2,
+        burn_in=20,
+        num_chains=2,
+        checkpoint_every=15,
+        progress=False,
     )
     _assert_resumes_to_the_same_draws(model, blr_data, settings, tmp_path / "ck.pt", at=110)  # chain 1, mid-way
     assert not (tmp_path / "ck.pt").exists()
@@ -92,7 +116,9 @@ def test_an_interrupted_sgmcmc_run_resumes_to_the_same_draws(blr_data, tmp_path,
     with pytest.raises(KeyboardInterrupt):
         bz.fit(model, *blr_data, bz.SGMCMC(checkpoint=tmp_path / "ck.pt", **settings))
     other = bz.BNN(bz.models.MLP(3, [7], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.5))
-    with pytest.raises(bz.BnnZooError, match="belongs to a different fit"):  # a stale checkpoint is refused, not resumed
+    with pytest.raises(
+        bz.BnnZooError, match="belongs to a different fit"
+    ):  # a stale checkpoint is refused, not resumed
         bz.fit(other, *blr_data, bz.SGMCMC(checkpoint=tmp_path / "ck.pt", **settings))
 
 
@@ -109,7 +135,9 @@ def test_minibatches_of_128_are_the_default_above_a_thousand_training_rows(infer
     from bnn_zoo.experiments.run import prepare
 
     def batch(data):
-        config = cfg.RunConfig(data=data, model=cfg.REGISTRY["model"]["mlp"](), inference=cfg.REGISTRY["inference"][inference]())
+        config = cfg.RunConfig(
+            data=data, model=cfg.REGISTRY["model"]["mlp"](), inference=cfg.REGISTRY["inference"][inference]()
+        )
         return prepare(config, progress=False).method.batch_size
 
     assert batch(cfg.REGISTRY["data"]["digits"]()) == 128  # 1,347 training rows
@@ -131,7 +159,8 @@ def test_every_kind_at_its_defaults_finds_a_correlated_posterior(kind):
     y = x @ torch.tensor([1.0, -0.5, 0.3]) + 0.2 + 0.5 * torch.randn(40, generator=g)
     exact = linear_regression(x, y, weight_scale=1.0, bias_scale=1.0, noise_scale=0.5)
     model = bz.BNN(bz.models.MLP(3, [], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.5))
-    post = bz.fit(model, x, y, bz.SGMCMC(kind=kind, burn_in=2000, num_chains=1, progress=False))  # 2,000 of the default 5,000
+    # 2,000 of the default 5,000
+    post = bz.fit(model, x, y, bz.SGMCMC(kind=kind, burn_in=2000, num_chains=1, progress=False))
     draws, sd = _draws(post), exact.cov.diagonal().sqrt()
     assert torch.all(2.5 * _mcse(post) < 0.3 * sd) and torch.all(2.5 * _mcse_sd(post) < 0.3 * sd)
     assert torch.all((draws.mean(0) - exact.mean).abs() < 0.3 * sd), (draws.mean(0) - exact.mean) / sd
@@ -142,8 +171,11 @@ def test_an_adapted_run_interrupted_in_burn_in_resumes_to_the_same_draws(blr_dat
     """The preconditioner, its window's running moments and the step size are in the checkpoint."""
     Interrupting = interrupting_mlp
     model = bz.BNN(Interrupting(3, [4], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.5))
-    settings = dict(kind="sghmc", batch_size=10, num_samples=20, thinning=2, burn_in=100, checkpoint_every=7, progress=False)
-    _assert_resumes_to_the_same_draws(model, blr_data, settings, tmp_path / "ck.pt", at=200)  # in burn-in, between two windows
+    settings = dict(
+        kind="sghmc", batch_size=10, num_samples=20, thinning=2, burn_in=100, checkpoint_every=7, progress=False
+    )
+    # in burn-in, between two windows
+    _assert_resumes_to_the_same_draws(model, blr_data, settings, tmp_path / "ck.pt", at=200)
 
 
 def test_adapted_sgmcmc_samples_a_learned_noise_with_the_weights():
@@ -152,5 +184,10 @@ def test_adapted_sgmcmc_samples_a_learned_noise_with_the_weights():
     model = bz.BNN(bz.models.MLP(2, [5], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian.learned())
     g = torch.Generator().manual_seed(0)
     x = torch.randn(30, 2, generator=g)
-    post = bz.fit(model, x, x.sum(1) + 0.3 * torch.randn(30, generator=g), bz.SGMCMC(kind="sghmc", burn_in=200, num_samples=20, progress=False))
+    post = bz.fit(
+        model,
+        x,
+        x.sum(1) + 0.3 * torch.randn(30, generator=g),
+        bz.SGMCMC(kind="sghmc", burn_in=200, num_samples=20, progress=False),
+    )
     assert all(torch.isfinite(v).all() for v in post.samples.values()) and (post.samples["noise_scale"] > 0).all()

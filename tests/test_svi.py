@@ -33,9 +33,14 @@ def test_non_finite_loss_stops_and_keeps_the_last_finite_state():
     x, y = _data()
     # call k is step k - 1 (the mean-field guide is built without running the model): step 10 is NaN
     with pytest.warns(UserWarning, match="SVI stopped early: loss became nan at step 10; kept the last parameters"):
-        stopped = bz.fit(Poisoned(at=11), x, y, bz.SVI(steps=50, lr=0.01, lr_decay=1.0, seed=0, progress=False, num_draws=10))
+        stopped = bz.fit(
+            Poisoned(at=11), x, y, bz.SVI(steps=50, lr=0.01, lr_decay=1.0, seed=0, progress=False, num_draws=10)
+        )
     # the parameters that produced the last finite loss (step 9's) are those a clean 9-step fit ends at
-    clean = bz.fit(Poisoned(at=10**9), x, y, bz.SVI(steps=9, lr=0.01, lr_decay=1.0, seed=0, progress=False, num_draws=10))  # a constant rate:
+    # a constant rate:
+    clean = bz.fit(
+        Poisoned(at=10**9), x, y, bz.SVI(steps=9, lr=0.01, lr_decay=1.0, seed=0, progress=False, num_draws=10)
+    )
     # with a decay, a 9-step fit's schedule is not the first 9 steps of a 50-step one
     assert stopped.info["stop_reason"] == "loss became nan at step 10"
     assert len(stopped.sample_stats["loss"]) == 10
@@ -46,9 +51,18 @@ def test_non_finite_loss_stops_and_keeps_the_last_finite_state():
 @pytest.mark.parametrize("steps", [50, 11])  # the NaN gradient mid-run, and at the last step
 def test_a_non_finite_gradient_stops_and_keeps_the_parameters_of_the_last_finite_loss(steps):
     x, y = _data()
-    with pytest.warns(UserWarning, match="SVI stopped early: gradient became non-finite at step 10; kept the last parameters"):
-        stopped = bz.fit(Poisoned(at=11, gradient=True), x, y, bz.SVI(steps=steps, lr=0.01, lr_decay=1.0, seed=0, progress=False, num_draws=10))
-    clean = bz.fit(Poisoned(at=10**9), x, y, bz.SVI(steps=10, lr=0.01, lr_decay=1.0, seed=0, progress=False, num_draws=10))
+    with pytest.warns(
+        UserWarning, match="SVI stopped early: gradient became non-finite at step 10; kept the last parameters"
+    ):
+        stopped = bz.fit(
+            Poisoned(at=11, gradient=True),
+            x,
+            y,
+            bz.SVI(steps=steps, lr=0.01, lr_decay=1.0, seed=0, progress=False, num_draws=10),
+        )
+    clean = bz.fit(
+        Poisoned(at=10**9), x, y, bz.SVI(steps=10, lr=0.01, lr_decay=1.0, seed=0, progress=False, num_draws=10)
+    )
     assert stopped.info["stop_reason"] == "gradient became non-finite at step 10"
     for (name, a), b in zip(stopped.guide.named_parameters(), clean.guide.parameters()):
         assert torch.isfinite(a).all() and torch.equal(a, b), name
@@ -78,7 +92,17 @@ class Interrupted(bz.BNN):
 def test_resume_after_an_interrupt_ends_where_an_uninterrupted_fit_ends(tmp_path):
     x, y = _data()
     ckpt = tmp_path / "ckpt.pt"
-    settings = dict(steps=90, lr=0.02, lr_decay=0.1, seed=5, num_particles=2, batch_size=16, progress=False, num_draws=10, checkpoint_every=25)
+    settings = dict(
+        steps=90,
+        lr=0.02,
+        lr_decay=0.1,
+        seed=5,
+        num_particles=2,
+        batch_size=16,
+        progress=False,
+        num_draws=10,
+        checkpoint_every=25,
+    )
     full = bz.fit(Interrupted(at=0), x, y, bz.SVI(**settings))
     with pytest.raises(KeyboardInterrupt):  # call 61 is step 60, mid-way through the fit
         bz.fit(Interrupted(at=61), x, y, bz.SVI(checkpoint=ckpt, **settings))
@@ -118,7 +142,8 @@ def test_early_stopping_keeps_the_best_guide_and_holds_out_validation_data():
     x, y = _data()
     y = y + torch.randn(40, generator=torch.Generator().manual_seed(5))
     model = bz.BNN(bz.models.MLP(2, [64], 1), bz.priors.Normal(3.0), bz.likelihoods.Gaussian(0.3))
-    common = dict(guide="mean-field", lr=0.03, lr_decay=1.0, validation=0.25, progress=False, num_draws=10)  # constant: see above
+    # constant: see above
+    common = dict(guide="mean-field", lr=0.03, lr_decay=1.0, validation=0.25, progress=False, num_draws=10)
     post = bz.fit(model, x, y, bz.SVI(steps=3000, eval_every=25, patience=4, **common))
     best, run = post.info["best_step"], post.info["steps_run"]
     assert run == best + 4 * 25 < 3000

@@ -22,7 +22,11 @@ def test_kl_discount_converges_to_the_tempered_posterior(blr_model, blr_data):
     tau = 0.25
     tempered = linear_regression(*blr_data, weight_scale=1.0, bias_scale=1.0, noise_scale=NOISE * math.sqrt(tau))
     plain = linear_regression(*blr_data, weight_scale=1.0, bias_scale=1.0, noise_scale=NOISE)
-    post = bz.fit(blr_model, *blr_data, bz.SVI(steps=3000, lr=0.05, lr_decay=0.02, num_particles=16, kl_weight=tau, progress=False))
+    post = bz.fit(
+        blr_model,
+        *blr_data,
+        bz.SVI(steps=3000, lr=0.05, lr_decay=0.02, num_particles=16, kl_weight=tau, progress=False),
+    )
     loc, scale = _mean_field(post)
     assert torch.all((loc - tempered.mean).abs() < 0.1 * tempered.cov.diagonal().sqrt())
     ratio = scale**2 / tempered.mean_field_variance
@@ -56,7 +60,18 @@ def test_renyi_bound_is_mass_covering(blr_model, blr_data, blr_exact):
 
 
 def test_log_scale_parametrization_reaches_the_same_optimum(blr_model, blr_data, blr_exact):
-    post = bz.fit(blr_model, *blr_data, bz.SVI(steps=3000, lr=0.05, lr_decay=0.02, num_particles=16, progress=False, guide_options={"parametrization": "log"}))
+    post = bz.fit(
+        blr_model,
+        *blr_data,
+        bz.SVI(
+            steps=3000,
+            lr=0.05,
+            lr_decay=0.02,
+            num_particles=16,
+            progress=False,
+            guide_options={"parametrization": "log"},
+        ),
+    )
     _, scale = _mean_field(post)
     assert torch.all((scale**2 / blr_exact.mean_field_variance - 1).abs() < 0.10)
     raw = post.guide.scales.layers__0__bias_unconstrained
@@ -72,12 +87,38 @@ def test_svi_objective_options_from_the_command_line(tmp_path):
     assert (
         main(
             [
-                *["fit", "--model", "mlp", "--model.hidden", "[8]", "--inference", "svi", "--inference.steps", "50", "--inference.objective", "renyi"],
-                *["--inference.alpha", "0.5", "--inference.num_particles", "4", "--inference.kl_weight", "0.5", "--inference.kl_warmup", "20"],
+                *[
+                    "fit",
+                    "--model",
+                    "mlp",
+                    "--model.hidden",
+                    "[8]",
+                    "--inference",
+                    "svi",
+                    "--inference.steps",
+                    "50",
+                    "--inference.objective",
+                    "renyi",
+                ],
+                *[
+                    "--inference.alpha",
+                    "0.5",
+                    "--inference.num_particles",
+                    "4",
+                    "--inference.kl_weight",
+                    "0.5",
+                    "--inference.kl_warmup",
+                    "20",
+                ],
                 *["--out", str(out), "--quiet"],
             ]
         )
         == 0
     )
     settings = json.loads((out / "metrics.json").read_text())["settings"]
-    assert (settings["objective"], settings["alpha"], settings["kl_weight"], settings["kl_warmup"]) == ("renyi", 0.5, 0.5, 20)
+    assert (settings["objective"], settings["alpha"], settings["kl_weight"], settings["kl_warmup"]) == (
+        "renyi",
+        0.5,
+        0.5,
+        20,
+    )

@@ -25,17 +25,28 @@ BASE = {
     "inference": {"class_path": "SVI", "init_args": {"steps": 30, "num_draws": 50}},
     "evaluation": {"elbo_samples": 50, "plots": False},
 }
-FIXED_NOISE = {"likelihood": {"class_path": "Gaussian", "init_args": {"scale": 0.3}}}  # lockstep fits need a fixed noise
+# lockstep fits need a fixed noise
+FIXED_NOISE = {"likelihood": {"class_path": "Gaussian", "init_args": {"scale": 0.3}}}
 SMALL = {"base": BASE | FIXED_NOISE, "grid": {"seed": [0, 1], "guide": ["mean-field", "matrix-normal"]}}
 
 
 def test_grid_zip_and_dotted_overrides_make_the_cells():
     base = {**BASE, "guide": "mean-field"}  # a kind by its registered name
-    sweep = Sweep.from_dict({"base": base, "grid": {"seed": "range(3)", "guide.init_scale": [0.1, 0.2]}, "zip": {"inference.steps": [5, 6]}})
+    sweep = Sweep.from_dict(
+        {"base": base, "grid": {"seed": "range(3)", "guide.init_scale": [0.1, 0.2]}, "zip": {"inference.steps": [5, 6]}}
+    )
     cells = [sweep.cell(o) for o in sweep.outer()]
     assert len(cells) == 3 * 2 * 2 and len({c.key for c in cells}) == 12
-    assert cells[0].config["guide"] == {"class_path": "bnn_zoo.experiments.config.MeanField", "init_args": {"init_scale": 0.1}}
-    assert cells[0].labels == {"dataset": "toy-cubic", "model": "mlp", "inference": "svi-mean-field(init_scale=0.1)", "seed": 0} | {
+    assert cells[0].config["guide"] == {
+        "class_path": "bnn_zoo.experiments.config.MeanField",
+        "init_args": {"init_scale": 0.1},
+    }
+    assert cells[0].labels == {
+        "dataset": "toy-cubic",
+        "model": "mlp",
+        "inference": "svi-mean-field(init_scale=0.1)",
+        "seed": 0,
+    } | {
         "guide.init_scale": 0.1,
         "inference.steps": 5,
     }
@@ -55,7 +66,10 @@ def test_grid_zip_and_dotted_overrides_make_the_cells():
         ({"base": {}, "grid": {"seed": []}}, "non-empty list"),
         ({"base": {}, "select": {"grid": {"seed": [1]}, "mode": "best"}}, "max or min"),
         # a whole-field axis after one inside it would reset it: 20 "splits" that are all split 0
-        ({"base": {}, "grid": {"data.split": [0, 1], "data": ["toy-cubic", "toy-sine"]}}, "the earlier axis 'data.split' would be lost"),
+        (
+            {"base": {}, "grid": {"data.split": [0, 1], "data": ["toy-cubic", "toy-sine"]}},
+            "the earlier axis 'data.split' would be lost",
+        ),
         ({"base": {}, "grid": {"guide.p": [0.1]}, "zip": {"guide": ["dropout"]}}, "list 'guide' first"),
     ],
 )
@@ -80,7 +94,8 @@ def local_sweep(tmp_path_factory):
 
 def _table(out):
     frame = table.aggregate(table.collect(out), ["inference"])
-    return frame.drop(columns=["runtime_s", "runtime_s_se", "lockstep", "lockstep_se"])  # the batch size is how, not what
+    # the batch size is how, not what
+    return frame.drop(columns=["runtime_s", "runtime_s_se", "lockstep", "lockstep_se"])
 
 
 def test_a_small_sweep_runs_locally_and_on_ray_to_the_same_table(local_sweep, tmp_path):
@@ -90,7 +105,10 @@ def test_a_small_sweep_runs_locally_and_on_ray_to_the_same_table(local_sweep, tm
     assert summary == {"done": 4, "skipped": 0, "failed": []}
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        assert run_sweep(Sweep.from_dict(SMALL), tmp_path / "ray", workers=2, use_ray=True, show_progress=False)["done"] == 4
+        assert (
+            run_sweep(Sweep.from_dict(SMALL), tmp_path / "ray", workers=2, use_ray=True, show_progress=False)["done"]
+            == 4
+        )
     finally:
         ray.shutdown()
     local, remote = _table(out), _table(tmp_path / "ray")
@@ -108,7 +126,9 @@ def test_finished_cells_are_skipped_and_the_table_is_written(local_sweep, capsys
     csv = pd.read_csv(out / "t.csv")
     assert {"rmse", "rmse_se", "elbo", "elbo_se", "loo_elpd", "n"} <= set(csv.columns)
     frame = table.collect(out)
-    lockstep = frame.set_index("inference").lockstep  # the mean-field seeds shared one batch; matrix-normal fits ran alone
+    lockstep = frame.set_index(
+        "inference"
+    ).lockstep  # the mean-field seeds shared one batch; matrix-normal fits ran alone
     assert (lockstep["svi-mean-field"] == 2).all() and lockstep["svi-matrix-normal"].isna().all()
     assert list((out / "lockstep").iterdir()) == []  # the batch's checkpoint went once its cells were saved
     mf = frame[frame.inference == "svi-mean-field"].rmse
@@ -121,7 +141,12 @@ def test_a_sweep_folder_refuses_another_sweep(local_sweep):
         run_sweep(Sweep.from_dict({**SMALL, "grid": {"seed": [5]}}), out, show_progress=False)
 
 
-@pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGTERM], ids=["kill -9", "kill"])
+@pytest.mark.parametrize(
+    "stop",
+    # SIGTERM's checkpoint-and-exit path is tested on a fit in tests/test_cli.py; the sweep's, slow
+    [signal.SIGKILL, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)],
+    ids=["kill -9", "kill"],
+)
 def test_a_killed_sweep_resumes_without_re_running_finished_cells(tmp_path, stop):
     CELLS = 16  # enough that two workers are still busy when the driver is killed (4-6 done by then here)
     spec = tmp_path / "sweep.yaml"
@@ -129,7 +154,19 @@ def test_a_killed_sweep_resumes_without_re_running_finished_cells(tmp_path, stop
     out = tmp_path / "out"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     # one cell at a time in each of two worker processes
-    command = [sys.executable, "-m", "bnn_zoo.cli", "sweep", str(spec), "--out", str(out), "--quiet", "--no-lockstep", "--workers", "2"]
+    command = [
+        sys.executable,
+        "-m",
+        "bnn_zoo.cli",
+        "sweep",
+        str(spec),
+        "--out",
+        str(out),
+        "--quiet",
+        "--no-lockstep",
+        "--workers",
+        "2",
+    ]
     driver = subprocess.Popen(command, env=env)
     deadline = time.time() + 120
     while len(sweep_status(out)["done"]) < 2 if (out / "sweep.yaml").exists() else True:
@@ -142,7 +179,8 @@ def test_a_killed_sweep_resumes_without_re_running_finished_cells(tmp_path, stop
         time.sleep(0.2)
     states = sweep_status(out)
     finished = {c["key"] for c in states["done"]}
-    assert 2 <= len(finished) < CELLS and not states["running"]  # the killed cells are pending again, no worker lives on
+    # the killed cells are pending again, no worker lives on
+    assert 2 <= len(finished) < CELLS and not states["running"]
     assert len(table.collect(out)) == len(finished)  # the killed cell's half-written folder does not reach the table
     stamps = {k: (out / "cells" / k / "status.json").stat().st_mtime_ns for k in finished}
     summary = run_sweep(Sweep.from_dict(yaml.safe_load(spec.read_text())), out, show_progress=False, lockstep=False)
@@ -170,13 +208,20 @@ def test_a_sweep_stopped_while_scoring_a_lockstep_batch_scores_its_saved_fits(tm
     monkeypatch.setattr(Prepared, "evaluate", stop_at_the_second)
     with pytest.raises(KeyboardInterrupt):
         run_sweep(Sweep.from_dict(spec), tmp_path / "cut", show_progress=False)
-    assert len(list((tmp_path / "cut").glob("cells/*/fitted/state.pt"))) == 1  # the first cell's went once it was scored
+    # the first cell's went once it was scored
+    assert len(list((tmp_path / "cut").glob("cells/*/fitted/state.pt"))) == 1
     monkeypatch.setattr(Prepared, "evaluate", evaluate)
     monkeypatch.setattr(lockstep, "fit_lockstep", lambda *args, **kwargs: pytest.fail("a saved fit was fitted again"))
-    assert run_sweep(Sweep.from_dict(spec), tmp_path / "cut", show_progress=False) == {"done": 1, "skipped": 1, "failed": []}
+    assert run_sweep(Sweep.from_dict(spec), tmp_path / "cut", show_progress=False) == {
+        "done": 1,
+        "skipped": 1,
+        "failed": [],
+    }
     assert not list((tmp_path / "cut").glob("cells/*/fitted"))
     columns = ["seed", "rmse", "elbo", "loo_elpd", "test_log_likelihood"]
-    whole, cut = (table.collect(tmp_path / d).sort_values("seed")[columns].reset_index(drop=True) for d in ("whole", "cut"))
+    whole, cut = (
+        table.collect(tmp_path / d).sort_values("seed")[columns].reset_index(drop=True) for d in ("whole", "cut")
+    )
     pd.testing.assert_frame_equal(whole, cut, check_exact=True)
 
 
@@ -196,8 +241,16 @@ def test_nested_selection_refits_each_cell_with_its_best_inner_values(tmp_path):
     _uci_folder(tmp_path / "uci", rows=60)
     (tmp_path / "uci" / "index_train_1.txt").write_text("\n".join(map(str, range(10, 60))) + "\n")
     (tmp_path / "uci" / "index_test_1.txt").write_text("\n".join(map(str, range(10))) + "\n")
-    base = {**BASE, "data": {"class_path": "UCI", "init_args": {"path": str(tmp_path / "uci")}}, "likelihood": "gaussian"}
-    select = {"grid": {"likelihood.scale": [0.05, 1.0]}, "set": {"data.part": "validation"}, "metric": "test_log_likelihood"}
+    base = {
+        **BASE,
+        "data": {"class_path": "UCI", "init_args": {"path": str(tmp_path / "uci")}},
+        "likelihood": "gaussian",
+    }
+    select = {
+        "grid": {"likelihood.scale": [0.05, 1.0]},
+        "set": {"data.part": "validation"},
+        "metric": "test_log_likelihood",
+    }
     sweep = Sweep.from_dict({"base": base, "grid": {"data.split": [0, 1]}, "select": select})
     summary = run_sweep(sweep, tmp_path / "out", show_progress=False)
     assert summary == {"done": 6, "skipped": 0, "failed": []}
@@ -208,7 +261,10 @@ def test_nested_selection_refits_each_cell_with_its_best_inner_values(tmp_path):
         cell = json.loads((tmp_path / "out" / "cells" / row["key"] / "cell.json").read_text())
         inner = frame[frame["data.split"] == row["data.split"]]
         best = inner.loc[inner.test_log_likelihood.idxmax()]
-        assert row["selected:likelihood.scale"] == best["likelihood.scale"] and row["selection_score"] == best.test_log_likelihood
+        assert (
+            row["selected:likelihood.scale"] == best["likelihood.scale"]
+            and row["selection_score"] == best.test_log_likelihood
+        )
         assert cell["labels"]["data.split"] == row["data.split"]
         n_train = json.loads((tmp_path / "out" / "cells" / row["key"] / "metrics.json").read_text())["n_train"]
         assert n_train == (50 if row["data.split"] == 1 else 56)  # the whole training split of the refit
@@ -216,11 +272,14 @@ def test_nested_selection_refits_each_cell_with_its_best_inner_values(tmp_path):
 
 def test_reference_tables_in_long_and_wide_form(tmp_path):
     ours = pd.DataFrame({"dataset": ["a", "b"], "n": [2, 2], "rmse": [1.0, 2.0], "rmse_se": [0.1, 0.2]})
-    (tmp_path / "wide.csv").write_text("# published\ndataset,rmse,rmse_se,test_ll,test_ll_se\na,0.8,0.1,-1,0.1\nb,2.0,0.0,-2,0.1\n")
+    (tmp_path / "wide.csv").write_text(
+        "# published\ndataset,rmse,rmse_se,test_ll,test_ll_se\na,0.8,0.1,-1,0.1\nb,2.0,0.0,-2,0.1\n"
+    )
     (tmp_path / "long.csv").write_text("dataset,metric,mean,se\na,rmse,0.8,0.1\nb,rmse,2.0,0.0\n")
     for name in ("wide.csv", "long.csv"):
         merged = table.with_reference(ours, tmp_path / name, ["dataset"])
-        assert merged["rmse_diff_se"].iloc[0] == pytest.approx(2.0) and pd.isna(merged["rmse_diff_se"].iloc[1])  # a zero se: no ratio
+        # a zero se: no ratio
+        assert merged["rmse_diff_se"].iloc[0] == pytest.approx(2.0) and pd.isna(merged["rmse_diff_se"].iloc[1])
     assert "published rmse" in table.markdown(merged, ["dataset"])
     with pytest.raises(bz.BnnZooError, match="reference table .* does not exist"):
         table.with_reference(ours, tmp_path / "nowhere.csv", ["dataset"])
@@ -235,11 +294,29 @@ def test_uci_gal_protocol_on_a_folder_writes_its_table(tmp_path, capsys):
     folder = tmp_path / "data" / "tiny"
     (folder / "index_train_0.txt").write_text("\n".join(map(str, range(60))) + "\n")
     (folder / "index_test_0.txt").write_text("\n".join(map(str, range(60, 80))) + "\n")
-    for name, text in {"dropout_rates": "0.05\n0.1\n", "tau_values": "0.5\n1.0\n", "n_hidden": "8\n", "n_epochs": "1\n", "n_splits": "1\n"}.items():
+    for name, text in {
+        "dropout_rates": "0.05\n0.1\n",
+        "tau_values": "0.5\n1.0\n",
+        "n_hidden": "8\n",
+        "n_epochs": "1\n",
+        "n_splits": "1\n",
+    }.items():
         (folder / f"{name}.txt").write_text(text)
     sweep = protocols.uci_gal(folder)
     assert sweep.base["inference"]["init_args"]["epochs"] == 100 and len(sweep.inner({"data.split": 0})) == 4
-    argv = ["reproduce", "uci-gal", "--data", str(tmp_path / "data"), "--epochs", "3", "--mc-passes", "100", "--out", str(tmp_path / "out"), "--quiet"]
+    argv = [
+        "reproduce",
+        "uci-gal",
+        "--data",
+        str(tmp_path / "data"),
+        "--epochs",
+        "3",
+        "--mc-passes",
+        "100",
+        "--out",
+        str(tmp_path / "out"),
+        "--quiet",
+    ]
     assert main(argv) == 0
     assert "| tiny | 1 |" in capsys.readouterr().out
     csv = pd.read_csv(tmp_path / "out" / "table.csv")
@@ -247,10 +324,13 @@ def test_uci_gal_protocol_on_a_folder_writes_its_table(tmp_path, capsys):
     final = table.collect(tmp_path / "out" / "tiny")
     metrics = json.loads((tmp_path / "out" / "tiny" / "cells" / final.key[0] / "metrics.json").read_text())
     tau = final["selected:likelihood.precision"][0]
-    assert metrics["likelihood"] == f"Gaussian(scale={1 / (tau**0.5 * float(bz.data.load_uci(folder).y_std))})"  # tau in original units
-    assert metrics["settings"]["steps"] == 3 * 1 and metrics["settings"]["lr"] == 1e-3  # 60 rows: one batch of 128 per epoch
+    # tau in original units
+    assert metrics["likelihood"] == f"Gaussian(scale={1 / (tau**0.5 * float(bz.data.load_uci(folder).y_std))})"
+    # 60 rows: one batch of 128 per epoch
+    assert metrics["settings"]["steps"] == 3 * 1 and metrics["settings"]["lr"] == 1e-3
     scored = [json.loads(p.read_text()) for p in (tmp_path / "out" / "tiny" / "cells").glob("*/metrics.json")]
-    assert len(scored) == 5 and sum("loo_elpd" in m for m in scored) == 1 and "loo_elpd" in metrics  # the 4 selection runs skip it
+    # the 4 selection runs skip it
+    assert len(scored) == 5 and sum("loo_elpd" in m for m in scored) == 1 and "loo_elpd" in metrics
     with pytest.raises(bz.BnnZooError, match="asked for"):
         protocols.uci_gal(folder, splits=[3])
 
@@ -265,7 +345,10 @@ def test_execution_options_refuse_nonsense(capsys):
 
 def test_table_scores_each_cell_against_its_reference_cell(tmp_path, capsys):
     """Each seed's SVI cell is scored against the ChEES cell of its own seed, which matches nothing else."""
-    chees = {"class_path": "ChEES", "init_args": {"num_chains": 8, "num_warmup": 150, "num_samples": 300, "backend": "torch"}}
+    chees = {
+        "class_path": "ChEES",
+        "init_args": {"num_chains": 8, "num_warmup": 150, "num_samples": 300, "backend": "torch"},
+    }
     spec = {"base": BASE | FIXED_NOISE, "grid": {"seed": [0, 1]}, "zip": {"inference": ["svi", chees]}}
     run_sweep(Sweep.from_dict(spec), tmp_path, workers=1, show_progress=False)
     cells = table.with_posterior_reference(table.collect(tmp_path), "chees")
@@ -273,12 +356,20 @@ def test_table_scores_each_cell_against_its_reference_cell(tmp_path, capsys):
     for _, svi in cells[cells.inference == "svi-mean-field"].iterrows():
         truth = cells[(cells.inference == "chees") & (cells.seed == svi.seed)].folder.item()
         expected = reference.scores(*(table_predictions(f) for f in (svi.folder, truth)))
-        assert svi.w2 == pytest.approx(expected["w2"]) and svi.variance_ratio == pytest.approx(expected["variance_ratio"])
+        assert svi.w2 == pytest.approx(expected["w2"]) and svi.variance_ratio == pytest.approx(
+            expected["variance_ratio"]
+        )
     assert (cells[cells.inference == "chees"].w2 == 0).all()
-    assert main(["table", str(tmp_path), "--by", "inference", "--reference-method", "chees", "--out", str(tmp_path / "t")]) == 0
+    assert (
+        main(["table", str(tmp_path), "--by", "inference", "--reference-method", "chees", "--out", str(tmp_path / "t")])
+        == 0
+    )
     assert "w2" in capsys.readouterr().out
     assert main(["table", str(tmp_path), "--reference-method", "nuts"]) == 2
-    assert "no finished cell has inference 'nuts'; the cells' inference labels are chees, svi-mean-field" in capsys.readouterr().err
+    assert (
+        "no finished cell has inference 'nuts'; the cells' inference labels are chees, svi-mean-field"
+        in capsys.readouterr().err
+    )
 
 
 def table_predictions(folder):

@@ -76,20 +76,38 @@ def test_large_fits_are_thinned_in_the_inference_data():
     post = bz.fit(model, x, y, bz.SVI(steps=2, num_draws=400, progress=False))
     idata = post.to_inference_data(max_mb=0.5)  # 801 weights x 4 bytes x 400 draws = 1.3 MB
     assert idata.posterior.sizes["draw"] == int(0.5 * 2**20 / (801 * 4)) < 400
-    assert idata.log_likelihood.sizes["draw"] == 400 and idata.posterior.attrs["draws_posterior"] == idata.posterior.sizes["draw"]
+    assert (
+        idata.log_likelihood.sizes["draw"] == 400
+        and idata.posterior.attrs["draws_posterior"] == idata.posterior.sizes["draw"]
+    )
 
 
 @pytest.mark.parametrize(
     "data, model, extra",
     [
-        ("digits", ["cnn", "--model.channels", "[4]", "--model.dense", "8", "--model.dropout", "dense"], ["--prior", "normal"]),
+        (
+            "digits",
+            ["cnn", "--model.channels", "[4]", "--model.dense", "8", "--model.dropout", "dense"],
+            ["--prior", "normal"],
+        ),
         ("toy-text", ["lstm-tied", "--model.embed", "4", "--model.hidden", "6"], []),
         ("toy-text", ["embedding-rnn", "--model.embed", "4", "--model.hidden", "6"], []),
     ],
 )
 def test_fit_architectures_from_the_command_line(tmp_path, data, model, extra):
     out = tmp_path / "run"
-    svi = ["--inference.steps", "20", "--inference.batch_size", "64", "--guide", "dropout", "--guide.p", "0.2", "--guide.masks", "example"]
+    svi = [
+        "--inference.steps",
+        "20",
+        "--inference.batch_size",
+        "64",
+        "--guide",
+        "dropout",
+        "--guide.p",
+        "0.2",
+        "--guide.masks",
+        "example",
+    ]
     assert main(["fit", "--data", data, "--model", *model, *svi, "--out", str(out), "--quiet", *extra]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert {"accuracy", "nll", "ece", "accuracy_at_mean"} <= set(metrics)
@@ -103,9 +121,30 @@ def test_language_model_from_the_command_line(tmp_path):
     out = tmp_path / "lm"
     data = ["--data", "text", "--data.path", str(corpus), "--data.seq_len", "16"]
     model = ["--model", "lstm-untied", "--model.embed", "4", "--model.hidden", "8"]
-    assert main(["fit", *data, *model, "--inference.steps", "20", "--guide", "dropout", "--guide.masks", "example", "--out", str(out), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "fit",
+                *data,
+                *model,
+                "--inference.steps",
+                "20",
+                "--guide",
+                "dropout",
+                "--guide.masks",
+                "example",
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     metrics = json.loads((out / "metrics.json").read_text())
-    assert 1 < metrics["perplexity"] < len("to be or not to be, that is the question.") and metrics["likelihood"] == "Tokens()"
+    assert (
+        1 < metrics["perplexity"] < len("to be or not to be, that is the question.")
+        and metrics["likelihood"] == "Tokens()"
+    )
 
 
 def test_recurrent_models_refuse_feature_data(capsys):
@@ -134,7 +173,8 @@ def test_recurrent_models_default_to_gals_dropout_guide_and_other_methods_to_the
     for method in (config.NUTS(), config.HMC(), config.ChEES()):
         assert resolved("toy-text", "lstm-untied", inference=method).prior == config.ScaleMixture(scale2=0.05)
     assert resolved("toy-text", "lstm-untied", inference=config.SGHMC()).prior == config.ScaleMixture()
-    assert isinstance(resolved("toy-text", "lstm-untied", inference=config.Laplace()).prior, config.FanIn)  # a Normal's precision
+    # a Normal's precision
+    assert isinstance(resolved("toy-text", "lstm-untied", inference=config.Laplace()).prior, config.FanIn)
     assert isinstance(resolved("digits", "cnn", inference=config.NUTS()).prior, config.FanIn)
     cnn = resolved("digits", "cnn")
     assert isinstance(cnn.guide, config.MeanField) and isinstance(cnn.prior, config.FanIn)
@@ -147,7 +187,11 @@ def test_the_matrix_normal_guide_takes_per_weight_scales_on_the_recurrent_models
     def scales(data, model, guide):
         return resolved(data, model, guide=guide).guide.scales
 
-    assert scales("toy-text", "lstm-tied", config.MatrixNormal()) is scales("toy-text", "embedding-rnn", config.MatrixNormal()) is True
+    assert (
+        scales("toy-text", "lstm-tied", config.MatrixNormal())
+        is scales("toy-text", "embedding-rnn", config.MatrixNormal())
+        is True
+    )
     assert scales("digits", "cnn", config.MatrixNormal()) is scales("toy-cubic", "mlp", config.MatrixNormal()) is False
     assert scales("toy-text", "lstm-untied", config.MatrixNormal(scales=False)) is False
 
@@ -176,7 +220,11 @@ def test_chees_on_the_recurrent_models_defaults_to_4_chains_and_255_steps():
         return method.num_chains, method.max_leapfrog
 
     assert chains_and_cap("toy-text", "lstm-tied", config.ChEES()) == (4, 255)
-    assert chains_and_cap("digits", "cnn", config.ChEES()) == chains_and_cap("toy-cubic", "mlp", config.ChEES()) == (16, 1000)
+    assert (
+        chains_and_cap("digits", "cnn", config.ChEES())
+        == chains_and_cap("toy-cubic", "mlp", config.ChEES())
+        == (16, 1000)
+    )
     assert chains_and_cap("toy-text", "embedding-rnn", config.ChEES(num_chains=16)) == (16, 255)
 
 
@@ -209,14 +257,20 @@ def test_the_embedding_rnn_says_when_its_word_type_dropout_does_not_apply(recwar
     from bnn_zoo.experiments.run import prepare
     from bnn_zoo.inference.potential import LogPosterior
 
-    untied = prepare(config.RunConfig(data=config.ToyText(), model=config.LSTMUntied(), inference=config.SGLD()), progress=False)
+    untied = prepare(
+        config.RunConfig(data=config.ToyText(), model=config.LSTMUntied(), inference=config.SGLD()), progress=False
+    )
     with pytest.warns(UserWarning, match="this fit is the lstm-untied model's"):
-        embedding = prepare(config.RunConfig(data=config.ToyText(), model=config.EmbeddingRNN(), inference=config.SGLD()), progress=False)
+        embedding = prepare(
+            config.RunConfig(data=config.ToyText(), model=config.EmbeddingRNN(), inference=config.SGLD()),
+            progress=False,
+        )
     start = untied.model.network_init(0)
     assert all(torch.equal(start[k], v) for k, v in embedding.model.network_init(0).items())
     x, y = untied.dataset.train
     at_start = {k: v[None] for k, v in start.items()}
     log_densities = [LogPosterior(run.model, x.shape[0]).batched(at_start, x, y) for run in (untied, embedding)]
     assert torch.equal(*log_densities)
-    prepare(config.RunConfig(data=config.ToyText(), model=config.EmbeddingRNN()), progress=False)  # the dropout guide by default
+    # the dropout guide by default
+    prepare(config.RunConfig(data=config.ToyText(), model=config.EmbeddingRNN()), progress=False)
     assert not [w for w in recwarn if "word-type" in str(w.message)]

@@ -112,12 +112,17 @@ class GP:
         supported = (likelihoods.Gaussian, likelihoods.Bernoulli, likelihoods.Categorical)
         if isinstance(self.likelihood, likelihoods.Tokens) or not isinstance(self.likelihood, supported):
             raise BnnZooError(f"a GP takes a Gaussian, Bernoulli or Categorical likelihood, got {self.likelihood!r}")
-        if isinstance(self.likelihood, likelihoods.Categorical) and not (isinstance(num_classes, int) and num_classes >= 2):
+        if isinstance(self.likelihood, likelihoods.Categorical) and not (
+            isinstance(num_classes, int) and num_classes >= 2
+        ):
             raise BnnZooError("a Categorical GP needs num_classes >= 2 (one latent function per class)")
         self.num_classes = num_classes if isinstance(self.likelihood, likelihoods.Categorical) else None
         self.prior = prior if prior is not None else priors.FanInNormal()
         if kernel == "nngp" and not isinstance(self.prior, priors.FanInNormal):
-            raise BnnZooError("the nngp kernel is the limit of a fan-in prior; pass prior=bnn_zoo.priors.FanInNormal(gain, bias_scale)")
+            raise BnnZooError(
+                "the nngp kernel is the limit of a fan-in prior; pass prior=bnn_zoo.priors.FanInNormal(gain, "
+                "bias_scale)"
+            )
         if not (isinstance(depth, int) and depth >= 0 and isinstance(num_inducing, int) and num_inducing >= 1):
             raise BnnZooError(f"GP needs an integer depth >= 0 and num_inducing >= 1, got {depth}, {num_inducing}")
 
@@ -132,8 +137,16 @@ class GP:
         return self.likelihood.task
 
     def describe(self) -> dict[str, str]:
-        kernel = f"nngp, depth={self.depth}, {self.prior!r}" if self.kernel == "nngp" else f"{self.kernel}{', ard' if self.ard else ''}"
-        return {"model": f"GP({kernel})", "prior": "GP", "likelihood": repr(self.likelihood) if self.task == "classification" else "Gaussian(learned)"}
+        kernel = (
+            f"nngp, depth={self.depth}, {self.prior!r}"
+            if self.kernel == "nngp"
+            else f"{self.kernel}{', ard' if self.ard else ''}"
+        )
+        return {
+            "model": f"GP({kernel})",
+            "prior": "GP",
+            "likelihood": repr(self.likelihood) if self.task == "classification" else "Gaussian(learned)",
+        }
 
     def covariance(self, d: int, batch_shape: torch.Size | None = None):
         """The kernel for d input columns (a batch of ``batch_shape`` independent ones for several classes)."""
@@ -152,15 +165,21 @@ class GP:
         """The GPyTorch model and likelihood for this data (float64)."""
         if self.task == "regression":
             if len(x) > MAX_EXACT:
-                raise BnnZooError(f"an exact GP on {len(x)} points needs an O(N^3) Cholesky; subsample to at most {MAX_EXACT} points")
+                raise BnnZooError(
+                    f"an exact GP on {len(x)} points needs an O(N^3) Cholesky; subsample to at most {MAX_EXACT} points"
+                )
             lik = gpytorch.likelihoods.GaussianLikelihood()
             return _ExactGP(x, y[:, 0], lik, self.covariance(x.shape[1])).double(), lik.double()
         g = torch.Generator().manual_seed(0)
         inducing = x[torch.randperm(len(x), generator=g)[: self.num_inducing]].clone()
         if self.num_classes is None:
-            return _VariationalGP(inducing, self.covariance(x.shape[1]), None).double(), gpytorch.likelihoods.BernoulliLikelihood().double()
+            return _VariationalGP(
+                inducing, self.covariance(x.shape[1]), None
+            ).double(), gpytorch.likelihoods.BernoulliLikelihood().double()
         c = self.num_classes
-        module = _VariationalGP(inducing.expand(c, *inducing.shape).clone(), self.covariance(x.shape[1], torch.Size([c])), c)
+        module = _VariationalGP(
+            inducing.expand(c, *inducing.shape).clone(), self.covariance(x.shape[1], torch.Size([c])), c
+        )
         return module.double(), gpytorch.likelihoods.SoftmaxLikelihood(num_classes=c, mixing_weights=False).double()
 
 
@@ -225,7 +244,9 @@ class TypeII:
         module, lik = gp.build(xd, yd)
         module.train(), lik.train()
         objective = (
-            gpytorch.mlls.ExactMarginalLogLikelihood(lik, module) if gp.task == "regression" else gpytorch.mlls.VariationalELBO(lik, module, num_data=len(x))
+            gpytorch.mlls.ExactMarginalLogLikelihood(lik, module)
+            if gp.task == "regression"
+            else gpytorch.mlls.VariationalELBO(lik, module, num_data=len(x))
         )
         target = yd[:, 0] if gp.task == "regression" else (yd.double() if gp.num_classes is None else yd)
         params = list({id(p): p for p in [*module.parameters(), *lik.parameters()]}.values())
@@ -246,7 +267,15 @@ class TypeII:
             warnings.warn(f"GP type-II stopped early: {stop_reason}; lower the learning rate", stacklevel=2)
         module.eval(), lik.eval()
         return GPPosterior(
-            gp, module, lik, x, y, {**self.settings(), "kernel": gp.kernel}, torch.tensor(losses), time.perf_counter() - start, {"stop_reason": stop_reason}
+            gp,
+            module,
+            lik,
+            x,
+            y,
+            {**self.settings(), "kernel": gp.kernel},
+            torch.tensor(losses),
+            time.perf_counter() - start,
+            {"stop_reason": stop_reason},
         )
 
 
@@ -292,7 +321,8 @@ class GPPosterior:
 
         x = check_inputs(self.model, x).double()
         with torch.no_grad(), _exact(), warnings.catch_warnings():
-            warnings.simplefilter("ignore", gpytorch.utils.warnings.GPInputWarning)  # predicting at the training inputs is intended
+            # predicting at the training inputs is intended
+            warnings.simplefilter("ignore", gpytorch.utils.warnings.GPInputWarning)
             f = self.module(x)
         mean, var = f.mean, f.variance
         return (mean[:, None], var[:, None]) if mean.dim() == 1 else (mean, var)
@@ -306,7 +336,9 @@ class GPPosterior:
         else:
             g = torch.Generator().manual_seed(int(self.settings.get("seed", 0)))
             f = mean + var.sqrt() * torch.randn(num_samples or 1000, *mean.shape, generator=g, dtype=mean.dtype)
-        if isinstance(self.likelihood, likelihoods.Bernoulli):  # probit link: p = Phi(f) = sigmoid(log Phi(f) - log Phi(-f))
+        if isinstance(
+            self.likelihood, likelihoods.Bernoulli
+        ):  # probit link: p = Phi(f) = sigmoid(log Phi(f) - log Phi(-f))
             f = torch.special.log_ndtr(f) - torch.special.log_ndtr(-f)
         return Prediction(f.to(self.x.dtype), {}, self.likelihood)
 
@@ -352,9 +384,13 @@ class GPPosterior:
             y_rep = self.likelihood.distribution(pred.f, {}).sample()
         log_lik = self.likelihood.distribution(pred.f, {}).log_prob(self.y)
         draws = np.arange(num_samples)
-        posterior = xr.Dataset({"f": (("chain", "draw", "obs", "f_dim"), pred.f[None].numpy())}, coords={"chain": [0], "draw": draws})
+        posterior = xr.Dataset(
+            {"f": (("chain", "draw", "obs", "f_dim"), pred.f[None].numpy())}, coords={"chain": [0], "draw": draws}
+        )
         attrs = {**self.attrs(), "draws_posterior": num_samples, "draws_function_space": num_samples}
-        return function_space_inference_data(posterior, y_rep[None], log_lik[None], draws, self.x, self.y, self.sample_stats, attrs)
+        return function_space_inference_data(
+            posterior, y_rep[None], log_lik[None], draws, self.x, self.y, self.sample_stats, attrs
+        )
 
     def save(self, path, idata=None) -> Path:
         """Save to folder ``path``: the GP's description, the fitted GPyTorch state, the training data and
@@ -366,7 +402,12 @@ class GPPosterior:
             "likelihood": self.gp_likelihood.state_dict(),
             "losses": self.sample_stats["loss"],
         }
-        header = {"model": saving.describe(self.model), "settings": self.settings, "info": self.info, "runtime_s": self.runtime_s}
+        header = {
+            "model": saving.describe(self.model),
+            "settings": self.settings,
+            "info": self.info,
+            "runtime_s": self.runtime_s,
+        }
         return saving.write(path, "gp", header, state, self.to_inference_data() if idata is None else idata)
 
     def attrs(self) -> dict:
@@ -388,4 +429,6 @@ def _load(header: dict, state: dict, model=None, guide=None) -> GPPosterior:
     module.load_state_dict(state["module"])
     lik.load_state_dict(state["likelihood"])
     module.eval(), lik.eval()
-    return GPPosterior(gp, module, lik, x, y, header["settings"], state["losses"], header.get("runtime_s", 0.0), header.get("info", {}))
+    return GPPosterior(
+        gp, module, lik, x, y, header["settings"], state["losses"], header.get("runtime_s", 0.0), header.get("info", {})
+    )

@@ -52,7 +52,10 @@ class Dataset:
         test data, standardised with the smaller part's statistics: a hyper-parameter selection split."""
         n = int(fraction * self.x_train.shape[0])
         if not 0 < n < self.x_train.shape[0]:
-            raise BnnZooError(f"{self.name} has {self.x_train.shape[0]} training rows: too few to hold out {1 - fraction:.0%} for validation")
+            raise BnnZooError(
+                f"{self.name} has {self.x_train.shape[0]} training rows: too few to hold out {1 - fraction:.0%} for "
+                "validation"
+            )
         x, y, info = self.x_train, self.y_train, dict(self.info, part="validation")
         return Dataset(f"{self.name}:validation", x[:n], y[:n], x[n:], y[n:], self.task, info, self.scale_inputs)
 
@@ -67,7 +70,8 @@ def _moments(t):
 
 
 def toy_cubic(n_train: int = 20, n_test: int = 200, seed: int = 0) -> Dataset:
-    """Heek's toy regression (thesis sec. 3.2, after Hernandez-Lobato & Adams): x ~ U[-4, 4], y = x^3 + e, e ~ N(0, 3^2)."""
+    """Heek's toy regression (thesis sec. 3.2, after Hernandez-Lobato & Adams): x ~ U[-4, 4], y = x^3 + e, e ~ N(0, "
+    "3^2)."""
     positive("toy-cubic n_train (training points)", n_train, integer=True, least=2)
     positive("toy-cubic n_test (test points)", n_test, integer=True)
     g = torch.Generator().manual_seed(seed)
@@ -89,9 +93,15 @@ def load_uci(path: str | Path, split: int = 0, allow_overlap: bool = False) -> D
     """
     root = Path(path)
     if root.is_file():
-        raise BnnZooError(f"UCI path {root} is a file; pass the folder holding data.txt, e.g. --data uci --data.path ../shared/data/uci/yacht")
+        raise BnnZooError(
+            f"UCI path {root} is a file; pass the folder holding data.txt, e.g. --data uci --data.path "
+            "../shared/data/uci/yacht"
+        )
     if not root.is_dir():
-        raise BnnZooError(f"UCI folder {root} does not exist; pass the folder holding data.txt, e.g. --data uci --data.path ../shared/data/uci/yacht")
+        raise BnnZooError(
+            f"UCI folder {root} does not exist; pass the folder holding data.txt, e.g. --data uci --data.path "
+            "../shared/data/uci/yacht"
+        )
     data = _read_table(root / "data.txt", float)
     if data.ndim == 1:
         data = data[None, :]
@@ -110,15 +120,21 @@ def load_uci(path: str | Path, split: int = 0, allow_overlap: bool = False) -> D
     ]:
         if idx.size == 0 or idx.min() < 0 or idx.max() >= bound:
             raise BnnZooError(
-                f"{root / (name + '.txt')} holds indices outside 0..{bound - 1} (or none): data.txt may be truncated or the folder inconsistent; re-copy it"
+                f"{root / (name + '.txt')} holds indices outside 0..{bound - 1} (or none): data.txt may be truncated "
+                "or the folder inconsistent; re-copy it"
             )
     values, counts = np.unique(features, return_counts=True)
     if counts.max() > 1:
-        raise BnnZooError(f"{root / 'index_features.txt'} lists column {values[counts.argmax()]} {counts.max()} times; list each feature once")
+        raise BnnZooError(
+            f"{root / 'index_features.txt'} lists column {values[counts.argmax()]} {counts.max()} times; list each "
+            "feature once"
+        )
     if target[0] in features:
         raise BnnZooError(f"{root / 'index_features.txt'} lists the target column {target[0]} as a feature; remove it")
     if len(target) != 1:
-        raise BnnZooError(f"{root / 'index_target.txt'} names {len(target)} target columns; bnn-zoo expects exactly one")
+        raise BnnZooError(
+            f"{root / 'index_target.txt'} names {len(target)} target columns; bnn-zoo expects exactly one"
+        )
     _check_split(root, split, train, test, data[train, target[0]], allow_overlap)
     x = as_tensor(f"{root / 'data.txt'} features", torch.from_numpy(data[:, features]).float())
     y = as_tensor(f"{root / 'data.txt'} target", torch.from_numpy(data[:, target[0]]).float())
@@ -128,30 +144,41 @@ def load_uci(path: str | Path, split: int = 0, allow_overlap: bool = False) -> D
 MIN_TRAIN_ROWS = 5
 
 
-def _check_split(root: Path, split: int, train: np.ndarray, test: np.ndarray, y_train: np.ndarray, allow_overlap: bool) -> None:
+def _check_split(
+    root: Path, split: int, train: np.ndarray, test: np.ndarray, y_train: np.ndarray, allow_overlap: bool
+) -> None:
     files = f"{root}/index_train_{split}.txt"
     values, counts = np.unique(train, return_counts=True)
     if counts.max() > 1:
         row = int(values[counts.argmax()])
-        raise BnnZooError(f"{files} lists row {row} {counts.max()} times; each training row should appear once (re-make the split)")
+        raise BnnZooError(
+            f"{files} lists row {row} {counts.max()} times; each training row should appear once (re-make the split)"
+        )
     if len(train) < MIN_TRAIN_ROWS:
         raise BnnZooError(
-            f"{files} holds {len(train)} row(s); a split needs at least {MIN_TRAIN_ROWS} training rows (to standardise, and to keep a "
-            "validation part of the training rows); re-make the split"
+            f"{files} holds {len(train)} row(s); a split needs at least {MIN_TRAIN_ROWS} training rows (to "
+            "standardise, and to keep a validation part of the training rows); re-make the split"
         )
     shared = np.intersect1d(train, test)
     if len(shared) and not allow_overlap:
         raise BnnZooError(
-            f"{len(shared)} of the {len(test)} test rows of split {split} are also training rows (first: row {int(shared[0])}), so test "
+            f"{len(shared)} of the {len(test)} test rows of split {split} are also training rows (first: row "
+            f"{int(shared[0])}), so test "
             "metrics would not be held out; fix the split, or pass --data.allow_overlap true to score them anyway"
         )
     if np.ptp(y_train) == 0:
-        raise BnnZooError(f"the target is constant ({y_train[0]:g}) on the training rows of split {split}; there is nothing to regress")
+        raise BnnZooError(
+            f"the target is constant ({y_train[0]:g}) on the training rows of split {split}; there is nothing to "
+            "regress"
+        )
 
 
 def _read_table(path: Path, dtype) -> np.ndarray:
     if not path.is_file():
-        raise BnnZooError(f"missing file {path}; the UCI folder needs data.txt, index_features.txt, index_target.txt and index_train_K/index_test_K")
+        raise BnnZooError(
+            f"missing file {path}; the UCI folder needs data.txt, index_features.txt, index_target.txt and "
+            "index_train_K/index_test_K"
+        )
     try:
         # loadtxt skips blank lines, so a trailing empty line is valid.
         arr = np.loadtxt(path, dtype=float, ndmin=1)
@@ -165,7 +192,9 @@ def _read_table(path: Path, dtype) -> np.ndarray:
         arr = arr.astype(np.int64)
     elif not np.isfinite(arr).all():
         row = int(np.argwhere(~np.isfinite(arr.reshape(len(arr), -1)))[0, 0])
-        raise BnnZooError(f"{path} contains NaN or inf (first in row {row}, line {row + 1}); drop or impute those rows before fitting")
+        raise BnnZooError(
+            f"{path} contains NaN or inf (first in row {row}, line {row + 1}); drop or impute those rows before fitting"
+        )
     return arr
 
 

@@ -42,7 +42,9 @@ class Vocabulary:
         return torch.tensor([self.ids.get(t, UNK) for t in tokens], dtype=torch.long)
 
 
-def language_model(text: str, level: str = "char", seq_len: int = 64, max_vocab: int | None = None, name: str = "text") -> Dataset:
+def language_model(
+    text: str, level: str = "char", seq_len: int = 64, max_vocab: int | None = None, name: str = "text"
+) -> Dataset:
     """Next-token windows: the first 90% of the text trains, the last 10% tests. Each window of
     ``seq_len`` tokens is one data point whose targets are the same tokens shifted by one
     (truncated backpropagation through time, with no hidden state carried between windows)."""
@@ -57,7 +59,9 @@ def language_model(text: str, level: str = "char", seq_len: int = 64, max_vocab:
         ids = vocab.encode(part)
         n = (len(ids) - 1) // seq_len
         if n < 1:
-            raise BnnZooError(f"the text has too few tokens for one window of {seq_len}; use a longer text or a smaller seq_len")
+            raise BnnZooError(
+                f"the text has too few tokens for one window of {seq_len}; use a longer text or a smaller seq_len"
+            )
         return ids[: n * seq_len].reshape(n, seq_len).float(), ids[1 : n * seq_len + 1].reshape(n, seq_len)
 
     (x_tr, y_tr), (x_te, y_te) = windows(tokens[:cut]), windows(tokens[cut:])
@@ -73,7 +77,15 @@ def language_model(text: str, level: str = "char", seq_len: int = 64, max_vocab:
     )
 
 
-def classification(texts, labels, level: str = "word", max_len: int = 40, test_fraction: float = 0.25, seed: int = 0, name: str = "text") -> Dataset:
+def classification(
+    texts,
+    labels,
+    level: str = "word",
+    max_len: int = 40,
+    test_fraction: float = 0.25,
+    seed: int = 0,
+    name: str = "text",
+) -> Dataset:
     """Padded sequences (0 at the end) with one label each, split at random into train and test."""
     tokenized = [tokenize(t, level)[:max_len] for t in texts]
     order = torch.randperm(len(texts), generator=torch.Generator().manual_seed(seed))
@@ -146,5 +158,6 @@ def _read_text(path: Path) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise BnnZooError(
-            f"{path} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); convert it, e.g. iconv -f latin1 -t utf-8 FILE > FILE.utf8"
+            f"{path} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); convert it, e.g. iconv -f "
+            "latin1 -t utf-8 FILE > FILE.utf8"
         ) from None

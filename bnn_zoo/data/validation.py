@@ -15,7 +15,9 @@ def as_tensor(name: str, value) -> torch.Tensor:
         try:
             arr = np.asarray(value)
         except (TypeError, ValueError) as exc:
-            raise BnnZooError(f"{name} could not be read as a numeric array ({exc}); pass a tensor or numpy array") from None
+            raise BnnZooError(
+                f"{name} could not be read as a numeric array ({exc}); pass a tensor or numpy array"
+            ) from None
         if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
             raise BnnZooError(f"{name} has non-numeric dtype {arr.dtype}; convert it to numbers first")
         value = torch.as_tensor(arr)
@@ -27,13 +29,16 @@ def as_tensor(name: str, value) -> torch.Tensor:
         bad = ~torch.isfinite(value)
         if bad.any():
             row = int(bad.reshape(value.shape[0], -1).any(-1).nonzero()[0])
-            raise BnnZooError(f"{name} contains NaN or inf ({int(bad.sum())} value(s), first in row {row}); drop or impute those rows")
-        limit = torch.finfo(value.dtype).max ** 0.5 / 10  # beyond it, squares (variances, Gaussian log densities) overflow
+            raise BnnZooError(
+                f"{name} contains NaN or inf ({int(bad.sum())} value(s), first in row {row}); drop or impute those rows"
+            )
+        # beyond it, squares (variances, Gaussian log densities) overflow
+        limit = torch.finfo(value.dtype).max ** 0.5 / 10
         if value.abs().max() > limit:
             row = int((value.abs() > limit).reshape(value.shape[0], -1).any(-1).nonzero()[0])
             raise BnnZooError(
-                f"{name} holds values up to {float(value.abs().max()):.3g} (first in row {row}), beyond {limit:.1g} where {value.dtype} "
-                "arithmetic overflows; rescale those columns"
+                f"{name} holds values up to {float(value.abs().max()):.3g} (first in row {row}), beyond {limit:.1g} "
+                f"where {value.dtype} arithmetic overflows; rescale those columns"
             )
     return value
 
@@ -42,14 +47,19 @@ def check_inputs(model, x) -> torch.Tensor:
     """x as a float tensor of shape (N, in_features) that the network accepts."""
     x = as_tensor("x", x)
     if x.dtype == torch.bool:
-        raise BnnZooError("x is boolean; pass numbers (x.float() for 0/1 features), so that the encoding is your choice")
+        raise BnnZooError(
+            "x is boolean; pass numbers (x.float() for 0/1 features), so that the encoding is your choice"
+        )
     x = x.to(torch.get_default_dtype())
     expected = model.in_features
     if x.dim() != 2:
         hint = f"(N, {expected})" if expected else "(N, features)"
         raise BnnZooError(f"x has shape {tuple(x.shape)}; expected {hint}; reshape it, e.g. x.reshape(len(x), -1)")
     if expected is not None and x.shape[1] != expected:
-        raise BnnZooError(f"x has {x.shape[1]} feature(s) but the network expects {expected}; check the data or the model's in_features")
+        raise BnnZooError(
+            f"x has {x.shape[1]} feature(s) but the network expects {expected}; check the data or the model's "
+            "in_features"
+        )
     return x
 
 
@@ -64,16 +74,21 @@ def output_width(model, x: torch.Tensor) -> int:
         with torch.no_grad():
             out = model.forward(model.params, rows)
     except RuntimeError as exc:
-        raise BnnZooError(f"the network cannot take x of shape {tuple(x.shape)} ({first_line(exc)}); check the number of features") from None
+        raise BnnZooError(
+            f"the network cannot take x of shape {tuple(x.shape)} ({first_line(exc)}); check the number of features"
+        ) from None
     except Exception as exc:  # a user's network raising its own error: show it as theirs
         net = type(getattr(model, "net", model))
-        raise BnnZooError(f"the network {net.__module__}.{net.__qualname__} fails on the first 2 rows of x: {type(exc).__name__}: {first_line(exc)}") from None
+        raise BnnZooError(
+            f"the network {net.__module__}.{net.__qualname__} fails on the first 2 rows of x: {type(exc).__name__}: "
+            f"{first_line(exc)}"
+        ) from None
     dims = 3 if model.likelihood.task == "language-model" else 2  # (N, T, vocabulary) or (N, outputs)
     if out.dim() != dims or out.shape[0] != rows.shape[0]:
         expected = "(N, T, vocabulary)" if dims == 3 else "(N, out_features)"
         raise BnnZooError(
-            f"the network returns shape {tuple(out.shape)} for {rows.shape[0]} input rows; it must return {expected}, e.g. "
-            "out.reshape(len(x), -1) (a likelihood would broadcast any other shape silently)"
+            f"the network returns shape {tuple(out.shape)} for {rows.shape[0]} input rows; it must return {expected}, "
+            "e.g. out.reshape(len(x), -1) (a likelihood would broadcast any other shape silently)"
         )
     return out.shape[-1]
 
@@ -83,7 +98,10 @@ def check_data(model, x, y) -> tuple[torch.Tensor, torch.Tensor]:
     x = check_inputs(model, x)
     y = as_tensor("y", y)
     if y.dtype == torch.bool and model.likelihood.task == "regression":
-        raise BnnZooError("y is boolean but the likelihood is for regression; use likelihoods.Bernoulli() for two classes, or pass y.float()")
+        raise BnnZooError(
+            "y is boolean but the likelihood is for regression; use likelihoods.Bernoulli() for two classes, or pass "
+            "y.float()"
+        )
     if y.shape[0] != x.shape[0]:
         raise BnnZooError(f"x has {x.shape[0]} rows but y has {y.shape[0]}; pass one target per input row")
     return x, model.likelihood.check_targets(y, output_width(model, x))

@@ -5,4 +5,11 @@ from bnn_zoo.evaluation import calibration, uncertainty
 from bnn_zoo.evaluation.calibration import expected_calibration_error
 from bnn_zoo.evaluation.metrics import classification_metrics, language_model_metrics, regression_metrics
 
-__all__ = ["calibration", "classification_metrics", "expected_calibration_error", "language_model_metrics", "regression_metrics", "uncertainty"]
+__all__ = [
+    "calibration",
+    "classification_metrics",
+    "expected_calibration_error",
+    "language_model_metrics",
+    "regression_metrics",
+    "uncertainty",
+]

@@ -79,7 +79,9 @@ def calibration_bins(probs: torch.Tensor, y: torch.Tensor, bins: int = 10) -> Ca
 
     count = per_bin(torch.ones_like(p))
     edges = torch.linspace(0, 1, bins + 1, dtype=probs.dtype)
-    return CalibrationBins(edges[:-1], edges[1:], count, per_bin(hit) / count, per_bin(p) / count, per_bin(p * (1 - p)) / count**2)
+    return CalibrationBins(
+        edges[:-1], edges[1:], count, per_bin(hit) / count, per_bin(p) / count, per_bin(p * (1 - p)) / count**2
+    )
 
 
 @dataclass
@@ -102,7 +104,11 @@ def calibration_roc(probs: torch.Tensor, y: torch.Tensor, thresholds: int | torc
     positive is 1 - p_n, which is what is used here. Rates are NaN when no prediction is right (wrong)."""
     confidence, labels = probs.max(-1)
     correct = labels == y.long()
-    tau = torch.linspace(0, 1, thresholds, dtype=probs.dtype) if isinstance(thresholds, int) else torch.as_tensor(thresholds, dtype=probs.dtype)
+    tau = (
+        torch.linspace(0, 1, thresholds, dtype=probs.dtype)
+        if isinstance(thresholds, int)
+        else torch.as_tensor(thresholds, dtype=probs.dtype)
+    )
     above = (confidence[None] > tau[:, None]).to(probs.dtype)  # (thresholds, N)
     n_right, n_wrong = correct.sum().to(probs.dtype), (~correct).sum().to(probs.dtype)
     return CalibrationROC(
@@ -133,7 +139,9 @@ class SelectiveCurve:
         return self.accuracy.mean().item()
 
 
-def selective_prediction(probs: torch.Tensor, y: torch.Tensor, uncertainty: torch.Tensor | None = None) -> SelectiveCurve:
+def selective_prediction(
+    probs: torch.Tensor, y: torch.Tensor, uncertainty: torch.Tensor | None = None
+) -> SelectiveCurve:
     """Abstain above an uncertainty threshold; as it moves, coverage falls and (for a useful uncertainty)
     accuracy rises. ``uncertainty`` per example defaults to 1 - max_c p(c | x); pass predictive entropy
     or mutual information (``bnn_zoo.evaluation.uncertainty``) to rank by those."""

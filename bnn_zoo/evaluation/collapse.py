@@ -28,9 +28,12 @@ def diagnose(posterior, metrics: dict, vocabulary: int | None = None) -> str:
     signs = []
     if task == "language-model":
         if vocabulary and metrics.get("perplexity", 0) >= MAX_PERPLEXITY * vocabulary:
-            signs.append(f"test perplexity {metrics['perplexity']:.1f} is that of guessing uniformly among {vocabulary} tokens")
+            signs.append(
+                f"test perplexity {metrics['perplexity']:.1f} is that of guessing uniformly among {vocabulary} tokens"
+            )
     else:
-        stored = getattr(posterior, "num_draws", DRAWS) * getattr(posterior, "num_chains", 1)  # a chain's draws are all it has
+        # a chain's draws are all it has
+        stored = getattr(posterior, "num_draws", DRAWS) * getattr(posterior, "num_chains", 1)
         with torch.no_grad():
             pred = posterior.predict(posterior.x, num_samples=min(DRAWS, stored))
         signs.append(_regression(pred, posterior.y) if task == "regression" else _classification(pred, posterior.y))
@@ -42,7 +45,10 @@ def _regression(pred, y) -> str:
     explained = 1 - float(((pred.mean - y) ** 2).mean() / y.var(unbiased=False).mean())
     if explained >= MIN_EXPLAINED:
         return ""
-    return f"the predictive mean explains {explained:.1%} of the training targets' variance: the fit predicts a constant and calls the rest noise"
+    return (
+        f"the predictive mean explains {explained:.1%} of the training targets' variance: the fit predicts a "
+        "constant and calls the rest noise"
+    )
 
 
 def _classification(pred, y) -> str:
@@ -62,8 +68,8 @@ def _classification(pred, y) -> str:
     if share >= MIN_INFORMATION or accuracy >= majority + MIN_ACCURACY_GAIN * (1 - majority):
         return ""
     return (
-        f"its predictions carry {share:.1%} of the labels' information and {accuracy:.1%} of the training labels are right "
-        f"(the majority class alone: {majority:.1%}): nearly every input gets the same class probabilities"
+        f"its predictions carry {share:.1%} of the labels' information and {accuracy:.1%} of the training labels are "
+        f"right (the majority class alone: {majority:.1%}): nearly every input gets the same class probabilities"
     )
 
 

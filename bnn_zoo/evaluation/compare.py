@@ -16,7 +16,16 @@ import xarray as xr
 from bnn_zoo.errors import BnnZooError
 from bnn_zoo.io import load_inference_data
 
-EVIDENCE = ["elbo", "elbo_se", "evidence_iw", "evidence_iw_se", "evidence_ais", "evidence_ais_se", "evidence_laplace", "log_marginal_likelihood"]
+EVIDENCE = [
+    "elbo",
+    "elbo_se",
+    "evidence_iw",
+    "evidence_iw_se",
+    "evidence_ais",
+    "evidence_ais_se",
+    "evidence_laplace",
+    "log_marginal_likelihood",
+]
 TEST = [
     "rmse",
     "test_log_likelihood",
@@ -46,13 +55,20 @@ class _Loaded:
         self.name = folder.name
         metrics_path = folder / "metrics.json"
         if not metrics_path.is_file():
-            raise BnnZooError(f"{folder} has no metrics.json; pass folders written by `bnn-zoo fit --out DIR` or `bnn-zoo demo`")
+            raise BnnZooError(
+                f"{folder} has no metrics.json; pass folders written by `bnn-zoo fit --out DIR` or `bnn-zoo demo`"
+            )
         try:
             self.metrics = json.loads(metrics_path.read_text())
         except json.JSONDecodeError as exc:
-            raise BnnZooError(f"{metrics_path} is not valid JSON ({exc.msg} at line {exc.lineno}); re-run the fit") from None
+            raise BnnZooError(
+                f"{metrics_path} is not valid JSON ({exc.msg} at line {exc.lineno}); re-run the fit"
+            ) from None
         if not isinstance(self.metrics, dict):
-            raise BnnZooError(f"{metrics_path} holds a JSON {type(self.metrics).__name__}, not the mapping of metrics a fit writes; re-run the fit")
+            raise BnnZooError(
+                f"{metrics_path} holds a JSON {type(self.metrics).__name__}, not the mapping of metrics a fit writes; "
+                "re-run the fit"
+            )
         self.idata = load_inference_data(folder / "posterior.nc")
         path = folder / "predictions.nc"
         self.predictions = load_predictions(path) if path.is_file() else None
@@ -133,7 +149,9 @@ def compare(results: list, reference: object | None = None) -> pd.DataFrame:
     table = pd.DataFrame(rows)
     if len(runs) > 1 and table["data"].nunique() == 1 and table["n_train"].nunique() == 1:
         ranked = az.compare({r.name: r.idata for r in runs}, ic="loo")  # warns itself on high Pareto k
-        table = table.merge(ranked[["rank", "elpd_diff", "dse", "weight"]], left_on="run", right_index=True).sort_values("rank")
+        table = table.merge(
+            ranked[["rank", "elpd_diff", "dse", "weight"]], left_on="run", right_index=True
+        ).sort_values("rank")
     return table.dropna(axis=1, how="all").reset_index(drop=True)
 
 

@@ -41,7 +41,10 @@ def importance_weighted(posterior, x=None, y=None, k: int = 100, num_repeats: in
     L_1 is the ELBO; L_K <= L_{K+1} <= log p(y | x)."""
     _check_density(posterior, "the importance-weighted bound")
     if not (k >= 1 and num_repeats >= 2):
-        raise BnnZooError(f"importance_weighted needs k >= 1 and num_repeats >= 2 (for a standard error), got k={k}, num_repeats={num_repeats}")
+        raise BnnZooError(
+            f"importance_weighted needs k >= 1 and num_repeats >= 2 (for a standard error), got k={k}, "
+            f"num_repeats={num_repeats}"
+        )
     x, y = (posterior.x, posterior.y) if x is None else check_data(posterior.model, x, y)
     with torch.no_grad():
         lw = log_weights(posterior.guide, posterior.model, x, y, k * num_repeats).double().reshape(num_repeats, k)
@@ -51,9 +54,13 @@ def importance_weighted(posterior, x=None, y=None, k: int = 100, num_repeats: in
 
 def _check_density(posterior, what):
     if posterior.guide is None:
-        raise BnnZooError(f"{what} needs a variational guide; this posterior came from {posterior.method.upper()} (use ais)")
+        raise BnnZooError(
+            f"{what} needs a variational guide; this posterior came from {posterior.method.upper()} (use ais)"
+        )
     if not getattr(posterior.guide, "has_density", True):
-        raise BnnZooError(f"{what} needs log q(w), which the {posterior.settings.get('guide')} guide does not have (use ais)")
+        raise BnnZooError(
+            f"{what} needs log q(w), which the {posterior.settings.get('guide')} guide does not have (use ais)"
+        )
 
 
 def ais(
@@ -93,7 +100,8 @@ def ais(
         model = model.model
     if not isinstance(model, BNN):
         raise BnnZooError(
-            f"ais needs a bnn_zoo.BNN or a Posterior fitted to one, got {type(model).__name__} (a GP's evidence is its log_marginal_likelihood())"
+            f"ais needs a bnn_zoo.BNN or a Posterior fitted to one, got {type(model).__name__} (a GP's evidence is its "
+            "log_marginal_likelihood())"
         )
     if x is None or y is None:
         raise BnnZooError("ais needs data: pass x and y (or a fitted Posterior, whose training data is used)")
@@ -104,13 +112,23 @@ def ais(
     # must not raise on it first.
     with torch.random.fork_rng(device_type="cuda"), pyro.validation_enabled(False):
         torch.manual_seed(seed)
-        log_w, accept = _anneal(_Target(model, x, y), num_runs * num_particles, num_steps, leapfrog_steps, step_size, target_accept, progress, checkpoint)
+        log_w, accept = _anneal(
+            _Target(model, x, y),
+            num_runs * num_particles,
+            num_steps,
+            leapfrog_steps,
+            step_size,
+            target_accept,
+            progress,
+            checkpoint,
+        )
     if checkpoint is not None:
         Path(checkpoint).unlink(missing_ok=True)  # the estimate supersedes it
     if accept < 0.1:
         warnings.warn(
             f"AIS: only {accept:.0%} of HMC moves were accepted, so particles barely left their prior draws and the "
-            "estimate is close to simple Monte Carlo from the prior (biased low); use more num_steps or a smaller step_size",
+            "estimate is close to simple Monte Carlo from the prior (biased low); use more num_steps or a smaller "
+            "step_size",
             stacklevel=2,
         )
     runs = torch.logsumexp(log_w.reshape(num_runs, num_particles), 1) - math.log(num_particles)
@@ -129,7 +147,10 @@ class _Target:
         self.shapes = {k: shapes[k] for k in self.priors}
         self.sizes = [math.prod(s) for s in self.shapes.values()]
         # Whiten real-valued sites by their prior sd, so that at beta = 0 every coordinate is N(0, 1).
-        scales = [(d.stddev if _real(d) else torch.ones(())).expand(self.shapes[k]).reshape(-1) for k, d in self.priors.items()]
+        scales = [
+            (d.stddev if _real(d) else torch.ones(())).expand(self.shapes[k]).reshape(-1)
+            for k, d in self.priors.items()
+        ]
         self.scale = torch.cat(scales).to(x.dtype)
 
     def sample_prior(self, n):
@@ -156,7 +177,9 @@ def _real(d) -> bool:
     return getattr(d.support, "base_constraint", d.support) is constraints.real
 
 
-def _anneal(target, n, num_steps, leapfrog_steps, step_size, target_accept, progress, checkpoint=None, checkpoint_every=25):
+def _anneal(
+    target, n, num_steps, leapfrog_steps, step_size, target_accept, progress, checkpoint=None, checkpoint_every=25
+):
     """Log importance weights (n,) and the mean acceptance rate of the HMC moves. With ``checkpoint``
     the state (particles, weights, step size, RNG) is written atomically every ``checkpoint_every``
     temperatures and on Ctrl-C, and an existing checkpoint is resumed: the run ends exactly where an
@@ -180,10 +203,18 @@ def _anneal(target, n, num_steps, leapfrog_steps, step_size, target_accept, prog
         state = _resume(checkpoint, state["shape"])
         torch.set_rng_state(state["rng"])
     try:
-        for step in tqdm(range(state["step"], num_steps), desc="AIS", disable=bar_disabled(progress), initial=state["step"], total=num_steps):
+        for step in tqdm(
+            range(state["step"], num_steps),
+            desc="AIS",
+            disable=bar_disabled(progress),
+            initial=state["step"],
+            total=num_steps,
+        ):
             b_prev, b = betas[step], betas[step + 1]
             log_w = state["log_w"] + (b - b_prev) * state["log_lik"].double()
-            z, log_prior, log_lik, rate = _hmc_move(target, state["z"], state["log_prior"], state["log_lik"], b, state["step_size"], leapfrog_steps)
+            z, log_prior, log_lik, rate = _hmc_move(
+                target, state["z"], state["log_prior"], state["log_lik"], b, state["step_size"], leapfrog_steps
+            )
             # grow slowly while moves succeed; halve at once when nearly all fail (a step far too long for
             # the sharpening target would otherwise leave every particle at its prior draw)
             step_size = state["step_size"] * (1.02 if rate > target_accept else (0.5 if rate < 0.05 else 0.98))
@@ -202,11 +233,17 @@ def _anneal(target, n, num_steps, leapfrog_steps, step_size, target_accept, prog
     except KeyboardInterrupt:
         if checkpoint is not None:
             atomic_torch_save(state, checkpoint)  # the last completed temperature
-            print(f"interrupted: AIS checkpoint at temperature {state['step']} of {num_steps} saved to {checkpoint}; run again to resume")
+            print(
+                f"interrupted: AIS checkpoint at temperature {state['step']} of {num_steps} saved to {checkpoint}; run "
+                "again to resume"
+            )
         raise
     log_w = state["log_w"]
     if not torch.isfinite(log_w).all():
-        raise BnnZooError("AIS produced non-finite weights; the likelihood is -inf under some prior draws (check the data and prior scales)")
+        raise BnnZooError(
+            "AIS produced non-finite weights; the likelihood is -inf under some prior draws (check the data and prior "
+            "scales)"
+        )
     return log_w, state["accepted"] / num_steps
 
 
@@ -214,7 +251,8 @@ def _resume(path, shape):
     state = safe_torch_load(path)
     if state.get("shape") != shape:
         raise BnnZooError(
-            f"AIS checkpoint {path} is for (particles, steps, dimensions) = {state.get('shape')}, not {shape}; delete it or pass another checkpoint path"
+            f"AIS checkpoint {path} is for (particles, steps, dimensions) = {state.get('shape')}, not {shape}; delete "
+            "it or pass another checkpoint path"
         )
     return state
 
@@ -238,4 +276,9 @@ def _hmc_move(target, z, log_prior, log_lik, beta, step_size, leapfrog_steps):
     log_accept = (lp1 + beta * ll1 - 0.5 * (r**2).sum(1)) - (log_prior + beta * log_lik - 0.5 * (r0**2).sum(1))
     accept = torch.log(torch.rand_like(log_accept)) < torch.nan_to_num(log_accept, nan=-math.inf)
     keep = accept[:, None]
-    return (torch.where(keep, z1, z.detach()), torch.where(accept, lp1, log_prior), torch.where(accept, ll1, log_lik), accept.to(z.dtype).mean().item())
+    return (
+        torch.where(keep, z1, z.detach()),
+        torch.where(accept, lp1, log_prior),
+        torch.where(accept, ll1, log_lik),
+        accept.to(z.dtype).mean().item(),
+    )

@@ -34,7 +34,13 @@ class LinearGaussianPosterior:
         loc, var = loc.double(), scale.double() ** 2
         diff = self.mean - loc
         k = loc.numel()
-        return 0.5 * float((self.precision.diagonal() * var).sum() + diff @ self.precision @ diff - k + torch.logdet(self.cov) - var.log().sum())
+        return 0.5 * float(
+            (self.precision.diagonal() * var).sum()
+            + diff @ self.precision @ diff
+            - k
+            + torch.logdet(self.cov)
+            - var.log().sum()
+        )
 
 
 def linear_regression(x, y, weight_scale: float, bias_scale: float, noise_scale: float) -> LinearGaussianPosterior:

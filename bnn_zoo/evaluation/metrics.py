@@ -22,8 +22,13 @@ def regression_metrics(pred, y, y_std=1.0) -> dict[str, float]:
     ll = pred.log_likelihood(y).mean() - torch.log(y_std.expand(y.shape[-1])).sum()
     pit = pred.cdf(y)
     out = {"rmse": rmse.item(), "test_log_likelihood": ll.item()}
-    out.update({f"coverage_{round(100 * c)}": ((pit - 0.5).abs() <= c / 2).to(y.dtype).mean().item() for c in COVERAGES})
-    out.update(noise_variance=(pred.noise_variance * y_std**2).mean().item(), model_variance=(pred.model_variance * y_std**2).mean().item())
+    out.update(
+        {f"coverage_{round(100 * c)}": ((pit - 0.5).abs() <= c / 2).to(y.dtype).mean().item() for c in COVERAGES}
+    )
+    out.update(
+        noise_variance=(pred.noise_variance * y_std**2).mean().item(),
+        model_variance=(pred.model_variance * y_std**2).mean().item(),
+    )
     return out
 
 
@@ -33,7 +38,8 @@ def classification_metrics(pred, y, bins: int = 10) -> dict[str, float]:
     predictive entropy, mutual information (BALD) and variation ratio over test points."""
     draws = pred.draw_probs
     probs = draws.mean(0)
-    nll = -pred.log_likelihood(y.to(pred.f.dtype) if pred.f.shape[-1] == 1 else y.long()).mean().item()  # Bernoulli takes 0./1.
+    # Bernoulli takes 0./1.
+    nll = -pred.log_likelihood(y.to(pred.f.dtype) if pred.f.shape[-1] == 1 else y.long()).mean().item()
     y = y.long()
     return {
         "accuracy": (probs.argmax(-1) == y).to(probs.dtype).mean().item(),

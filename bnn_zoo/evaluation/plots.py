@@ -56,7 +56,9 @@ def reliability(predictions, path, bins: int = 10):
         if "probs" in p:
             b = calibration.calibration_bins(torch.as_tensor(p["probs"].values), torch.as_tensor(p["y"].values), bins)
             centre, expected, sd = ((b.lower + b.upper) / 2).numpy(), b.expected.numpy(), b.variance.sqrt().numpy()
-            ax.fill_between(centre, expected - 2 * sd, expected + 2 * sd, color="C0", alpha=0.25, step="mid", label="E[A] +- 2 sd")
+            ax.fill_between(
+                centre, expected - 2 * sd, expected + 2 * sd, color="C0", alpha=0.25, step="mid", label="E[A] +- 2 sd"
+            )
             ax.plot(centre, expected, "C0-", lw=1, label="expected E[A]")
             ax.plot(centre, b.observed.numpy(), "ko", ms=4, label="observed A")
             ax.set(xlabel="predicted probability (bin)", ylabel="fraction true")
@@ -65,7 +67,9 @@ def reliability(predictions, path, bins: int = 10):
             pit = p["pit"].values
             observed = [(np.abs(pit - 0.5) <= c / 2).mean() for c in nominal]
             sd = np.sqrt(nominal * (1 - nominal) / len(pit))
-            ax.fill_between(nominal, nominal - 2 * sd, nominal + 2 * sd, color="C0", alpha=0.25, label="calibrated +- 2 sd")
+            ax.fill_between(
+                nominal, nominal - 2 * sd, nominal + 2 * sd, color="C0", alpha=0.25, label="calibrated +- 2 sd"
+            )
             ax.plot(nominal, observed, "ko", ms=3, label="observed")
             ax.set(xlabel="nominal coverage of the central interval", ylabel="observed coverage")
         ax.plot([0, 1], [0, 1], color="0.5", lw=0.8, ls=":")
@@ -102,7 +106,10 @@ def _worst_mixing(idata, count: int = 4):
     flat = [(float(v), name, idx) for name in rhat.data_vars for idx, v in np.ndenumerate(rhat[name].values)]
     flat.sort(key=lambda t: -np.nan_to_num(t[0], nan=np.inf))
     post = idata.posterior
-    chosen = {f"{name}{list(idx) if idx else ''}": post[name].values[(slice(None), slice(None), *idx)] for _, name, idx in flat[:count]}
+    chosen = {
+        f"{name}{list(idx) if idx else ''}": post[name].values[(slice(None), slice(None), *idx)]
+        for _, name, idx in flat[:count]
+    }
     return az.from_dict(posterior=chosen)
 
 
@@ -127,7 +134,9 @@ def evidence_by_architecture(table, path):
     positions = np.arange(len(rows))
     for i, (key, label) in enumerate(estimates):
         se = rows[f"{key}_se"].fillna(0).values if f"{key}_se" in rows else np.zeros(len(rows))
-        ax.errorbar(positions + 0.12 * (i - len(estimates) / 2), rows[key].values, yerr=2 * se, fmt="o", capsize=3, label=label)
+        ax.errorbar(
+            positions + 0.12 * (i - len(estimates) / 2), rows[key].values, yerr=2 * se, fmt="o", capsize=3, label=label
+        )
     # long constructor descriptions wrap under their run's name instead of running into the next label
     ax.set_xticks(positions, [f"{r.run}\n{textwrap.fill(r.architecture, 24)}" for r in rows.itertuples()], fontsize=7)
     ax.set(ylabel="log evidence (nats)", title="evidence by architecture (+-2 SE)")

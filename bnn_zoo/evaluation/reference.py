@@ -42,7 +42,9 @@ def predictive_quantiles(pred, seed: int = 0) -> torch.Tensor:
     repeats = max(1, math.ceil(Y_DRAWS / pred.f.shape[0]))
     with torch.random.fork_rng(device_type="cuda"):
         torch.manual_seed(seed)
-        draws = pred.likelihood.distribution(pred.f, pred.latent).sample((repeats,)).reshape(-1, *pred.f.shape[1:]).double()
+        draws = (
+            pred.likelihood.distribution(pred.f, pred.latent).sample((repeats,)).reshape(-1, *pred.f.shape[1:]).double()
+        )
     index = (QUANTILE_LEVELS * draws.shape[0]).long()  # the midpoint level's order statistic
     return torch.cat([chunk.sort(0).values[index] for chunk in draws.split(256, dim=1)], dim=1).float()
 
@@ -59,26 +61,45 @@ def convergence(f: torch.Tensor) -> dict:
         *([f"R-hat of f {rhat:.3f} >= {RHAT_MAX}"] if not rhat < RHAT_MAX else []),
         *([f"bulk ESS of f {ess:.0f} <= {ESS_MIN}"] if not ess > ESS_MIN else []),
     ]
-    note = "; ".join(failed) if failed else f"R-hat of f {rhat:.3f} < {RHAT_MAX}, bulk ESS of f {ess:.0f} > {ESS_MIN}, {chains} chains"
-    return {"max_rhat_test_f": rhat, "min_ess_bulk_test_f": ess, "reference_converged": not failed, "reference_note": note}
+    note = (
+        "; ".join(failed)
+        if failed
+        else f"R-hat of f {rhat:.3f} < {RHAT_MAX}, bulk ESS of f {ess:.0f} > {ESS_MIN}, {chains} chains"
+    )
+    return {
+        "max_rhat_test_f": rhat,
+        "min_ess_bulk_test_f": ess,
+        "reference_converged": not failed,
+        "reference_note": note,
+    }
 
 
 def check_reference(metrics: dict, name: str) -> None:
     """Refuse a run whose metrics do not say it converged (see :func:`convergence`)."""
     if not metrics.get("reference_converged", False):
         why = metrics.get("reference_note", "it is not an MCMC run with its convergence measured")
-        raise BnnZooError(f"{name} cannot serve as a reference posterior: {why}; run MCMC longer or with more chains (bnn-zoo reference)")
+        raise BnnZooError(
+            f"{name} cannot serve as a reference posterior: {why}; run MCMC longer or with more chains (bnn-zoo "
+            "reference)"
+        )
 
 
 def scores(predictions: xr.Dataset, reference: xr.Dataset) -> dict:
     """The distance of one run's test predictions (predictions.nc) from the reference's (see module)."""
-    if predictions.sizes.get("obs") != reference.sizes.get("obs") or not np.array_equal(predictions["y"].values, reference["y"].values):
+    if predictions.sizes.get("obs") != reference.sizes.get("obs") or not np.array_equal(
+        predictions["y"].values, reference["y"].values
+    ):
         raise BnnZooError("the reference was scored on other test data; fit it on the same dataset and split")
     if "probs" in predictions and "probs" in reference:
         p, q = predictions["probs"].values, reference["probs"].values
-        return {"agreement": float(np.mean(p.argmax(-1) == q.argmax(-1))), "total_variation": float(0.5 * np.abs(p - q).sum(-1).mean())}
+        return {
+            "agreement": float(np.mean(p.argmax(-1) == q.argmax(-1))),
+            "total_variation": float(0.5 * np.abs(p - q).sum(-1).mean()),
+        }
     if "quantile" not in predictions or "quantile" not in reference:
-        raise BnnZooError("a run's predictions.nc holds no predictive quantiles (runs fitted before they were stored); fit it again")
+        raise BnnZooError(
+            "a run's predictions.nc holds no predictive quantiles (runs fitted before they were stored); fit it again"
+        )
     gap = predictions["quantile"].values - reference["quantile"].values  # (obs, level)
     log_ratio = 2 * (np.log(predictions["sd"].values) - np.log(reference["sd"].values))
     order = np.argsort(reference["sd"].values)

@@ -108,7 +108,8 @@ class UCI(DataConfig):
     split: int = 0
     """which of the folder's train/test splits (K in index_train_K.txt)"""
     part: Literal["test", "validation"] = "test"
-    """test: train on the split's training rows, score its test rows; validation: Gal & Ghahramani's 80/20 selection split of the training rows"""
+    """test: train on the split's training rows, score its test rows; validation: Gal & Ghahramani's 80/20 selection "
+    "split of the training rows"""
     allow_overlap: bool = False
     """score a split whose test rows are also training rows (refused otherwise)"""
 
@@ -228,7 +229,9 @@ class _Recurrent(ModelConfig):
 
         head = "lm" if dataset.task == "language-model" else "classify"
         vocab = len(dataset.info["vocab"])
-        return models.TextRNN(vocab, self.embed, self.hidden, self.gates, head, out_features, embedding_dropout=self.embedding_dropout)
+        return models.TextRNN(
+            vocab, self.embed, self.hidden, self.gates, head, out_features, embedding_dropout=self.embedding_dropout
+        )
 
 
 @register("lstm-tied")
@@ -264,8 +267,8 @@ def build_network(model: ModelConfig | UserNetwork, dataset, out_features: int) 
     if isinstance(model, ModelConfig):
         if model.text != text_data:
             raise BnnZooError(
-                f"model {model.registered_name!r} does not fit {dataset.name}: recurrent models take text data (toy-text, text), "
-                "the others take feature vectors or images"
+                f"model {model.registered_name!r} does not fit {dataset.name}: recurrent models take text data "
+                "(toy-text, text), the others take feature vectors or images"
             )
         return model.build(dataset, out_features)
     in_features = len(dataset.info["vocab"]) if text_data else dataset.in_features
@@ -275,7 +278,8 @@ def build_network(model: ModelConfig | UserNetwork, dataset, out_features: int) 
         name = to_dict(model)["class_path"]
         raise BnnZooError(
             f"your network {name}(in_features={in_features}, out_features={out_features}) could not be built: "
-            f"{type(exc).__name__}: {first_line(exc)}; bnn-zoo calls it with in_features, out_features and the --model.NAME options"
+            f"{type(exc).__name__}: {first_line(exc)}; bnn-zoo calls it with in_features, out_features and the "
+            "--model.NAME options"
         ) from None
 
 
@@ -329,7 +333,10 @@ class GalKeras(PriorConfig):
     def build(self, dataset, likelihood, guide):
         p = getattr(guide, "p", None)
         if not isinstance(p, (int, float)):
-            raise BnnZooError("the gal-keras prior belongs to the dropout guide with one drop probability: --guide dropout --guide.p P")
+            raise BnnZooError(
+                "the gal-keras prior belongs to the dropout guide with one drop probability: --guide dropout --guide.p "
+                "P"
+            )
         return priors.Normal.gal_keras(p, float(dataset.y_std), self.length_scale)
 
 
@@ -362,7 +369,9 @@ class Gaussian(LikelihoodConfig):
         from bnn_zoo import likelihoods
 
         if self.scale is not None and self.precision is not None:
-            raise BnnZooError("give the Gaussian likelihood a scale (standardised units) or a precision (original units), not both")
+            raise BnnZooError(
+                "give the Gaussian likelihood a scale (standardised units) or a precision (original units), not both"
+            )
         if self.precision is not None:
             return likelihoods.Gaussian.from_precision(self.precision, y_std=float(dataset.y_std))
         return likelihoods.Gaussian(self.scale) if self.scale is not None else likelihoods.Gaussian.learned()
@@ -515,7 +524,12 @@ class SVI(InferenceConfig):
     def build(self, run, model, dataset, checkpoint, progress):
         guide = run.guide or run.default_guide()
         return self.method(
-            guide=guide.registered_name, guide_options=guide.options(), seed=run.seed, checkpoint=checkpoint, progress=progress, **self.options()
+            guide=guide.registered_name,
+            guide_options=guide.options(),
+            seed=run.seed,
+            checkpoint=checkpoint,
+            progress=progress,
+            **self.options(),
         )
 
 
@@ -631,12 +645,16 @@ class GP(InferenceConfig):
         depth, prior = 1, None
         if self.kernel == "nngp":
             if not (isinstance(run.model, MLP) and run.model.activation == "relu"):
-                raise BnnZooError("kernel=nngp is the infinite-width limit of a relu MLP; pass --model mlp --model.activation relu")
+                raise BnnZooError(
+                    "kernel=nngp is the infinite-width limit of a relu MLP; pass --model mlp --model.activation relu"
+                )
             if not isinstance(run.prior, FanIn):
                 raise BnnZooError("kernel=nngp needs --prior fanin (the infinite-width limit of a fan-in prior)")
             depth, prior = len(run.model.hidden), run.prior.build(dataset, likelihood, None)
         num_classes = classes if isinstance(likelihood, likelihoods.Categorical) else None
-        return baselines.GP(self.kernel, likelihood, num_classes=num_classes, num_inducing=self.num_inducing, depth=depth, prior=prior)
+        return baselines.GP(
+            self.kernel, likelihood, num_classes=num_classes, num_inducing=self.num_inducing, depth=depth, prior=prior
+        )
 
 
 # ---------------------------------------------------------------------------- evaluation and the run
@@ -671,7 +689,8 @@ class RunConfig:
     model: Union[ModelConfig, UserNetwork] = field(default_factory=MLP)
     """the network: a registered model or your own torch.nn.Module class"""
     prior: PriorConfig | None = None
-    """null: normal for the dropout guide, the scale mixture on the recurrent models, fanin otherwise (docs/guide/defaults.md)"""
+    """null: normal for the dropout guide, the scale mixture on the recurrent models, fanin otherwise "
+    "(docs/guide/defaults.md)"""
     likelihood: LikelihoodConfig | None = None
     """null: the data's task decides"""
     inference: InferenceConfig = field(default_factory=SVI)
@@ -688,7 +707,8 @@ class RunConfig:
     def resolved(self, dataset) -> RunConfig:
         """This config with its data-dependent defaults written out (the likelihood, SVI's guide, the prior);
         the method's own are written out once the model is built (``InferenceConfig.resolved``)."""
-        likelihood = self.likelihood or default_likelihood(dataset, known_noise=self.inference.bnn)  # a GP learns its noise
+        # a GP learns its noise
+        likelihood = self.likelihood or default_likelihood(dataset, known_noise=self.inference.bnn)
         guide = self.guide or (self.default_guide() if self.inference.takes_guide else None)
         guide = guide.for_task(dataset.task) if isinstance(guide, Dropout) else guide
         prior = self.prior or self.default_prior(guide)
@@ -743,11 +763,18 @@ class RunConfig:
         if self.guide is not None and not self.inference.takes_guide:
             raise BnnZooError(f"a guide applies to svi, not {self.inference.registered_name}; drop --guide")
         if self.evaluation.evidence and not self.evaluation.training_evidence:
-            raise BnnZooError("--evaluation.evidence estimates the training data's evidence, which --evaluation.training_evidence false skips; drop one")
+            raise BnnZooError(
+                "--evaluation.evidence estimates the training data's evidence, which --evaluation.training_evidence "
+                "false skips; drop one"
+            )
         if self.evaluation.evidence and isinstance(self.inference, GP):
-            raise BnnZooError("a GP's evidence is its own (log marginal likelihood or ELBO); drop --evaluation.evidence")
+            raise BnnZooError(
+                "a GP's evidence is its own (log marginal likelihood or ELBO); drop --evaluation.evidence"
+            )
         if "iw" in self.evaluation.evidence and (not self.inference.takes_guide or isinstance(self.guide, Dropout)):
-            raise BnnZooError("--evaluation.evidence iw needs a guide with a density (svi, not the dropout guide); use ais")
+            raise BnnZooError(
+                "--evaluation.evidence iw needs a guide with a density (svi, not the dropout guide); use ais"
+            )
         return self
 
 
@@ -801,8 +828,16 @@ def config_hash(config: RunConfig) -> str:
 
 def _non_default(value):
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = {f.name: _non_default(getattr(value, f.name)) for f in dataclasses.fields(value) if getattr(value, f.name) != _default(f)}
-        return fields if isinstance(value, RunConfig | Evaluation) else {"class_path": to_dict(value)["class_path"], "init_args": fields}
+        fields = {
+            f.name: _non_default(getattr(value, f.name))
+            for f in dataclasses.fields(value)
+            if getattr(value, f.name) != _default(f)
+        }
+        return (
+            fields
+            if isinstance(value, RunConfig | Evaluation)
+            else {"class_path": to_dict(value)["class_path"], "init_args": fields}
+        )
     return to_dict(value)
 
 
@@ -821,7 +856,14 @@ def parser():
             if action.dest not in REGISTRY:
                 return super()._get_help_string(action)
             default = to_dict(action.default)
-            name = next((n for n, c in REGISTRY[action.dest].items() if isinstance(default, dict) and default["class_path"].endswith(f".{c.__name__}")), None)
+            name = next(
+                (
+                    n
+                    for n, c in REGISTRY[action.dest].items()
+                    if isinstance(default, dict) and default["class_path"].endswith(f".{c.__name__}")
+                ),
+                None,
+            )
             options = f"; its options: --{action.dest}.help NAME"
             name = name or {
                 "likelihood": "the data's task decides",
@@ -901,17 +943,25 @@ def parse_error_message(exc: Exception) -> str:
     text = str(exc)
     keys = re.findall(r'Parser key "([^"]+)"', text)
     chosen = re.search(r"class_path '[\w.]+\.(\w+)'", text)
-    cls = next((c for c in REGISTRY.get(keys[0] if keys else "", {}).values() if chosen and c.__name__ == chosen[1]), None)
+    cls = next(
+        (c for c in REGISTRY.get(keys[0] if keys else "", {}).values() if chosen and c.__name__ == chosen[1]), None
+    )
     unknown = re.search(r"Option '(\w+)' is not accepted", text)
     if unknown and cls is not None:
         options = ", ".join(f.name for f in dataclasses.fields(cls)) or "none"
         return f"--{keys[0]}.{unknown[1]} is not an option of {keys[0]} {cls.registered_name} (its options: {options})"
-    expected = [_type_name(t) for t in re.findall(r"Expected an? (<class '\w+'>|typing\.Literal\[[^]]*\])", text) if "NoneType" not in t]
+    expected = [
+        _type_name(t)
+        for t in re.findall(r"Expected an? (<class '\w+'>|typing\.Literal\[[^]]*\])", text)
+        if "NoneType" not in t
+    ]
     given = re.search(r"(?:Got|Given) value: (.*)", text)
     if keys and expected and given:
         return f"--{'.'.join(keys)}: expected {' or '.join(dict.fromkeys(expected))}, got {given[1].strip()}"
     lines = [line.strip(" -") for line in text.splitlines()]
-    return "; ".join(line for line in lines if line and not line.startswith(("Subtypes:", "Errors:", "Given value"))).replace(":;", ":")
+    return "; ".join(
+        line for line in lines if line and not line.startswith(("Subtypes:", "Errors:", "Given value"))
+    ).replace(":;", ":")
 
 
 def _type_name(hint: str) -> str:
@@ -919,4 +969,10 @@ def _type_name(hint: str) -> str:
     if hint.startswith("typing.Literal"):
         return "one of " + ", ".join(re.findall(r"'([^']*)'", hint))
     name = hint.split("'")[1]
-    return {"int": "a whole number", "float": "a number", "list": "a list like [1, 2]", "bool": "true or false", "str": "a string"}.get(name, name)
+    return {
+        "int": "a whole number",
+        "float": "a number",
+        "list": "a list like [1, 2]",
+        "bool": "true or false",
+        "str": "a string",
+    }.get(name, name)

@@ -28,19 +28,41 @@ from bnn_zoo.priors import FanInNormal
 RUNS = ("svi", "nuts", "gp")  # the demo's result folders under its output folder
 
 
-def demo(out_dir="runs/demo", svi_steps=3000, num_warmup=300, num_samples=300, num_chains=2, seed=0, progress=True, console=None):
+def demo(
+    out_dir="runs/demo",
+    svi_steps=3000,
+    num_warmup=300,
+    num_samples=300,
+    num_chains=2,
+    seed=0,
+    progress=True,
+    console=None,
+):
     out = Path(out_dir)
     data = toy_cubic(seed=seed)
     # The noise sd is the generating one (3, here in standardised units): with 20 points a learned
     # noise lets both SVI and NUTS explain the cubic away as noise (measured: test RMSE 24 and 12).
     noise = data.info["noise_scale"] / float(data.y_std)
     model = BNN(MLP(1, [50], 1, activation="tanh"), FanInNormal(), Gaussian(noise))
-    svi = run("svi-mean-field", data, model, SVI(steps=svi_steps, lr=0.02, lr_decay=0.1, num_particles=4, seed=seed, progress=progress), out / "svi")
+    svi = run(
+        "svi-mean-field",
+        data,
+        model,
+        SVI(steps=svi_steps, lr=0.02, lr_decay=0.1, num_particles=4, seed=seed, progress=progress),
+        out / "svi",
+    )
     nuts = run(
         "nuts",
         data,
         model,
-        NUTS(num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains, init=svi.posterior, seed=seed, progress=progress),
+        NUTS(
+            num_warmup=num_warmup,
+            num_samples=num_samples,
+            num_chains=num_chains,
+            init=svi.posterior,
+            seed=seed,
+            progress=progress,
+        ),
         out / "nuts",
     )
     # The GP baseline learns its noise by type II (a GP with 3 hyperparameters does not explain the cubic away).
@@ -48,9 +70,15 @@ def demo(out_dir="runs/demo", svi_steps=3000, num_warmup=300, num_samples=300, n
     results = [svi, nuts, gp]
     plots.predictive_bands([r.predictions for r in results], out / "demo.png")
     note = _split_by_training_range(results, data)
-    print_table(results, console, title=f"{data.name}: 1-50-1 tanh BNN by SVI and NUTS, and a GP; N={data.x_train.shape[0]}; files in {out}")
+    print_table(
+        results,
+        console,
+        title=f"{data.name}: 1-50-1 tanh BNN by SVI and NUTS, and a GP; N={data.x_train.shape[0]}; files in {out}",
+    )
     (console or _console()).print(note)
-    (console or _console()).print(f"compare them: bnn-zoo compare {out / 'svi'} {out / 'nuts'} {out / 'gp'} --out {out / 'comparison'}")
+    (console or _console()).print(
+        f"compare them: bnn-zoo compare {out / 'svi'} {out / 'nuts'} {out / 'gp'} --out {out / 'comparison'}"
+    )
     return results
 
 
@@ -67,9 +95,10 @@ def _split_by_training_range(results, data) -> str:
         r.metrics.update(rmse_in_range=err[inside].mean().sqrt().item(), rmse_beyond=err[~inside].mean().sqrt().item())
         shares.append(f"{r.name} {err[~inside].sum() / err.sum():.0%}")
     return (
-        f"{int((~inside).sum())} of {len(x)} test inputs lie beyond the training inputs [{lo:.1f}, {hi:.1f}], where y = x^3 is steepest; "
-        f"their share of the squared test error: {', '.join(shares)}. Beyond the data a BNN's band widens but its mean flattens "
-        "(tanh units saturate); the GP's long RBF length-scale carries the trend further."
+        f"{int((~inside).sum())} of {len(x)} test inputs lie beyond the training inputs [{lo:.1f}, {hi:.1f}], where y "
+        "= x^3 is steepest; "
+        f"their share of the squared test error: {', '.join(shares)}. Beyond the data a BNN's band widens but its mean "
+        "flattens (tanh units saturate); the GP's long RBF length-scale carries the trend further."
     )
 
 
@@ -118,8 +147,8 @@ def loo_note(names_and_k: list[tuple[str, float]]) -> str | None:
         return None
     runs = ", ".join(f"{name} {k:.1f}" for name, k in names_and_k)
     return (
-        f"LOO left out where PSIS is unreliable (worst Pareto k: {runs}): each training point moves these posteriors too "
-        "far for importance sampling to leave it out; compare them by test LL (held-out data) or by evidence"
+        f"LOO left out where PSIS is unreliable (worst Pareto k: {runs}): each training point moves these posteriors "
+        "too far for importance sampling to leave it out; compare them by test LL (held-out data) or by evidence"
     )
 
 
@@ -135,10 +164,16 @@ def print_table(results, console=None, title=None):
     (console or _console()).print(table)
     notes = [loo_note([(r.name, r.metrics["loo_max_pareto_k"]) for r in results if "loo_warning" in r.metrics])]
     notes += [f"{r.name}: stopped early ({r.metrics['stop_reason']})" for r in results if "stop_reason" in r.metrics]
-    notes += [f"{r.name}: early stopping kept step {r.metrics['best_step']} of {r.metrics['steps_run']} run" for r in results if "best_step" in r.metrics]
+    notes += [
+        f"{r.name}: early stopping kept step {r.metrics['best_step']} of {r.metrics['steps_run']} run"
+        for r in results
+        if "best_step" in r.metrics
+    ]
     for note in filter(None, notes):
         (console or _console()).print(f"[yellow]note[/yellow] {note}")
-    (console or _console()).print("test RMSE / LL in original units (LL per test point); evidence and LOO on the standardised training targets.")
+    (console or _console()).print(
+        "test RMSE / LL in original units (LL per test point); evidence and LOO on the standardised training targets."
+    )
 
 
 # (header, value key, SE key or None, format): the terminal shows a subset; comparison.csv has every column.
@@ -171,10 +206,20 @@ def print_comparison(table, console=None, title=None):
 
     console = console or Console(width=max(200, Console().width))
     out = Table(title=title)
-    flagged = table["loo_warning"].fillna(False).astype(bool) if "loo_warning" in table else pd.Series(False, index=table.index)
-    shown = [c for c in COMPARE_COLUMNS if c[1] in table and (c[1] not in ("loo_elpd", "max_pareto_k", "weight") or not flagged.all())]
+    flagged = (
+        table["loo_warning"].fillna(False).astype(bool)
+        if "loo_warning" in table
+        else pd.Series(False, index=table.index)
+    )
+    shown = [
+        c
+        for c in COMPARE_COLUMNS
+        if c[1] in table and (c[1] not in ("loo_elpd", "max_pareto_k", "weight") or not flagged.all())
+    ]
     for header, *_ in shown:
-        out.add_column(header, justify="left" if header in ("run", "architecture", "inference") else "right", no_wrap=True)
+        out.add_column(
+            header, justify="left" if header in ("run", "architecture", "inference") else "right", no_wrap=True
+        )
 
     def cell(row, key, se, fmt):
         if pd.isna(row[key]) or (key == "loo_elpd" and row.get("loo_warning")):

@@ -25,7 +25,12 @@ def options(target, *, skip: tuple[str, ...] = (), only: tuple[str, ...] | None 
         annotations = dict(cls.__dict__.get("__annotations__", {}))
         lines = []
         for name, param in inspect.signature(target).parameters.items():
-            if name in skip or name in RUNTIME or (only is not None and name not in only) or param.kind is param.VAR_KEYWORD:
+            if (
+                name in skip
+                or name in RUNTIME
+                or (only is not None and name not in only)
+                or param.kind is param.VAR_KEYWORD
+            ):
                 continue
             if param.default is inspect.Parameter.empty:
                 continue  # filled from the data (in_features, ...), not an option

@@ -23,7 +23,13 @@ from bnn_zoo.experiments import config as cfg
 from bnn_zoo.experiments.sweep import Select, Sweep
 
 
-def uci_gal(folder: str | Path, epochs: int | None = None, splits: list[int] | None = None, mc_passes: int = 10_000, device: str | None = None) -> Sweep:
+def uci_gal(
+    folder: str | Path,
+    epochs: int | None = None,
+    splits: list[int] | None = None,
+    mc_passes: int = 10_000,
+    device: str | None = None,
+) -> Sweep:
     """The protocol on one UCI folder as a sweep: splits as cells, the (p, tau) grid as their selection.
 
     Args:
@@ -38,7 +44,10 @@ def uci_gal(folder: str | Path, epochs: int | None = None, splits: list[int] | N
     """
     device = None if device is None else str(check_device(device))  # an argument's error before any file is read
     folder = Path(folder)
-    grids = {name: _numbers(folder / f"{name}.txt") for name in ("dropout_rates", "tau_values", "n_hidden", "n_epochs", "n_splits")}
+    grids = {
+        name: _numbers(folder / f"{name}.txt")
+        for name in ("dropout_rates", "tau_values", "n_hidden", "n_epochs", "n_splits")
+    }
     if epochs is None:
         epochs = 100 * int(positive(f"{folder / 'n_epochs.txt'}'s value", grids["n_epochs"][0], integer=True))
     positive(f"{folder / 'n_splits.txt'}'s value", grids["n_splits"][0], integer=True)
@@ -46,7 +55,10 @@ def uci_gal(folder: str | Path, epochs: int | None = None, splits: list[int] | N
     available = list(range(int(grids["n_splits"][0])))
     splits = available if splits is None else splits
     if not set(splits) <= set(available):
-        raise BnnZooError(f"{folder.name} has splits {available[0]}..{available[-1]}; asked for {sorted(set(splits) - set(available))}")
+        raise BnnZooError(
+            f"{folder.name} has splits {available[0]}..{available[-1]}; asked for "
+            f"{sorted(set(splits) - set(available))}"
+        )
     if epochs <= 0:
         raise BnnZooError(f"epochs must be positive, got {epochs}")
     p, tau = grids["dropout_rates"], grids["tau_values"]
@@ -55,7 +67,8 @@ def uci_gal(folder: str | Path, epochs: int | None = None, splits: list[int] | N
         "model": cfg.node(cfg.MLP, hidden=[int(grids["n_hidden"][0])], activation="relu"),
         "prior": cfg.node(cfg.GalKeras, length_scale=1e-2),
         "likelihood": cfg.node(cfg.Gaussian, precision=tau[0]),
-        "inference": cfg.node(cfg.SVI, epochs=epochs, lr=1e-3, lr_decay=1.0, batch_size=128, num_draws=200),  # Keras Adam: constant rate
+        # Keras Adam: constant rate
+        "inference": cfg.node(cfg.SVI, epochs=epochs, lr=1e-3, lr_decay=1.0, batch_size=128, num_draws=200),
         "guide": cfg.node(cfg.Dropout, p=p[0], masks="example"),
         "evaluation": {"predict_samples": mc_passes, "plots": False},
     }
@@ -96,13 +109,18 @@ def parse_splits(text: str | None) -> list[int] | None:
     except ValueError:
         raise BnnZooError(f"--splits takes ranges and numbers like 0-19 or 0,3,5; got {text!r}") from None
     if not out or min(out) < 0:
-        raise BnnZooError(f"--splits {text!r} names no split (or a negative one); give e.g. 0-19 or 0,3,5, or leave it out for all")
+        raise BnnZooError(
+            f"--splits {text!r} names no split (or a negative one); give e.g. 0-19 or 0,3,5, or leave it out for all"
+        )
     return out
 
 
 def _numbers(path: Path) -> list[float]:
     if not path.is_file():
-        raise BnnZooError(f"missing {path}: the uci-gal protocol reads the published grids (dropout_rates, tau_values, n_hidden, n_epochs, n_splits)")
+        raise BnnZooError(
+            f"missing {path}: the uci-gal protocol reads the published grids (dropout_rates, tau_values, n_hidden, "
+            "n_epochs, n_splits)"
+        )
     try:
         values = [float(v) for v in path.read_text().split()]
     except ValueError:

@@ -63,7 +63,18 @@ def run(
     if device is not None:
         posterior = posterior.to("cpu")  # metrics, plots and files are made on the CPU
     return evaluate(
-        name, dataset, model, posterior, out_dir, elbo_samples, evidence, ais_steps, iw_k, predict_samples, plots, getattr(method, "progress", False)
+        name,
+        dataset,
+        model,
+        posterior,
+        out_dir,
+        elbo_samples,
+        evidence,
+        ais_steps,
+        iw_k,
+        predict_samples,
+        plots,
+        getattr(method, "progress", False),
     )
 
 
@@ -120,7 +131,13 @@ def evaluate(
     if collapse:
         metrics["collapse_warning"] = collapse
         warnings.warn(f"{name} on {dataset.name} collapsed: {collapse}", stacklevel=2)
-    result = Result(name, posterior, idata, metrics, None if pred is None else test_predictions(name, posterior, dataset, metrics, pred))
+    result = Result(
+        name,
+        posterior,
+        idata,
+        metrics,
+        None if pred is None else test_predictions(name, posterior, dataset, metrics, pred),
+    )
     if out_dir is not None:
         save(result, Path(out_dir), plots)
     return result
@@ -188,7 +205,9 @@ def prepare(config: RunConfig, out_dir=None, progress: bool = True, resume: bool
     likelihood = config.likelihood.build(dataset)
     if likelihood.task != dataset.task:
         use = DEFAULT_LIKELIHOOD[dataset.task].registered_name
-        raise BnnZooError(f"the likelihood is for {likelihood.task} but {dataset.name} is a {dataset.task} dataset; use {use}")
+        raise BnnZooError(
+            f"the likelihood is for {likelihood.task} but {dataset.name} is a {dataset.task} dataset; use {use}"
+        )
     classes = len(dataset.info["vocab"]) if dataset.task == "language-model" else int(dataset.y_train.max()) + 1
     checkpoint = None
     if out is not None:
@@ -200,7 +219,8 @@ def prepare(config: RunConfig, out_dir=None, progress: bool = True, resume: bool
                 stale.unlink(missing_ok=True)
     if getattr(config.model, "embedding_dropout", False) and not isinstance(config.guide, Dropout):
         warnings.warn(
-            f"the embedding-rnn's word-type dropout acts only under the dropout guide; this fit is the lstm-{config.model.gates} model's",
+            "the embedding-rnn's word-type dropout acts only under the dropout guide; this fit is the "
+            f"lstm-{config.model.gates} model's",
             stacklevel=2,
         )
     if config.inference.bnn:
@@ -227,7 +247,9 @@ def _test_metrics(pred, model, y_test, dataset):
     task = model.likelihood.task
     if task == "regression":
         return regression_metrics(pred, model.likelihood.check_targets(y_test, pred.f.shape[-1]), dataset.y_std)
-    return language_model_metrics(pred.mean, y_test) if task == "language-model" else classification_metrics(pred, y_test)
+    return (
+        language_model_metrics(pred.mean, y_test) if task == "language-model" else classification_metrics(pred, y_test)
+    )
 
 
 def _evidence(posterior, idata, elbo_samples):
@@ -270,7 +292,9 @@ def _extra_evidence(posterior, names, ais_steps, iw_k, progress, ais_checkpoint)
         out["evidence_iw"], out["evidence_iw_se"] = evidence.importance_weighted(posterior, k=iw_k, num_repeats=10)
     if "ais" in names:
         seed = int(posterior.settings.get("seed", 0))
-        out["evidence_ais"], out["evidence_ais_se"] = evidence.ais(posterior, num_steps=ais_steps, seed=seed, progress=progress, checkpoint=ais_checkpoint)
+        out["evidence_ais"], out["evidence_ais_se"] = evidence.ais(
+            posterior, num_steps=ais_steps, seed=seed, progress=progress, checkpoint=ais_checkpoint
+        )
     return out
 
 

@@ -93,18 +93,28 @@ class Sweep:
             raise BnnZooError("a sweep file is a mapping with a base run config and axes: base, grid, zip, select")
         unknown = set(data) - TOP_LEVEL
         if unknown:
-            raise BnnZooError(f"unknown sweep key(s) {', '.join(sorted(unknown))}; a sweep file has {', '.join(sorted(TOP_LEVEL))}")
+            raise BnnZooError(
+                f"unknown sweep key(s) {', '.join(sorted(unknown))}; a sweep file has {', '.join(sorted(TOP_LEVEL))}"
+            )
         base = data["base"]
         if isinstance(base, str):  # a run config file, relative to the sweep file
             base = read_yaml(root / base, "base run config")
         select = data.get("select")
         if select is not None:
             if not isinstance(select, dict) or "grid" not in select or set(select) - {"grid", "set", "metric", "mode"}:
-                raise BnnZooError("select takes grid (the inner axes), set (inner overrides), metric and mode (max or min)")
+                raise BnnZooError(
+                    "select takes grid (the inner axes), set (inner overrides), metric and mode (max or min)"
+                )
             select = Select(_axes(select["grid"], "select.grid"), **{k: v for k, v in select.items() if k != "grid"})
             if select.mode not in ("max", "min"):
                 raise BnnZooError(f"select.mode is max or min, got {select.mode!r}")
-        sweep = cls(base or {}, _axes(data.get("grid"), "grid"), _axes(data.get("zip"), "zip"), select, data.get("name", "sweep"))
+        sweep = cls(
+            base or {},
+            _axes(data.get("grid"), "grid"),
+            _axes(data.get("zip"), "zip"),
+            select,
+            data.get("name", "sweep"),
+        )
         lengths = {len(v) for v in sweep.zip.values()}
         if len(lengths) > 1:
             raise BnnZooError(f"the zip axes must have equal lengths, got {sorted(lengths)}")
@@ -127,11 +137,15 @@ class Sweep:
         for path, value in overrides.items():
             override(config, path, value)
         run = self._checked(overrides) or cfg.from_dict(config)  # checked now: a bad axis fails before anything runs
-        if self.lockstep and run.lockstep_ready() and not run.inference.lockstep:  # recorded in the cell's config: a re-run matches
+        if (
+            self.lockstep and run.lockstep_ready() and not run.inference.lockstep
+        ):  # recorded in the cell's config: a re-run matches
             override(config, "inference.lockstep", True)
             run = dataclasses.replace(run, inference=dataclasses.replace(run.inference, lockstep=True))
         axes = {k: _plain(v) for k, v in overrides.items() if k not in ("data", "model", "inference", "seed")}
-        return Cell(config, overrides, cfg.config_hash(run), axes | labels(run), stage, parent, _batch_key(cfg.to_dict(run)))
+        return Cell(
+            config, overrides, cfg.config_hash(run), axes | labels(run), stage, parent, _batch_key(cfg.to_dict(run))
+        )
 
     def _checked(self, overrides: dict) -> cfg.RunConfig | None:
         """The cell's RunConfig by the quick route: the base with its class-choosing overrides, parsed
@@ -173,7 +187,11 @@ def _with_field(obj, parts: list[str], value):
         child = _with_field(getattr(obj, name), rest, value)
         return child and dataclasses.replace(obj, **{name: child})
     hint = _hints(type(obj))[name]
-    kinds = set(typing.get_args(hint)) - {type(None)} if typing.get_origin(hint) in (typing.Union, types.UnionType) else {hint}
+    kinds = (
+        set(typing.get_args(hint)) - {type(None)}
+        if typing.get_origin(hint) in (typing.Union, types.UnionType)
+        else {hint}
+    )
     if type(value) in kinds & {int, float, str, bool}:
         return dataclasses.replace(obj, **{name: value})
     if type(value) is int and float in kinds and int not in kinds:
@@ -187,7 +205,10 @@ def _check_order(paths: list[str]) -> None:
     for i, later in enumerate(paths):
         for earlier in paths[:i]:
             if earlier.startswith(later + "."):
-                raise BnnZooError(f"the sweep axis {later!r} replaces all of {later}, so the earlier axis {earlier!r} would be lost; list {later!r} first")
+                raise BnnZooError(
+                    f"the sweep axis {later!r} replaces all of {later}, so the earlier axis {earlier!r} would be lost; "
+                    f"list {later!r} first"
+                )
 
 
 def _axes(axes, where: str) -> dict[str, list]:
@@ -203,7 +224,9 @@ def _values(value, where: str) -> list:
         try:
             return list(range(*(int(v) for v in value[6:-1].split(","))))
         except ValueError:
-            raise BnnZooError(f"{where}: write range(N) or range(START, STOP[, STEP]) with whole numbers, got {value!r}") from None
+            raise BnnZooError(
+                f"{where}: write range(N) or range(START, STOP[, STEP]) with whole numbers, got {value!r}"
+            ) from None
     if not isinstance(value, list) or not value:
         raise BnnZooError(f"{where} needs a non-empty list of values or range(N), got {value!r}")
     return value
@@ -220,20 +243,30 @@ def override(config: dict, path: str, value) -> None:
             child = cfg.named_choice(part, child) if isinstance(child, str) else {}
             node[part] = child
         node = child.setdefault("init_args", {}) if "class_path" in child else child
-    node[leaf] = cfg.named_choice(leaf, value) if not parents and leaf in cfg.REGISTRY and isinstance(value, str) else copy.deepcopy(value)
+    node[leaf] = (
+        cfg.named_choice(leaf, value)
+        if not parents and leaf in cfg.REGISTRY and isinstance(value, str)
+        else copy.deepcopy(value)
+    )
 
 
 def labels(run: cfg.RunConfig) -> dict:
     """What a results table groups by: dataset, model, inference (with its guide) and seed."""
     data = run.data
     dataset = Path(data.path).name if getattr(data, "path", "") else data.registered_name
-    model = run.model.registered_name if isinstance(run.model, cfg.ModelConfig) else cfg.to_dict(run.model)["class_path"]
+    model = (
+        run.model.registered_name if isinstance(run.model, cfg.ModelConfig) else cfg.to_dict(run.model)["class_path"]
+    )
     inference = run.inference.registered_name
     if isinstance(run.inference, cfg.GP):
         inference += f"-{run.inference.kernel}"
     elif run.inference.takes_guide:
         guide = run.guide or run.default_guide()
-        changed = [f"{f.name}={getattr(guide, f.name)}" for f in dataclasses.fields(guide) if getattr(guide, f.name) != f.default]
+        changed = [
+            f"{f.name}={getattr(guide, f.name)}"
+            for f in dataclasses.fields(guide)
+            if getattr(guide, f.name) != f.default
+        ]
         inference += f"-{guide.registered_name}" + (f"({', '.join(changed)})" if changed else "")
     return {"dataset": dataset, "model": model, "inference": inference, "seed": run.seed}
 
@@ -264,7 +297,9 @@ def run_cells(cells: list[tuple[str, dict]], threads: int | None = None) -> list
     jobs = {f: lockstep.Job(p.model, *p.dataset.train, p.method) for f, p in prepared.items()}
     batches: dict[tuple, list[str]] = {}
     for folder, job in jobs.items():
-        batches.setdefault(lockstep.signature(job) if prepared[folder].lockstep else ("alone", folder), []).append(folder)
+        batches.setdefault(lockstep.signature(job) if prepared[folder].lockstep else ("alone", folder), []).append(
+            folder
+        )
     for folders in batches.values():
         fitted, checkpoint = {}, None
         if prepared[folders[0]].lockstep:
@@ -273,7 +308,9 @@ def run_cells(cells: list[tuple[str, dict]], threads: int | None = None) -> list
             if unfitted:
                 batch, checkpoint = [jobs[f] for f in unfitted], _lockstep_checkpoint(unfitted)
                 device = prepared[unfitted[0]].config.device
-                failure = _attempt(Path(unfitted[0]), functools.partial(_lockstep, unfitted, batch, fitted, device, checkpoint))
+                failure = _attempt(
+                    Path(unfitted[0]), functools.partial(_lockstep, unfitted, batch, fitted, device, checkpoint)
+                )
                 if failure["state"] == "failed":
                     statuses.update(dict.fromkeys(unfitted, failure))
                     folders = list(fitted)
@@ -302,7 +339,9 @@ def _lockstep(folders, jobs, fitted: dict, device, checkpoint: Path) -> None:
     large batch takes long, and a sweep killed meanwhile scores these on its next run, not refits them."""
     from bnn_zoo.inference import lockstep
 
-    for folder, posterior in zip(folders, lockstep.fit_lockstep(jobs, device=device, checkpoint=checkpoint), strict=True):
+    for folder, posterior in zip(
+        folders, lockstep.fit_lockstep(jobs, device=device, checkpoint=checkpoint), strict=True
+    ):
         posterior.save(Path(folder) / FITTED, idata=False)
         fitted[folder] = posterior
 
@@ -345,14 +384,20 @@ def _attempt(out: Path, action) -> dict:
 
 
 def _numbers(metrics: dict) -> dict:
-    return {k: v for k, v in metrics.items() if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)}
+    return {
+        k: v for k, v in metrics.items() if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+    }
 
 
 def read_status(cell_dir: Path) -> dict:
     status = read_json_mapping(cell_dir / "status.json")
     if status is None or status.get("state") not in STATES or not isinstance(status.get("metrics", {}), dict):
         return {"state": "pending"}
-    if status.get("state") == "running" and status.get("host") == socket.gethostname() and not _alive(status.get("pid")):
+    if (
+        status.get("state") == "running"
+        and status.get("host") == socket.gethostname()
+        and not _alive(status.get("pid"))
+    ):
         return {"state": "pending", "note": "was running when the sweep stopped"}
     return status
 
@@ -390,16 +435,23 @@ class _Executor:
             import multiprocessing
 
             context = multiprocessing.get_context("spawn")  # fork and torch's thread pools do not mix
-            with cf.ProcessPoolExecutor(self.workers, mp_context=context, initializer=_exit_with, initargs=(os.getpid(),)) as pool:
+            with cf.ProcessPoolExecutor(
+                self.workers, mp_context=context, initializer=_exit_with, initargs=(os.getpid(),)
+            ) as pool:
                 futures = {pool.submit(run_cells, task, self.threads): len(task) for task in tasks}
                 try:
                     for future in cf.as_completed(futures):
                         yield future.result()
                         progress(futures[future])
                 except cf.process.BrokenProcessPool:
-                    raise BnnZooError("a worker process died (out of memory, or killed); run the sweep again to resume") from None
-                except BaseException:  # Ctrl-C, or SIGTERM (which the CLI raises as a KeyboardInterrupt): stop now, not when
-                    # the running cells end, as the pool's exit would (a NUTS cell runs half an hour); they are pending again
+                    raise BnnZooError(
+                        "a worker process died (out of memory, or killed); run the sweep again to resume"
+                    ) from None
+                except (
+                    BaseException
+                ):  # Ctrl-C, or SIGTERM (which the CLI raises as a KeyboardInterrupt): stop now, not when
+                    # the running cells end, as the pool's exit would (a NUTS cell runs half an
+                    # hour); they are pending again
                     pool.shutdown(wait=False, cancel_futures=True)
                     for worker in multiprocessing.active_children():
                         worker.terminate()
@@ -415,7 +467,9 @@ class _Executor:
                 try:
                     ray.init(address=self.ray_address, log_to_driver=False)
                 except ConnectionError as exc:  # something answers there, but not a Ray head
-                    raise BnnZooError(f"no Ray cluster at --ray-address {self.ray_address} ({exc}); check the address and port") from None
+                    raise BnnZooError(
+                        f"no Ray cluster at --ray-address {self.ray_address} ({exc}); check the address and port"
+                    ) from None
             else:
                 ray.init(num_cpus=self.workers, log_to_driver=False, include_dashboard=False)
         remote = ray.remote(num_cpus=1)(run_cells)
@@ -437,7 +491,8 @@ def check_reachable(address: str, timeout: float = 5.0) -> None:
         socket.create_connection((host, int(port)), timeout=timeout).close()
     except OSError as exc:
         raise BnnZooError(
-            f"nothing answers at --ray-address {address} ({exc.strerror or exc}); start the cluster (ray start --head) or fix the address"
+            f"nothing answers at --ray-address {address} ({exc.strerror or exc}); start the cluster (ray start --head) "
+            "or fix the address"
         ) from None
 
 
@@ -454,7 +509,16 @@ def _exit_with(driver: int) -> None:
     threading.Thread(target=watch, daemon=True, name="exit-with-driver").start()
 
 
-PER_FIT = {"seed", "data.split", "guide.p", "likelihood.precision", "likelihood.scale", "inference.lr", "inference.lr_decay", "inference.kl_weight"}
+PER_FIT = {
+    "seed",
+    "data.split",
+    "guide.p",
+    "likelihood.precision",
+    "likelihood.scale",
+    "inference.lr",
+    "inference.lr_decay",
+    "inference.kl_weight",
+}
 
 
 def _tasks(jobs: list[tuple[str, dict]], keys: list[str], workers: int, lockstep: bool) -> list[list[tuple[str, dict]]]:
@@ -489,7 +553,13 @@ def _batch_key(plain: dict) -> str:
 
 
 def run_sweep(
-    sweep: Sweep, out, workers: int = 1, use_ray: bool = False, ray_address: str | None = None, show_progress: bool = True, lockstep: bool = True
+    sweep: Sweep,
+    out,
+    workers: int = 1,
+    use_ray: bool = False,
+    ray_address: str | None = None,
+    show_progress: bool = True,
+    lockstep: bool = True,
 ) -> dict:
     """Run every cell of ``sweep`` not already done under ``out``; returns counts and the failures.
     With ``lockstep``, cells that differ only per fit (seed, split, p, tau, prior, learning rate) are
@@ -505,11 +575,15 @@ def run_sweep(
     outer = [sweep.cell(o) for o in sweep.outer()]
     inner = [sweep.cell(i, "select", c.key) for c in outer for i in sweep.inner(c.overrides)] if sweep.select else []
     summary = {"done": 0, "skipped": 0, "failed": []}
-    with tqdm(total=len(inner) + len(outer), desc=f"sweep {sweep.name}", unit="cell", disable=bar_disabled(show_progress)) as bar:
+    with tqdm(
+        total=len(inner) + len(outer), desc=f"sweep {sweep.name}", unit="cell", disable=bar_disabled(show_progress)
+    ) as bar:
         if sweep.select is not None:
             selection = _run_stage(inner, out, executor, bar, summary)
             chosen = [_selected(sweep, c, [i for i in inner if i.parent == c.key], selection) for c in outer]
-            summary["failed"] += [f"{c.key} ({_describe(c)}): no selection run finished" for c, f in zip(outer, chosen) if f is None]
+            summary["failed"] += [
+                f"{c.key} ({_describe(c)}): no selection run finished" for c, f in zip(outer, chosen) if f is None
+            ]
             bar.update(sum(f is None for f in chosen))
             outer = [f for f in chosen if f is not None]
         _run_stage(outer, out, executor, bar, summary)
@@ -529,7 +603,9 @@ def _run_stage(cells: list[Cell], out: Path, executor: _Executor, bar, summary) 
             bar.update(1)
             continue
         folder.mkdir(parents=True, exist_ok=True)
-        write_json({"key": key, "stage": cell.stage, "parent": cell.parent, "labels": cell.labels}, folder / "cell.json")
+        write_json(
+            {"key": key, "stage": cell.stage, "parent": cell.parent, "labels": cell.labels}, folder / "cell.json"
+        )
         write_yaml(cell.config, folder / "cell.yaml")
         jobs.append((str(folder), cell.config))
         keys.append(cell.batch)
@@ -549,7 +625,9 @@ def _run_stage(cells: list[Cell], out: Path, executor: _Executor, bar, summary) 
             if statuses[key]["state"] == "done":
                 summary["done"] += 1
             else:
-                summary["failed"].append(f"{key} ({_describe(cell)}): {statuses[key].get('error', statuses[key]['state'])}")
+                summary["failed"].append(
+                    f"{key} ({_describe(cell)}): {statuses[key].get('error', statuses[key]['state'])}"
+                )
     return statuses
 
 
@@ -578,12 +656,21 @@ def _selected(sweep: Sweep, cell: Cell, inner: list[Cell], statuses: dict) -> Ce
 def _check_folder(out: Path, sweep: Sweep) -> None:
     """A sweep folder holds one sweep: refuse to mix another one's cells into it."""
     select = None if sweep.select is None else vars(sweep.select)
-    spec = {"name": sweep.name, "base": sweep.base, "grid": sweep.grid, "zip": sweep.zip, "select": select, "lockstep": sweep.lockstep}
+    spec = {
+        "name": sweep.name,
+        "base": sweep.base,
+        "grid": sweep.grid,
+        "zip": sweep.zip,
+        "select": select,
+        "lockstep": sweep.lockstep,
+    }
     path = out / "sweep.yaml"
     if out.exists() and not out.is_dir():
         raise BnnZooError(f"{out} is a file; give a folder for the sweep's results")
     if path.is_file() and read_yaml(path, "sweep record") != json.loads(json.dumps(spec)):
-        raise BnnZooError(f"{out} holds a different sweep (see its sweep.yaml); choose another --out or delete the folder")
+        raise BnnZooError(
+            f"{out} holds a different sweep (see its sweep.yaml); choose another --out or delete the folder"
+        )
     write_yaml(json.loads(json.dumps(spec)), path)
 
 

@@ -52,7 +52,11 @@ def aggregate(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     missing = [b for b in by if b not in frame]
     if missing:
         labels = [c for c in frame.columns if frame[c].dtype == object and c not in ("key", "folder")]
-        known = f"the cells are labelled by {', '.join(labels)}" if labels else "the cells carry no labels (their cell.json is missing)"
+        known = (
+            f"the cells are labelled by {', '.join(labels)}"
+            if labels
+            else "the cells carry no labels (their cell.json is missing)"
+        )
         raise BnnZooError(f"cannot group by {', '.join(missing)}; {known}")
     metrics = [c for c in frame.columns if c not in by and pd.api.types.is_numeric_dtype(frame[c]) and not _is_label(c)]
     grouped = frame.groupby(by, sort=True)[metrics]
@@ -76,10 +80,19 @@ def with_posterior_reference(frame: pd.DataFrame, method: str) -> pd.DataFrame:
     from bnn_zoo.evaluation.compare import load_predictions
 
     if method not in set(frame["inference"]):
-        raise BnnZooError(f"no finished cell has inference {method!r}; the cells' inference labels are {', '.join(sorted(set(frame['inference'])))}")
-    keys = [c for c in frame.columns if c in ("dataset", "model", "seed") or ("." in c and not c.startswith(("inference.", "guide.")))]
+        raise BnnZooError(
+            f"no finished cell has inference {method!r}; the cells' inference labels are "
+            f"{', '.join(sorted(set(frame['inference'])))}"
+        )
+    keys = [
+        c
+        for c in frame.columns
+        if c in ("dataset", "model", "seed") or ("." in c and not c.startswith(("inference.", "guide.")))
+    ]
     frame = frame.reset_index(drop=True)
-    frame["reference_converged"] = [_converged(row["folder"]) if row["inference"] == method else None for _, row in frame.iterrows()]
+    frame["reference_converged"] = [
+        _converged(row["folder"]) if row["inference"] == method else None for _, row in frame.iterrows()
+    ]
     label = lambda row: tuple(None if pd.isna(row[k]) else row[k] for k in keys)  # noqa: E731
     truths = frame[frame["reference_converged"].eq(True)]
     truth_of = {label(row): load_predictions(Path(row["folder"]) / "predictions.nc") for _, row in truths.iterrows()}
@@ -107,7 +120,9 @@ def with_reference(table: pd.DataFrame, reference, by: list[str]) -> pd.DataFram
         raise BnnZooError(f"reference table {reference} is not a readable CSV ({str(exc).splitlines()[0]})") from None
     wide = {c for c in ref.columns if c != "dataset" and not c.endswith("_se")}
     if not ({"metric", "mean", "se"} <= set(ref.columns) or (wide and all(f"{c}_se" in ref for c in wide))):
-        raise BnnZooError(f"reference table {reference} needs columns dataset, metric, mean, se or dataset, M, M_se, ...")
+        raise BnnZooError(
+            f"reference table {reference} needs columns dataset, metric, mean, se or dataset, M, M_se, ..."
+        )
     if "dataset" not in ref or "dataset" not in by:
         raise BnnZooError("a reference table needs a dataset column, and the table must be grouped --by dataset")
     if {"metric", "mean", "se"} <= set(ref.columns):

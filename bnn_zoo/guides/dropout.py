@@ -47,7 +47,9 @@ class DropoutMixture(TorchDistribution):
     def __init__(self, loc: torch.Tensor, p: float, event_dim: int | None = None, validate_args=None):
         event_dim = loc.dim() if event_dim is None else event_dim
         self.loc, self.p = loc, float(p)
-        super().__init__(loc.shape[: loc.dim() - event_dim], loc.shape[loc.dim() - event_dim :], validate_args=validate_args)
+        super().__init__(
+            loc.shape[: loc.dim() - event_dim], loc.shape[loc.dim() - event_dim :], validate_args=validate_args
+        )
 
     @constraints.dependent_property
     def support(self):
@@ -73,7 +75,9 @@ class DropoutMixture(TorchDistribution):
         is infinite, so this is log q only up to that infinite constant (the KL above never uses it)."""
         event_dims = tuple(range(-len(self.event_shape), 0))
         kept = value.abs().amax(dim=-len(self.event_shape)) > 0  # (..., *in): was column j kept?
-        lp = torch.where(kept, math.log1p(-self.p) if self.p < 1 else -math.inf, math.log(self.p) if self.p > 0 else -math.inf)
+        lp = torch.where(
+            kept, math.log1p(-self.p) if self.p < 1 else -math.inf, math.log(self.p) if self.p > 0 else -math.inf
+        )
         return lp.sum(event_dims[1:]) if len(event_dims) > 1 else lp
 
 
@@ -102,7 +106,9 @@ def _event_dims(q) -> tuple[int, ...]:
     return tuple(range(-len(q.event_shape), 0))
 
 
-_PRIOR_TERMS: dict[int, tuple | None] = {}  # by id of a prior's Normal while it lives: SVI meets the same ones each step
+_PRIOR_TERMS: dict[
+    int, tuple | None
+] = {}  # by id of a prior's Normal while it lives: SVI meets the same ones each step
 
 
 def _zero_mean_normal(p, event_shape) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -144,7 +150,9 @@ class DropoutGuide(LocalParamModule):
         super().__init__()
         p, masks = default_options(model.likelihood.task, p, masks)
         if masks not in ("step", "example"):
-            raise BnnZooError(f"unknown dropout masks {masks!r}; choose step (one per draw) or example (one per data point)")
+            raise BnnZooError(
+                f"unknown dropout masks {masks!r}; choose step (one per draw) or example (one per data point)"
+            )
         self.masks = masks
         self.weights = [k for k, v in model.params.items() if v.dim() >= 2]
         self.biases = [k for k, v in model.params.items() if v.dim() < 2]
@@ -160,7 +168,9 @@ class DropoutGuide(LocalParamModule):
             try:
                 kl_divergence(DropoutMixture(init_values[name], self.p[name]), model.site_prior(name))
             except NotImplementedError:
-                raise BnnZooError(f"the dropout guide needs a zero-mean Normal prior on every weight, got {model.prior!r}") from None
+                raise BnnZooError(
+                    f"the dropout guide needs a zero-mean Normal prior on every weight, got {model.prior!r}"
+                ) from None
         self.rest = MeanField(model, init_values, sites=[k for k in model.latent_shapes() if k not in model.params])
         self._sites_key = None  # what the cached site distributions were built from (site_distributions)
 
@@ -177,7 +187,9 @@ class DropoutGuide(LocalParamModule):
         return self._sites | self.rest.site_distributions()
 
     def _apply(self, fn, *args, **kwargs):
-        self._sites_key = None  # .to() moves the locs in place (same ids), but a cached point mass keeps its own log-density tensor
+        self._sites_key = (
+            None  # .to() moves the locs in place (same ids), but a cached point mass keeps its own log-density tensor
+        )
         return super()._apply(fn, *args, **kwargs)
 
     def _build_sites(self, locs: list[torch.Tensor]) -> dict[str, tuple[dist.Distribution, dict]]:
@@ -185,7 +197,10 @@ class DropoutGuide(LocalParamModule):
         for name, m in zip(self.order, locs):  # the model's order, which Pyro's mean-field check expects
             if name in self.p:
                 per_example = self.masks == "example" and self.training and self.p[name] > 0
-                sites[name] = (DropoutMixture(m, self.p[name]), {"local_noise": InputDropout(m, 1 - self.p[name])} if per_example else {})
+                sites[name] = (
+                    DropoutMixture(m, self.p[name]),
+                    {"local_noise": InputDropout(m, 1 - self.p[name])} if per_example else {},
+                )
             else:
                 sites[name] = (dist.Delta(m, event_dim=m.dim()), {})
         return sites
@@ -206,7 +221,9 @@ def _per_layer(p, count: int) -> list[float]:
         p = [float(v) for v in p.split(",") if v.strip()]
     ps = [float(p)] * count if isinstance(p, (int, float)) else [float(v) for v in p]
     if len(ps) != count:
-        raise BnnZooError(f"dropout p has {len(ps)} values but {count} weight matrices take dropout; give one or {count}")
+        raise BnnZooError(
+            f"dropout p has {len(ps)} values but {count} weight matrices take dropout; give one or {count}"
+        )
     if not all(0 <= v < 1 for v in ps):
         raise BnnZooError(f"dropout probabilities must lie in [0, 1), got {ps}")
     return ps
@@ -241,10 +258,14 @@ def default_options(task: str, p=None, masks: str | None = None) -> tuple:
     dropout noise swamps a 50-unit regression network (docs/guide/defaults.md). Classification and
     language models: p = 0.1, one mask per draw."""
     regression = task == "regression"
-    return (0.01 if regression else 0.1) if p is None else p, ("example" if regression else "step") if masks is None else masks
+    return (0.01 if regression else 0.1) if p is None else p, (
+        "example" if regression else "step"
+    ) if masks is None else masks
 
 
-@register("dropout", "Gal's dropout mixture (MC dropout as VI); p (drop probability, one or per layer), masks=step|example")
+@register(
+    "dropout", "Gal's dropout mixture (MC dropout as VI); p (drop probability, one or per layer), masks=step|example"
+)
 def dropout(model, init_values, p: float | list[float] | None = None, masks: Literal["step", "example"] | None = None):
     """Gal's dropout mixture (MC dropout as variational inference), its means started at ``init_values``.
 

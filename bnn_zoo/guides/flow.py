@@ -20,7 +20,13 @@ import pyro.distributions as dist
 import pyro.poutine as poutine
 import torch
 from pyro.distributions import constraints
-from pyro.distributions.transforms import AffineTransform, ComposeTransform, Permute, affine_autoregressive, spline_coupling
+from pyro.distributions.transforms import (
+    AffineTransform,
+    ComposeTransform,
+    Permute,
+    affine_autoregressive,
+    spline_coupling,
+)
 from pyro.infer.autoguide import AutoContinuous
 from pyro.infer.autoguide.initialization import init_to_value
 from pyro.nn import PyroParam
@@ -77,7 +83,8 @@ class Flow(LocalParamModule, AutoContinuous):
             # A random (seeded) permutation between layers: with a fixed reversal, coupling layers on 4
             # weights always keep weights 1 and 2 on the same side and never model their correlation.
             layers.append(Permute(torch.randperm(d).to(loc.device), cache_size=1))
-        self.flows = nn.ModuleList(t for t in layers if isinstance(t, nn.Module)).to(loc.device)  # in place: _layers holds the same modules
+        # in place: _layers holds the same modules
+        self.flows = nn.ModuleList(t for t in layers if isinstance(t, nn.Module)).to(loc.device)
         self._layers = layers
         self.loc = PyroParam(loc)
         self.scale = PyroParam(torch.full((d,), init_scale, device=loc.device), constraints.softplus_positive)
@@ -87,7 +94,9 @@ class Flow(LocalParamModule, AutoContinuous):
         Transforms, not modules, so ``posterior.to("cpu")`` after a CUDA fit left them on the GPU."""
         super()._apply(fn, *args, **kwargs)
         if hasattr(self, "_layers"):
-            self._layers = [Permute(fn(t.permutation), cache_size=1) if isinstance(t, Permute) else t for t in self._layers]
+            self._layers = [
+                Permute(fn(t.permutation), cache_size=1) if isinstance(t, Permute) else t for t in self._layers
+            ]
         return self
 
     def get_base_dist(self):
@@ -106,8 +115,15 @@ class LayerFlows(LocalParamModule):
     def __init__(self, model, init_values, init_scale=1e-2, **flow_options):
         super().__init__()
         names = [k for k, p in model.params.items() if p.dim() >= 2]
-        self.flows = nn.ModuleList(Flow(poutine.block(model, expose=[k]), init_values, init_scale=init_scale, name=f"Flow[{k}]", **flow_options) for k in names)
-        self.rest = MeanField(model, init_values, init_scale, sites=[k for k in model.latent_shapes() if k not in names])
+        self.flows = nn.ModuleList(
+            Flow(
+                poutine.block(model, expose=[k]), init_values, init_scale=init_scale, name=f"Flow[{k}]", **flow_options
+            )
+            for k in names
+        )
+        self.rest = MeanField(
+            model, init_values, init_scale, sites=[k for k in model.latent_shapes() if k not in names]
+        )
 
     def forward(self, *args, **kwargs):
         values = {}
@@ -117,7 +133,11 @@ class LayerFlows(LocalParamModule):
         return values
 
 
-@register("flow", "normalizing flow: transform=auto|affine|spline, num_flows=2, scope=joint (all weights) | layer (one flow per matrix)")
+@register(
+    "flow",
+    "normalizing flow: transform=auto|affine|spline, num_flows=2, scope=joint (all weights) | layer (one flow per "
+    "matrix)",
+)
 def flow(
     model,
     init_values,
@@ -141,10 +161,15 @@ def flow(
     hidden = (
         None
         if hidden is None
-        else [positive("the flow guide's hidden widths", h, integer=True) for h in (hidden if isinstance(hidden, list | tuple) else [hidden] * 2)]
+        else [
+            positive("the flow guide's hidden widths", h, integer=True)
+            for h in (hidden if isinstance(hidden, list | tuple) else [hidden] * 2)
+        ]
     )
     if scope == "joint":
         return Flow(model, init_values, transform, num_flows, init_scale, hidden)
     if scope == "layer":
-        return LayerFlows(model, init_values, init_scale=init_scale, transform=transform, num_flows=num_flows, hidden=hidden)
+        return LayerFlows(
+            model, init_values, init_scale=init_scale, transform=transform, num_flows=num_flows, hidden=hidden
+        )
     raise BnnZooError(f"unknown flow scope {scope!r}; choose joint or layer")

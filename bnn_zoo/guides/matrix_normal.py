@@ -91,7 +91,9 @@ class MatrixNormal(TorchDistribution):
 
     def rsample(self, sample_shape=()):
         shape = torch.Size(sample_shape) + self.batch_shape
-        z = torch.randn(shape + (self.row_factor.shape[-1], self.col_factor.shape[-1]), dtype=self.loc.dtype, device=self.loc.device)
+        z = torch.randn(
+            shape + (self.row_factor.shape[-1], self.col_factor.shape[-1]), dtype=self.loc.dtype, device=self.loc.device
+        )
         spread = self.row_factor @ z @ self.col_factor.transpose(-1, -2)
         w = (self.loc + (spread if self.scale is None else self.scale * spread)).reshape(shape + self.event_shape)
         self._draw = (w, z)
@@ -103,16 +105,24 @@ class MatrixNormal(TorchDistribution):
         beside M (W - M cancels), and SVI learns to exploit the garbage density (its loss ran to -1e27
         on an LSTM)."""
         chol_u, chol_v = _cholesky(self.row_factor), _cholesky(self.col_factor)
-        if self._draw is not None and value is self._draw[0] and chol_u is self.row_factor and chol_v is self.col_factor:
+        if (
+            self._draw is not None
+            and value is self._draw[0]
+            and chol_u is self.row_factor
+            and chol_v is self.col_factor
+        ):
             squares = self._draw[1].pow(2).sum((-1, -2))
         else:
             d = value.reshape(value.shape[: value.dim() - len(self.event_shape)] + (self.n, self.m)) - self.loc
             d = d if self.scale is None else d / self.scale
             x = torch.linalg.solve_triangular(chol_u, d, upper=False)  # L_U^-1 D
-            squares = torch.linalg.solve_triangular(chol_v, x.transpose(-1, -2), upper=False).pow(2).sum((-1, -2))  # L_V^-1 (L_U^-1 D)^T
+            # L_V^-1 (L_U^-1 D)^T
+            squares = torch.linalg.solve_triangular(chol_v, x.transpose(-1, -2), upper=False).pow(2).sum((-1, -2))
         logdet_u, logdet_v = _logdet(chol_u), _logdet(chol_v)
         n, m = self.n, self.m
-        return -0.5 * (n * m * math.log(2 * math.pi) + m * logdet_u + n * logdet_v + _logdet_scale(self.scale) + squares)
+        return -0.5 * (
+            n * m * math.log(2 * math.pi) + m * logdet_u + n * logdet_v + _logdet_scale(self.scale) + squares
+        )
 
 
 def _cholesky(factor: torch.Tensor) -> torch.Tensor:
@@ -158,7 +168,8 @@ class _Factor(LocalParamModule):
         else:
             self.diag = PyroParam(torch.full((size,), variance, device=device), constraints.softplus_positive)
             # P starts small and random: at P = 0 the gradient of P P^T with respect to P vanishes
-            self.low_rank = PyroParam(1e-3 * torch.randn(size, rank).to(device))  # the CPU stream: a seed gives one guide anywhere
+            # the CPU stream: a seed gives one guide anywhere
+            self.low_rank = PyroParam(1e-3 * torch.randn(size, rank).to(device))
 
     def forward(self):
         factor = self.tril if self.rank is None else torch.cat([torch.diag_embed(self.diag.sqrt()), self.low_rank], -1)
@@ -172,7 +183,15 @@ class MatrixNormalGuide(LocalParamModule):
     at sqrt(init_scale) I. With ``scales`` U and V are correlation matrices, so the variance is S_ij^2
     alone, and the guide starts where mean-field does: S at init_scale, U = V = I."""
 
-    def __init__(self, model, init_values, init_scale: float = 1e-2, rank: int | None = None, local_reparam: bool = False, scales: bool = False):
+    def __init__(
+        self,
+        model,
+        init_values,
+        init_scale: float = 1e-2,
+        rank: int | None = None,
+        local_reparam: bool = False,
+        scales: bool = False,
+    ):
         super().__init__()
         self.local_reparam = local_reparam
         self.shapes = {k: p.shape for k, p in model.params.items() if p.dim() >= 2}
@@ -186,20 +205,37 @@ class MatrixNormalGuide(LocalParamModule):
             setattr(self.rows, key, _Factor(n, 1.0 if scales else init_scale, rank, model.device, unit_rows=scales))
             setattr(self.cols, key, _Factor(m, 1.0 if scales else init_scale, rank, model.device, unit_rows=scales))
             if scales:
-                setattr(self.scales, key, PyroParam(torch.full((n, m), init_scale, device=model.device), constraints.softplus_positive))
-        self.rest = MeanField(model, init_values, init_scale, sites=[k for k in model.latent_shapes() if k not in self.shapes], local_reparam=local_reparam)
+                setattr(
+                    self.scales,
+                    key,
+                    PyroParam(torch.full((n, m), init_scale, device=model.device), constraints.softplus_positive),
+                )
+        self.rest = MeanField(
+            model,
+            init_values,
+            init_scale,
+            sites=[k for k in model.latent_shapes() if k not in self.shapes],
+            local_reparam=local_reparam,
+        )
 
     def distribution(self, name: str) -> MatrixNormal:
         key = name.replace(".", "__")
         scale = None if self.scales is None else getattr(self.scales, key)
-        return MatrixNormal(getattr(self.locs, key), getattr(self.rows, key)(), getattr(self.cols, key)(), self.shapes[name], scale)
+        return MatrixNormal(
+            getattr(self.locs, key), getattr(self.rows, key)(), getattr(self.cols, key)(), self.shapes[name], scale
+        )
 
     def site_distributions(self) -> dict[str, tuple[dist.Distribution, dict]]:
         sites = {}
         for name in self.shapes:
             q = self.distribution(name)
             local = self.local_reparam and self.training
-            sites[name] = (q, {"local_noise": MatrixNormalWeights(q.loc.reshape(q.event_shape), q.row_factor, q.col_factor)} if local else {})
+            sites[name] = (
+                q,
+                {"local_noise": MatrixNormalWeights(q.loc.reshape(q.event_shape), q.row_factor, q.col_factor)}
+                if local
+                else {},
+            )
         return sites | self.rest.site_distributions()
 
     def forward(self, *args, **kwargs):
@@ -216,10 +252,18 @@ def default_scales(net) -> bool:
 
 @register(
     "matrix-normal",
-    "matrix-normal MN(M, U, V) per weight matrix (full Cholesky; rank=k for low-rank + diagonal); scales=true adds a per-weight scale; "
+    "matrix-normal MN(M, U, V) per weight matrix (full Cholesky; rank=k for low-rank + diagonal); scales=true adds a "
+    "per-weight scale; "
     "local_reparam=true|false (dense layers)",
 )
-def matrix_normal(model, init_values, init_scale: float = 1e-2, rank: int | None = None, local_reparam: bool = False, scales: bool | None = None):
+def matrix_normal(
+    model,
+    init_values,
+    init_scale: float = 1e-2,
+    rank: int | None = None,
+    local_reparam: bool = False,
+    scales: bool | None = None,
+):
     """A matrix normal MN(M, U, V) per weight matrix (Louizos & Welling 2016), mean-field elsewhere.
 
     Args:
@@ -231,10 +275,17 @@ def matrix_normal(model, init_values, init_scale: float = 1e-2, rank: int | None
     """
     scales = default_scales(model.net) if scales is None else scales
     init_scale = positive("the matrix-normal guide's init_scale", init_scale)
-    rank = None if rank is None else positive("the matrix-normal guide's rank (None: full Cholesky factors)", rank, integer=True)
+    rank = (
+        None
+        if rank is None
+        else positive("the matrix-normal guide's rank (None: full Cholesky factors)", rank, integer=True)
+    )
     local_reparam, scales = flag(local_reparam), flag(scales)
     if local_reparam and scales:
         raise BnnZooError(
-            "the matrix-normal guide's local_reparam needs Kronecker-factored outputs, which per-weight scales break; set scales=false or local_reparam=false"
+            "the matrix-normal guide's local_reparam needs Kronecker-factored outputs, which per-weight scales break; "
+            "set scales=false or local_reparam=false"
         )
-    return MatrixNormalGuide(model, init_values, init_scale=init_scale, rank=rank, local_reparam=local_reparam, scales=scales)
+    return MatrixNormalGuide(
+        model, init_values, init_scale=init_scale, rank=rank, local_reparam=local_reparam, scales=scales
+    )

@@ -32,7 +32,15 @@ from bnn_zoo.variational import LocalParamModule, sample_sites
 class MeanField(LocalParamModule):
     """Diagonal Gaussian over ``sites`` (default: every latent site of ``model``)."""
 
-    def __init__(self, model, init_values, init_scale: float = 1e-2, sites=None, parametrization: str = "softplus", local_reparam: bool = False):
+    def __init__(
+        self,
+        model,
+        init_values,
+        init_scale: float = 1e-2,
+        sites=None,
+        parametrization: str = "softplus",
+        local_reparam: bool = False,
+    ):
         super().__init__()
         if parametrization not in ("softplus", "log"):
             raise BnnZooError(f"unknown scale parametrization {parametrization!r}; choose softplus or log")
@@ -45,11 +53,15 @@ class MeanField(LocalParamModule):
         self.locs, self.scales = LocalParamModule(), LocalParamModule()
         for name in self.sites:
             key = name.replace(".", "__")
-            init = torch.as_tensor(init_values[name], dtype=torch.get_default_dtype(), device=model.device).reshape(shapes[name])
+            init = torch.as_tensor(init_values[name], dtype=torch.get_default_dtype(), device=model.device).reshape(
+                shapes[name]
+            )
             if name in self.transforms:
                 init = self.transforms[name].inv(init)
             setattr(self.locs, key, PyroParam(init.detach().clone()))
-            setattr(self.scales, key, PyroParam(torch.full(shapes[name], float(init_scale), device=model.device), positive))
+            setattr(
+                self.scales, key, PyroParam(torch.full(shapes[name], float(init_scale), device=model.device), positive)
+            )
 
     def loc_and_scale(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
         """Variational mean and standard deviation of site ``name`` (unconstrained space)."""
@@ -63,7 +75,10 @@ class MeanField(LocalParamModule):
             q = dist.Normal(loc, scale).to_event(loc.dim())
             if name in self.transforms:
                 q = dist.TransformedDistribution(q, self.transforms[name])
-            sites[name] = (q, {"local_noise": GaussianWeights(loc, scale)} if name in self.local and self.training else {})
+            sites[name] = (
+                q,
+                {"local_noise": GaussianWeights(loc, scale)} if name in self.local and self.training else {},
+            )
         return sites
 
     def forward(self, *args, **kwargs):
@@ -71,17 +86,33 @@ class MeanField(LocalParamModule):
 
     def mean(self) -> dict[str, torch.Tensor]:
         """E_q[w] for weights; for a constrained site (noise scale) the transformed mean, i.e. its median."""
-        return {k: self.transforms[k](self.loc_and_scale(k)[0]) if k in self.transforms else self.loc_and_scale(k)[0] for k in self.sites}
+        return {
+            k: self.transforms[k](self.loc_and_scale(k)[0]) if k in self.transforms else self.loc_and_scale(k)[0]
+            for k in self.sites
+        }
 
 
-@register("mean-field", "diagonal Gaussian over every weight (Bayes by Backprop); init_scale, parametrization=softplus|log, local_reparam=true|false")
-def mean_field(model, init_values, init_scale: float = 1e-2, parametrization: Literal["softplus", "log"] = "softplus", local_reparam: bool = False):
+@register(
+    "mean-field",
+    "diagonal Gaussian over every weight (Bayes by Backprop); init_scale, parametrization=softplus|log, "
+    "local_reparam=true|false",
+)
+def mean_field(
+    model,
+    init_values,
+    init_scale: float = 1e-2,
+    parametrization: Literal["softplus", "log"] = "softplus",
+    local_reparam: bool = False,
+):
     """A diagonal Gaussian over every weight (Blundell et al. 2015), started at ``init_values``.
 
     Args:
         init_scale: every weight's starting sd.
         parametrization: sd = softplus(rho) or exp(rho).
-        local_reparam: sample pre-activations instead of weights in training (Kingma et al. 2015; dense and conv layers).
+        local_reparam: sample pre-activations instead of weights in training (Kingma et al. 2015; dense and conv
+            layers).
     """
     init_scale = positive("the mean-field guide's init_scale (the starting sd of every weight)", init_scale)
-    return MeanField(model, init_values, init_scale=init_scale, parametrization=parametrization, local_reparam=flag(local_reparam))
+    return MeanField(
+        model, init_values, init_scale=init_scale, parametrization=parametrization, local_reparam=flag(local_reparam)
+    )

@@ -64,7 +64,8 @@ def check_options(guide, options: dict) -> None:
     """Options go to guides bnn-zoo builds; a guide instance or function was configured when it was made."""
     if options and source(guide) == "user":
         raise BnnZooError(
-            "guide_options apply to a guide built by bnn-zoo (a registered name or an AutoGuide class); configure a guide instance when you create it"
+            "guide_options apply to a guide built by bnn-zoo (a registered name or an AutoGuide class); configure a "
+            "guide instance when you create it"
         )
 
 

@@ -1,4 +1,5 @@
-"""One entry point for inference: ``fit(model, x, y, method)`` with method SVI, NUTS, HMC, ChEES, Laplace or SGMCMC (a BNN), or
+"""One entry point for inference: ``fit(model, x, y, method)`` with method SVI, NUTS, HMC, ChEES, Laplace or SGMCMC (a
+BNN), or
 ``bnn_zoo.TypeII`` (a ``bnn_zoo.GP``)."""
 
 from collections.abc import Sequence
@@ -24,17 +25,23 @@ METHODS = {"svi": SVI, "nuts": NUTS, "hmc": HMC, "chees": ChEES, "laplace": Lapl
 
 
 def fit(
-    model: BNN | GP, x: ArrayLike, y: ArrayLike, method: SVI | NUTS | HMC | ChEES | Laplace | SGMCMC | TypeII, device: str | torch.device | None = None
+    model: BNN | GP,
+    x: ArrayLike,
+    y: ArrayLike,
+    method: SVI | NUTS | HMC | ChEES | Laplace | SGMCMC | TypeII,
+    device: str | torch.device | None = None,
 ) -> Posterior | GPPosterior:
     """Fit ``model`` to (x, y) with ``method``.
 
     Inputs are validated first (shapes, NaN/inf, labels), so bad data fails before any training.
 
     Args:
-        model: a :class:`bnn_zoo.BNN`, fitted by SVI, NUTS, HMC, ChEES, Laplace or SGMCMC; or a :class:`bnn_zoo.GP`, fitted by TypeII.
+        model: a :class:`bnn_zoo.BNN`, fitted by SVI, NUTS, HMC, ChEES, Laplace or SGMCMC; or a :class:`bnn_zoo.GP`,
+            fitted by TypeII.
         x: inputs, (N, features): a tensor, array or nested list.
         y: targets, (N,) or (N, outputs) for regression, class labels (N,) for classifiers.
-        method: ``bnn_zoo.SVI(...)``, ``bnn_zoo.NUTS(...)``, ``bnn_zoo.HMC(...)``, ``bnn_zoo.ChEES(...)``, ``bnn_zoo.Laplace(...)``, ``bnn_zoo.SGMCMC(...)`` or
+        method: ``bnn_zoo.SVI(...)``, ``bnn_zoo.NUTS(...)``, ``bnn_zoo.HMC(...)``, ``bnn_zoo.ChEES(...)``,
+            ``bnn_zoo.Laplace(...)``, ``bnn_zoo.SGMCMC(...)`` or
             ``bnn_zoo.TypeII(...)``.
         device: where to fit a BNN: ``"cpu"`` (default: where the model is) or ``"cuda"``; the model is
             copied there with its data, and the posterior lives there.
@@ -43,13 +50,20 @@ def fit(
         A :class:`bnn_zoo.Posterior` (a GP: a ``GPPosterior`` with the same interface).
     """
     if isinstance(method, type):
-        raise BnnZooError(f"method is the class {method.__name__}; pass an instance, e.g. bnn_zoo.{method.__name__}() with its settings")
+        raise BnnZooError(
+            f"method is the class {method.__name__}; pass an instance, e.g. bnn_zoo.{method.__name__}() with its "
+            "settings"
+        )
     if not hasattr(method, "run"):
-        raise BnnZooError(f"method must be bnn_zoo.SVI(...), NUTS, HMC, ChEES, Laplace, SGMCMC or TypeII (a GP), got {method!r}")
+        raise BnnZooError(
+            f"method must be bnn_zoo.SVI(...), NUTS, HMC, ChEES, Laplace, SGMCMC or TypeII (a GP), got {method!r}"
+        )
     if not isinstance(model, (BNN, GP)):
         raise BnnZooError(f"model must be a bnn_zoo.BNN or a bnn_zoo.GP, got {type(model).__name__}")
     if isinstance(model, GP) != isinstance(method, TypeII):
-        raise BnnZooError("a bnn_zoo.GP is fitted by bnn_zoo.TypeII(...), and a BNN by SVI, NUTS, HMC, ChEES, Laplace or SGMCMC")
+        raise BnnZooError(
+            "a bnn_zoo.GP is fitted by bnn_zoo.TypeII(...), and a BNN by SVI, NUTS, HMC, ChEES, Laplace or SGMCMC"
+        )
     check_seed(getattr(method, "seed", 0))
     x, y = check_data(model, x, y)
     if device is not None:

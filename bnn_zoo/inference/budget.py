@@ -26,7 +26,9 @@ import time
 from bnn_zoo.errors import BnnZooError
 
 GRACE_S = 60.0
-SETTLED_SPEEDUP = 10.0  # how much cheaper an iteration after `settle` may be (measured: 6.9x ChEES on the CNN, 8x HMC on the MLP)
+SETTLED_SPEEDUP = (
+    10.0  # how much cheaper an iteration after `settle` may be (measured: 6.9x ChEES on the CNN, 8x HMC on the MLP)
+)
 
 
 class TimeLimitExceeded(BnnZooError):
@@ -67,13 +69,21 @@ class TimeLimit:
             pace = (now - self._settled) / (done - max(self.settle, 0))
             projected = (elapsed + pace * (self.total - done)) * self.rounds
             how = f"about {projected / 3600:.1f} hours at its pace so far"
-        else:  # still adapting, or settled too recently to tell: a lower bound, the rest up to SETTLED_SPEEDUP times cheaper
+        else:  # still adapting or just settled: a lower bound, the rest up to SETTLED_SPEEDUP times cheaper
             pace = elapsed / min(done, self.settle)
-            projected = (elapsed + pace * max(self.settle - done, 0) + pace / SETTLED_SPEEDUP * (self.total - max(done, self.settle))) * self.rounds
-            how = f"at least {projected / 3600:.1f} hours, even if its iterations after iteration {self.settle} ran {SETTLED_SPEEDUP:g}x faster than so far"
+            projected = (
+                elapsed
+                + pace * max(self.settle - done, 0)
+                + pace / SETTLED_SPEEDUP * (self.total - max(done, self.settle))
+            ) * self.rounds
+            how = (
+                f"at least {projected / 3600:.1f} hours, even if its iterations after iteration {self.settle} ran "
+                f"{SETTLED_SPEEDUP:g}x faster than so far"
+            )
         if projected > 3600 * self.max_hours:
             raise TimeLimitExceeded(
                 f"{self.method} would take {how} ({done} of {self.total} iterations in "
-                f"{elapsed:.0f} s{f', {self.rounds} rounds of chains' if self.rounds > 1 else ''}), more than max_hours={self.max_hours:g}; "
+                f"{elapsed:.0f} s{f', {self.rounds} rounds of chains' if self.rounds > 1 else ''}), more than "
+                f"max_hours={self.max_hours:g}; "
                 "fit it by minibatch MCMC (sghmc) or SVI, give fewer warm-up and kept draws, or raise max_hours"
             )

@@ -109,7 +109,13 @@ class ChEES:
 
     def __post_init__(self):
         check_field_types(self)
-        for name, least in (("num_warmup", 0), ("num_samples", 1), ("num_chains", 2), ("max_leapfrog", 1), ("checkpoint_every", 1)):
+        for name, least in (
+            ("num_warmup", 0),
+            ("num_samples", 1),
+            ("num_chains", 2),
+            ("max_leapfrog", 1),
+            ("checkpoint_every", 1),
+        ):
             value = getattr(self, name)
             if not (value is None or (isinstance(value, int) and value >= least)):
                 raise BnnZooError(f"ChEES {name} must be an integer >= {least}, got {value!r}")
@@ -125,13 +131,20 @@ class ChEES:
         check_init(self.init)
         xla.check_backend("ChEES", self.backend)
         if self.backend == "jax" and self.mass_matrix == "within":
-            raise BnnZooError("ChEES mass_matrix='within' exists only with backend='torch'; BlackJAX pools the mass matrix over chains")
+            raise BnnZooError(
+                "ChEES mass_matrix='within' exists only with backend='torch'; BlackJAX pools the mass matrix over "
+                "chains"
+            )
 
     def settings(self) -> dict:
         skip = ("init", "progress", "checkpoint", "checkpoint_every", "max_hours")
         out = {"method": self.name, **{f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}}
         out["mass_windows"] = list(self.mass_windows)
-        out["init"] = "posterior" if isinstance(self.init, Posterior) else ("values" if isinstance(self.init, dict) else str(self.init))
+        out["init"] = (
+            "posterior"
+            if isinstance(self.init, Posterior)
+            else ("values" if isinstance(self.init, dict) else str(self.init))
+        )
         return out
 
     def resolved(self, model: BNN, n: int) -> ChEES:
@@ -154,7 +167,16 @@ class ChEES:
         if jax_target is not None:
             samples, sample_stats, info = xla.run_chees(jax_target, jax_target.start(starts), self)
             settings = self.settings() | {"backend": "jax"}
-            return Posterior(model, x, y, samples, settings, sample_stats=sample_stats, runtime_s=time.perf_counter() - start, info=info)
+            return Posterior(
+                model,
+                x,
+                y,
+                samples,
+                settings,
+                sample_stats=sample_stats,
+                runtime_s=time.perf_counter() - start,
+                info=info,
+            )
         target = _Target(LogPosterior(model, x.shape[0]), x, y, model.latent_shapes(), compile=self.compile)
         q = target.flatten(target.log_posterior.initial(starts))
         sampler = _Sampler(target, q, self, generator)
@@ -168,7 +190,8 @@ class ChEES:
         # the pace before the first mass-matrix window (unwhitened, tiny steps) overstates the rest's
         limit = TimeLimit("ChEES", self.max_hours, total - first, settle=max(sampler.next_mass_update - first, 0))
         for i in bar:
-            snapshot = sampler.state() if self.checkpoint is not None else None  # what Ctrl-C saves: the iteration restarts
+            # what Ctrl-C saves: the iteration restarts
+            snapshot = sampler.state() if self.checkpoint is not None else None
             try:
                 limit.check(i - first)
                 if i < self.num_warmup:
@@ -183,7 +206,10 @@ class ChEES:
                     kept = i - self.num_warmup  # the draws of finished iterations only
                     _save(self.checkpoint, identity, i, snapshot, draws[: max(kept, 0)], stats[: max(kept, 0)])
                     if isinstance(stop, KeyboardInterrupt):
-                        print(f"interrupted: checkpoint at iteration {i} of {total} saved to {self.checkpoint}; run again to resume")
+                        print(
+                            f"interrupted: checkpoint at iteration {i} of {total} saved to {self.checkpoint}; run "
+                            "again to resume"
+                        )
                     else:
                         saved = f"checkpoint at iteration {i} of {total} saved to {self.checkpoint}"
                         stop.args = (f"{stop} ({saved}: the same fit resumes it; bnn-zoo fit: add --resume)",)
@@ -197,7 +223,9 @@ class ChEES:
         sample_stats = {k: torch.stack([s[k] for s in stats], dim=1) for k in stats[0]}
         info = {"trajectory_length": sampler.trajectory, "step_size": sampler.step_size}
         settings = self.settings() | {"backend": "torch"}
-        return Posterior(model, x, y, samples, settings, sample_stats=sample_stats, runtime_s=time.perf_counter() - start, info=info)
+        return Posterior(
+            model, x, y, samples, settings, sample_stats=sample_stats, runtime_s=time.perf_counter() - start, info=info
+        )
 
     def _jax_target(self, model: BNN, x, y, starts: dict):
         """The JAX backend's target when this run uses it (None: the torch sampler runs)."""
@@ -244,7 +272,8 @@ class _Target:
                 logp = self._compiled(q)
             except torch._dynamo.exc.BackendCompilerFailed as exc:
                 raise BnnZooError(
-                    f"torch.compile could not compile this network's potential ({type(exc.inner_exception).__name__}); run ChEES with compile=False"
+                    f"torch.compile could not compile this network's potential ({type(exc.inner_exception).__name__}); "
+                    "run ChEES with compile=False"
                 ) from None
             (grad,) = torch.autograd.grad(logp.sum(), q)
         return logp.detach(), grad
@@ -259,7 +288,10 @@ class _Sampler:
         self.logp, self.grad = target(q)
         if not torch.isfinite(self.logp).all():
             bad = torch.nonzero(~torch.isfinite(self.logp)).flatten().tolist()
-            raise BnnZooError(f"the log posterior is not finite at the initial values of chains {bad}; give init='prior' or a Posterior")
+            raise BnnZooError(
+                f"the log posterior is not finite at the initial values of chains {bad}; give init='prior' or a "
+                "Posterior"
+            )
         self.inv_mass = torch.ones_like(q[0])
         self.step_size = self._initial_step_size()
         self.trajectory = self.step_size
@@ -288,7 +320,9 @@ class _Sampler:
             "inv_mass": self.inv_mass,
             "scalars": {k: getattr(self, k) for k in self._SCALARS},
             "windows": [list(w) for w in self._windows],
-            "pooled": None if self._pooled is None else [self._pooled[0], self._pooled[1].clone(), self._pooled[2].clone()],
+            "pooled": None
+            if self._pooled is None
+            else [self._pooled[0], self._pooled[1].clone(), self._pooled[2].clone()],
             "generator": self.generator.get_state(),
         }
 
@@ -334,7 +368,14 @@ class _Sampler:
         self.q = torch.where(accept[:, None], q1, self.q)
         self.logp = torch.where(accept, logp1, self.logp)
         self.grad = torch.where(accept[:, None], grad1, self.grad)
-        return {"start": start, "proposal": q1, "momentum": p1, "accept_prob": accept_prob, "diverging": diverging, "energy": energy}
+        return {
+            "start": start,
+            "proposal": q1,
+            "momentum": p1,
+            "accept_prob": accept_prob,
+            "diverging": diverging,
+            "energy": energy,
+        }
 
     def _jittered_steps(self, iteration: int) -> tuple[float, int]:
         length = _halton(iteration + 1) * self.trajectory
@@ -489,7 +530,9 @@ def _resume(path, identity: str, sampler: _Sampler) -> tuple[int, list, list]:
         stats = [dict(zip(columns, row)) for row in zip(*columns.values())]
         return int(saved["iteration"]), draws, stats
     except (KeyError, TypeError, RuntimeError) as exc:
-        raise BnnZooError(f"checkpoint {path} is not a ChEES checkpoint ({exc}); delete it or point ChEES(checkpoint=...) elsewhere") from None
+        raise BnnZooError(
+            f"checkpoint {path} is not a ChEES checkpoint ({exc}); delete it or point ChEES(checkpoint=...) elsewhere"
+        ) from None
 
 
 def _halton(index: int, base: int = 2) -> float:

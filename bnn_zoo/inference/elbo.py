@@ -56,7 +56,9 @@ class DirectELBO:
         self.priors = {name: model.site_prior(name) for name in model.params} | model.likelihood.latent_prior()
         self.closed_form: dict[str, bool] = {}  # per site: does torch have KL(q_s || p_s)? found on first use
 
-    def differentiable_loss(self, model: BNN, guide, x, y, batch_size: int | None = None, kl_weight: float = 1.0) -> torch.Tensor:
+    def differentiable_loss(
+        self, model: BNN, guide, x, y, batch_size: int | None = None, kl_weight: float = 1.0
+    ) -> torch.Tensor:
         """-ELBO for one draw of w (per particle) and one minibatch of ``batch_size`` rows (None: all)."""
         shape = torch.Size([self.num_particles]) if self.num_particles > 1 else torch.Size()
         # the NaN guard in SVI's loop catches what argument checks would (a NaN loss or gradient); only
@@ -65,17 +67,27 @@ class DirectELBO:
             values, noise, kl = {}, {}, 0.0
             for name, (q, infer) in guide.site_distributions().items():
                 local, closed = infer.get("local_noise"), self._closed_form_kl(name, q)
-                if local is not None and closed is not None:  # the layer runs at the centre with per-example noise: no draw needed
-                    noise[name], values[name] = local, local.centre.expand(shape + local.centre.shape) if shape else local.centre
+                if (
+                    local is not None and closed is not None
+                ):  # the layer runs at the centre with per-example noise: no draw needed
+                    noise[name], values[name] = (
+                        local,
+                        local.centre.expand(shape + local.centre.shape) if shape else local.centre,
+                    )
                     kl = kl + closed
                     continue
                 values[name] = q.rsample(shape)
                 if local is not None:
                     noise[name] = local
-                kl = kl + (closed if closed is not None else self._mean((q.log_prob(values[name]) - self.priors[name].log_prob(values[name])).sum()))
+                kl = kl + (
+                    closed
+                    if closed is not None
+                    else self._mean((q.log_prob(values[name]) - self.priors[name].log_prob(values[name])).sum())
+                )
             n = x.shape[0]
             if batch_size is not None and batch_size < n:
-                idx = torch.randperm(n, device=x.device)[:batch_size]  # without replacement, as Pyro's subsampling plate
+                # without replacement, as Pyro's subsampling plate
+                idx = torch.randperm(n, device=x.device)[:batch_size]
                 x, y = x[idx], y[idx]
             weights = {k: v for k, v in values.items() if k in model.params}
             latent = {k: v for k, v in values.items() if k not in model.params}

@@ -21,7 +21,9 @@ import torch
 ESTIMATORS = ("score", "pathwise", "characteristic")
 
 
-def estimator_samples(f, estimator: str, wrt: str, mu: float = 0.0, sigma: float = 1.0, num_samples: int = 10**6, seed: int = 0) -> torch.Tensor:
+def estimator_samples(
+    f, estimator: str, wrt: str, mu: float = 0.0, sigma: float = 1.0, num_samples: int = 10**6, seed: int = 0
+) -> torch.Tensor:
     """``num_samples`` independent single-sample estimates of d/d``wrt`` E[f(x)], x ~ N(mu, sigma^2) (float64)."""
     if estimator not in ESTIMATORS or wrt not in ("mu", "sigma"):
         raise ValueError(f"estimator must be one of {ESTIMATORS} and wrt 'mu' or 'sigma', got {estimator!r}, {wrt!r}")

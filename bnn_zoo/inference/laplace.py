@@ -93,12 +93,16 @@ class Laplace:
         if self.predictive not in ("glm", "nn"):
             raise BnnZooError(f"Laplace predictive is 'glm' (linearised at the MAP) or 'nn', got {self.predictive!r}")
         if self.subset not in SUBSETS or self.hessian not in HESSIANS:
-            raise BnnZooError(f"Laplace takes subset in {SUBSETS} and hessian in {HESSIANS}, got {self.subset!r}, {self.hessian!r}")
+            raise BnnZooError(
+                f"Laplace takes subset in {SUBSETS} and hessian in {HESSIANS}, got {self.subset!r}, {self.hessian!r}"
+            )
         for name in ("rounds", "map_steps", "num_draws"):
             if not (isinstance(getattr(self, name), int) and getattr(self, name) >= 1):
                 raise BnnZooError(f"Laplace {name} must be a positive integer, got {getattr(self, name)!r}")
         if self.batch_size is not None and self.batch_size < 1:
-            raise BnnZooError(f"Laplace batch_size must be a whole number >= 1 or None (full batch), got {self.batch_size!r}")
+            raise BnnZooError(
+                f"Laplace batch_size must be a whole number >= 1 or None (full batch), got {self.batch_size!r}"
+            )
         if not (self.prior_precision > 0 and math.isfinite(self.prior_precision) and self.lr > 0):
             raise BnnZooError(f"Laplace needs prior_precision > 0 and lr > 0, got {self.prior_precision}, {self.lr}")
 
@@ -112,17 +116,21 @@ class Laplace:
     def run(self, model: BNN, x: torch.Tensor, y: torch.Tensor) -> Posterior:
         start = time.perf_counter()
         if model.likelihood.task == "language-model":
-            raise BnnZooError("Laplace needs the likelihood's Hessian per output; a language model's (N, T, V) outputs are too large")
+            raise BnnZooError(
+                "Laplace needs the likelihood's Hessian per output; a language model's (N, T, V) outputs are too large"
+            )
         target = _subset_model(model, self.subset)
         names = list(target.params)
         precision = _prior_precision(target, names)
-        values = {k: v.double() for k, v in {**model.network_init(self.seed), **model.fixed}.items()}  # every site and point estimate
+        # every site and point estimate
+        values = {k: v.double() for k, v in {**model.network_init(self.seed), **model.fixed}.items()}
         scale, history = float(self.prior_precision), []
         xd, yd = x.double(), y.double() if torch.is_floating_point(y) else y  # the MAP and the curvature in float64
         # A learned Gaussian noise is a hyperparameter here, fitted by type-II ML with the prior precision
         # (MacKay's evidence framework, his alpha and beta): at its MAP alone, 20 points drive it to 0.
         noise = Gaussian.site if isinstance(model.likelihood, Gaussian) and model.likelihood.scale is None else None
-        _curvature(target, values, xd[:2], yd[:2], names, self.hessian)  # a network it cannot take fails now, not after the MAP
+        # a network it cannot take fails now, not after the MAP
+        _curvature(target, values, xd[:2], yd[:2], names, self.hessian)
         with torch.random.fork_rng(device_type="cuda"):
             torch.manual_seed(self.seed)
             previous, best = None, None  # (log scale, evidence gradient) of the last round; the best round
@@ -132,7 +140,9 @@ class Laplace:
                 # Post-hoc type II at this MAP (laplace-torch's optimize_prior_precision): never below the start.
                 posthoc = scale
                 if noise:
-                    posthoc, sigma = curvature.fit_scale_and_noise(values, precision, scale, target, xd, yd, self.optimize_prior)
+                    posthoc, sigma = curvature.fit_scale_and_noise(
+                        values, precision, scale, target, xd, yd, self.optimize_prior
+                    )
                     values = {**values, noise: torch.tensor(sigma, dtype=torch.float64, device=xd.device)}
                     curvature = _curvature(target, values, xd, yd, names, self.hessian)  # the GGN at the new noise
                 elif self.optimize_prior:
@@ -154,7 +164,11 @@ class Laplace:
                 log_c, grad = math.log(scale), curvature.scale_gradient(values, precision, scale)
                 if abs(grad) < 1e-9:
                     break
-                step = None if previous is None or grad == previous[1] else -grad * (log_c - previous[0]) / (grad - previous[1])
+                step = (
+                    None
+                    if previous is None or grad == previous[1]
+                    else -grad * (log_c - previous[0]) / (grad - previous[1])
+                )
                 scale = posthoc if step is None else math.exp(log_c + max(-2.0, min(2.0, step)))
                 previous = (log_c, grad)
             evidence, values, curvature, scale, log_lik = best
@@ -173,7 +187,9 @@ class Laplace:
             **({"noise_scale": float(values[noise])} if noise else {}),
             "num_weights": sum(theta[k].numel() for k in names),
         }
-        post = LaplacePosterior(fitted, x, y, samples, self.settings(), sample_stats={}, runtime_s=time.perf_counter() - start, info=info)
+        post = LaplacePosterior(
+            fitted, x, y, samples, self.settings(), sample_stats={}, runtime_s=time.perf_counter() - start, info=info
+        )
         post.map = {k: theta[k].to(x.dtype) for k in names}
         return post
 
@@ -231,12 +247,17 @@ def _prior_precision(model: BNN, names: list[str]) -> dict[str, torch.Tensor]:
         d = model.site_prior(name)
         base = d.base_dist if isinstance(d, Independent) else d
         if not (isinstance(base, Normal) and torch.all(base.loc == 0)):
-            raise BnnZooError(f"Laplace needs a zero-mean Normal prior on every weight it covers; {name} has {model.prior!r}: use --prior fanin or normal")
+            raise BnnZooError(
+                f"Laplace needs a zero-mean Normal prior on every weight it covers; {name} has {model.prior!r}: use "
+                "--prior fanin or normal"
+            )
         out[name] = (1.0 / base.scale**2).expand(model.params[name].shape).double()
     return out
 
 
-def _log_likelihood(model: BNN, values: dict, x: torch.Tensor, y: torch.Tensor, scale_to: int | None = None) -> torch.Tensor:
+def _log_likelihood(
+    model: BNN, values: dict, x: torch.Tensor, y: torch.Tensor, scale_to: int | None = None
+) -> torch.Tensor:
     """sum_n log p(y_n | x_n, w) at ``values`` (scaled to ``scale_to`` points for a minibatch)."""
     weights = {k: values[k] for k in model.net.state_dict() if k in values}
     f = functional_call(model.net, weights, (x,))
@@ -245,12 +266,18 @@ def _log_likelihood(model: BNN, values: dict, x: torch.Tensor, y: torch.Tensor, 
     return total * (scale_to / x.shape[0]) if scale_to else total
 
 
-def _map(model: BNN, values: dict, precision: dict, scale: float, x, y, settings: Laplace, hold: set = frozenset()) -> dict:
+def _map(
+    model: BNN, values: dict, precision: dict, scale: float, x, y, settings: Laplace, hold: set = frozenset()
+) -> dict:
     """The MAP of log p(y | w) + log p(w) (the prior on the Laplace sites scaled by ``scale``; the
     point estimates have none), by Adam and then full-batch L-BFGS, in unconstrained coordinates. The
     sites in ``hold`` (a noise fitted by type II) keep their values."""
     transforms = {k: biject_to(d.support) for k, d in model.likelihood.latent_prior().items() if k not in hold}
-    free = {k: (transforms[k].inv(v) if k in transforms else v).detach().clone().requires_grad_(True) for k, v in values.items() if k not in hold}
+    free = {
+        k: (transforms[k].inv(v) if k in transforms else v).detach().clone().requires_grad_(True)
+        for k, v in values.items()
+        if k not in hold
+    }
     held = {k: values[k] for k in hold}
     others = [k for k in model.params if k not in precision]
 
@@ -279,7 +306,9 @@ def _map(model: BNN, values: dict, precision: dict, scale: float, x, y, settings
 def _minimise(tensors: list[torch.Tensor], loss) -> None:
     """Full-batch L-BFGS with a strong-Wolfe line search on ``loss()``, in place: polishes a MAP, fits
     hyperparameters to machine precision."""
-    optim = torch.optim.LBFGS(tensors, max_iter=200, tolerance_grad=1e-10, tolerance_change=1e-14, line_search_fn="strong_wolfe")
+    optim = torch.optim.LBFGS(
+        tensors, max_iter=200, tolerance_grad=1e-10, tolerance_change=1e-14, line_search_fn="strong_wolfe"
+    )
 
     def closure():
         optim.zero_grad()
@@ -356,7 +385,9 @@ class _Curvature:
 
     def scale_gradient(self, values, precision, scale) -> float:
         """d log Z / d log scale at this MAP."""
-        log_s = torch.tensor(math.log(scale), dtype=torch.float64, device=precision[self.names[0]].device, requires_grad=True)
+        log_s = torch.tensor(
+            math.log(scale), dtype=torch.float64, device=precision[self.names[0]].device, requires_grad=True
+        )
         return float(torch.autograd.grad(self._scale_objective(values, precision)(log_s), log_s)[0])
 
     def fit_scale_and_noise(self, values, precision, scale, model, x, y, fit_scale: bool) -> tuple[float, float]:
@@ -365,13 +396,20 @@ class _Curvature:
         sigma = float(values[Gaussian.site])
         w, p = self._flat({k: values[k] for k in self.names}), self._flat(precision)
         eig, _, _ = self._eigen(precision, 0.0)
-        unit = (torch.cat([e.reshape(-1) for e in eig]) if isinstance(eig, list) else eig).detach() * sigma**2  # the GGN at sigma = 1
+        unit = (
+            torch.cat([e.reshape(-1) for e in eig]) if isinstance(eig, list) else eig
+        ).detach() * sigma**2  # the GGN at sigma = 1
         weights = {k: values[k] for k in model.net.state_dict() if k in values}
         sse = float(((y - functional_call(model.net, weights, (x,))) ** 2).sum())
-        params = torch.tensor([math.log(scale), math.log(sigma)], dtype=torch.float64, device=w.device, requires_grad=True)
+        params = torch.tensor(
+            [math.log(scale), math.log(sigma)], dtype=torch.float64, device=w.device, requires_grad=True
+        )
 
         def negative_evidence():
-            ls, lsig = params[0] if fit_scale else torch.tensor(math.log(scale), dtype=torch.float64, device=w.device), params[1]
+            ls, lsig = (
+                params[0] if fit_scale else torch.tensor(math.log(scale), dtype=torch.float64, device=w.device),
+                params[1],
+            )
             log_lik = -y.numel() * lsig - sse / (2 * torch.exp(2 * lsig))
             log_prior = 0.5 * (w.numel() * ls - ls.exp() * (p * w**2).sum())
             return -(log_lik + log_prior - 0.5 * torch.log(unit * torch.exp(-2 * lsig) + ls.exp()).sum())
@@ -382,7 +420,9 @@ class _Curvature:
     def fit_scale(self, values, precision, scale) -> float:
         """The prior-precision scale maximising the Laplace evidence at this MAP (over its logarithm)."""
         objective = self._scale_objective(values, precision)
-        log_s = torch.tensor(math.log(scale), dtype=torch.float64, device=precision[self.names[0]].device, requires_grad=True)
+        log_s = torch.tensor(
+            math.log(scale), dtype=torch.float64, device=precision[self.names[0]].device, requires_grad=True
+        )
         _minimise([log_s], lambda: -objective(log_s))
         return log_s.exp().item()
 
@@ -415,8 +455,8 @@ def _curvature(model: BNN, values: dict, x, y, names: list[str], kind: str) -> _
         if "vmap" not in str(exc):
             raise
         raise BnnZooError(
-            "Laplace takes per-example Jacobians under torch.func.vmap, which this network does not support (its forward reads "
-            "tensor values, as the recurrent models' token lookups do); use SVI or SG-MCMC"
+            "Laplace takes per-example Jacobians under torch.func.vmap, which this network does not support (its "
+            "forward reads tensor values, as the recurrent models' token lookups do); use SVI or SG-MCMC"
         ) from None
 
 
@@ -430,7 +470,10 @@ def _ggn(model: BNN, values: dict, x, y, names: list[str], kind: str) -> _Curvat
     if kind == "auto":
         kind = "full" if d <= MAX_FULL else "diag"
     if kind == "full" and d > MAX_FULL:
-        raise BnnZooError(f"a full Hessian over {d} weights needs a {d} x {d} matrix; use hessian='kron' or 'diag', or subset='last_layer'")
+        raise BnnZooError(
+            f"a full Hessian over {d} weights needs a {d} x {d} matrix; use hessian='kron' or 'diag', or "
+            "subset='last_layer'"
+        )
 
     def f_of(theta_flat, xn):
         theta, i = {}, 0
@@ -471,7 +514,10 @@ def _kron(model: BNN, values, x, y, names, latent) -> list[dict]:
             layers[name] = module
     covered = {f"{n}.{p}" for n in layers for p in ("weight", "bias")}
     if covered != set(names):
-        raise BnnZooError(f"hessian='kron' covers dense layers only; {sorted(set(names) - covered)} are not; use 'diag' or subset='last_layer'")
+        raise BnnZooError(
+            f"hessian='kron' covers dense layers only; {sorted(set(names) - covered)} are not; use 'diag' or "
+            "subset='last_layer'"
+        )
     precision = _prior_precision(model, names)
     inputs, outputs = {}, {}
 
@@ -500,7 +546,9 @@ def _kron(model: BNN, values, x, y, names, latent) -> list[dict]:
             g_cov += grad.double().T @ grad.double()
         lams = {float(precision[f"{name}.weight"].unique()[0])} | {float(v) for v in precision[f"{name}.bias"].unique()}
         if len(lams) != 1 or len(precision[f"{name}.weight"].unique()) != 1:
-            raise BnnZooError(f"hessian='kron' needs one prior scale for all of {name} (e.g. priors.Normal(s)); use 'diag' or 'full'")
+            raise BnnZooError(
+                f"hessian='kron' needs one prior scale for all of {name} (e.g. priors.Normal(s)); use 'diag' or 'full'"
+            )
         a_eig, q_a = torch.linalg.eigh(a.T @ a)
         g_eig, q_g = torch.linalg.eigh(g_cov / x.shape[0])
         blocks.append(

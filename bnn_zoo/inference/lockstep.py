@@ -76,14 +76,29 @@ def why_not(job: Job) -> str | None:
     m, model = job.method, job.model
     checks = [
         (not isinstance(m, SVI), "only SVI fits run in lockstep"),
-        (isinstance(m, SVI) and m.guide not in ("dropout", "mean-field"), "the lockstep ELBO covers the dropout and mean-field guides"),
-        (isinstance(m, SVI) and bool(m.guide_options.get("local_reparam")), "local reparameterisation is not in the lockstep ELBO"),
-        (isinstance(m, SVI) and (m.num_particles != 1 or m.objective != "elbo"), "lockstep fits take one particle and the ELBO"),
+        (
+            isinstance(m, SVI) and m.guide not in ("dropout", "mean-field"),
+            "the lockstep ELBO covers the dropout and mean-field guides",
+        ),
+        (
+            isinstance(m, SVI) and bool(m.guide_options.get("local_reparam")),
+            "local reparameterisation is not in the lockstep ELBO",
+        ),
+        (
+            isinstance(m, SVI) and (m.num_particles != 1 or m.objective != "elbo"),
+            "lockstep fits take one particle and the ELBO",
+        ),
         (isinstance(m, SVI) and m.validation > 0, "lockstep fits have no early stopping"),
         (isinstance(m, SVI) and not m.direct, "direct=False asks for Pyro's own TraceMeanField_ELBO"),
-        (not isinstance(model.likelihood, Gaussian) or model.likelihood.scale is None, "lockstep fits need a Gaussian likelihood with a fixed scale"),
+        (
+            not isinstance(model.likelihood, Gaussian) or model.likelihood.scale is None,
+            "lockstep fits need a Gaussian likelihood with a fixed scale",
+        ),
         (bool(model.fixed), "lockstep fits need every parameter Bayesian (no point estimates)"),
-        (any(not isinstance(_owner(model.net, k), nn.Linear) for k in model.params), "lockstep fits take networks of dense layers"),
+        (
+            any(not isinstance(_owner(model.net, k), nn.Linear) for k in model.params),
+            "lockstep fits take networks of dense layers",
+        ),
     ]
     return next((reason for failed, reason in checks if failed), None)
 
@@ -94,11 +109,30 @@ def signature(job: Job) -> tuple:
     size (what may differ: data, seed, lr and its decay, prior, noise scale, guide options)."""
     shapes = tuple((k, tuple(v.shape)) for k, v in job.model.params.items())
     m = job.method
-    masks = default_options(job.model.likelihood.task, masks=m.guide_options.get("masks"))[1] if m.guide == "dropout" else None
-    return (repr(job.model.net), shapes, m.guide, masks, tuple(job.x.shape), tuple(job.y.shape), m.steps, m.batch_size, m.num_draws)
+    masks = (
+        default_options(job.model.likelihood.task, masks=m.guide_options.get("masks"))[1]
+        if m.guide == "dropout"
+        else None
+    )
+    return (
+        repr(job.model.net),
+        shapes,
+        m.guide,
+        masks,
+        tuple(job.x.shape),
+        tuple(job.y.shape),
+        m.steps,
+        m.batch_size,
+        m.num_draws,
+    )
 
 
-def fit_lockstep(jobs: list[Job], progress: bool = False, device: str | torch.device | None = None, checkpoint: str | Path | None = None) -> list[Posterior]:
+def fit_lockstep(
+    jobs: list[Job],
+    progress: bool = False,
+    device: str | torch.device | None = None,
+    checkpoint: str | Path | None = None,
+) -> list[Posterior]:
     """Fit every job at once and return one Posterior per job, in order (as ``bz.fit`` would), on the CPU.
 
     Args:
@@ -130,7 +164,13 @@ def fit_lockstep(jobs: list[Job], progress: bool = False, device: str | torch.de
         batch.load(safe_torch_load(path), path)
         say_resumed(path, batch.first, batch.steps, progress)
     saved = time.perf_counter()
-    bar = tqdm(range(batch.first, batch.steps), desc=f"lockstep SVI x{len(jobs)}", disable=bar_disabled(progress), initial=batch.first, total=batch.steps)
+    bar = tqdm(
+        range(batch.first, batch.steps),
+        desc=f"lockstep SVI x{len(jobs)}",
+        disable=bar_disabled(progress),
+        initial=batch.first,
+        total=batch.steps,
+    )
     for step in bar:
         if path is not None and step % BLOCK == 0 and time.perf_counter() - saved > CHECKPOINT_SECONDS:
             atomic_torch_save(batch.state(step, time.perf_counter() - start), path)
@@ -142,7 +182,13 @@ def fit_lockstep(jobs: list[Job], progress: bool = False, device: str | torch.de
     return [batch.posterior(k, runtime) for k in range(len(jobs))]
 
 
-_SAVED = {"leaves": "flat", "exp_avg": "exp_avg", "exp_avg_sq": "exp_avg_sq", "previous": "previous"}  # checkpoint key -> (K, P) tensor
+# checkpoint key -> (K, P) tensor
+_SAVED = {
+    "leaves": "flat",
+    "exp_avg": "exp_avg",
+    "exp_avg_sq": "exp_avg_sq",
+    "previous": "previous",
+}
 
 
 def _loc_key(name: str) -> str:
@@ -179,7 +225,11 @@ class _Batch:
         self.shapes = {k: tuple(v.shape) for k, v in params[0].items()}
         # every fit's parameters in one row of a (K, P) tensor: Adam, the NaN guard and the KL of the
         # dropout guide are a few operations on it, not a few per parameter (a fifth of a step on protein)
-        self.flat = torch.stack([torch.cat([p[k].detach().flatten() for k in self.shapes]) for p in params]).to(device).requires_grad_()
+        self.flat = (
+            torch.stack([torch.cat([p[k].detach().flatten() for k in self.shapes]) for p in params])
+            .to(device)
+            .requires_grad_()
+        )
         self.transforms = _transforms(self.guides[0])
         self.x, self.y = torch.stack([j.x for j in jobs]).to(device), torch.stack([j.y for j in jobs]).to(device)
         self.offsets = torch.arange(self.K)[:, None] * self.n
@@ -232,7 +282,11 @@ class _Batch:
         """The input shape of every dropped layer for a minibatch (one dry forward pass)."""
         shapes, handles = {}, []
         for name in self.keep:
-            handles.append(_owner(self.net, name).register_forward_pre_hook(lambda m, args, name=name: shapes.__setitem__(name, tuple(args[0].shape))))
+            handles.append(
+                _owner(self.net, name).register_forward_pre_hook(
+                    lambda m, args, name=name: shapes.__setitem__(name, tuple(args[0].shape))
+                )
+            )
         try:
             with torch.no_grad():
                 self.net(self.jobs[0].x[: self.m])
@@ -246,7 +300,9 @@ class _Batch:
     @cached_property
     def identity(self) -> str:
         """What the batch's trajectory depends on: every fit's settings, model and data, and the device."""
-        fits = [({k: v for k, v in j.method.settings().items() if k != "num_draws"}, j.model.describe()) for j in self.jobs]
+        fits = [
+            ({k: v for k, v in j.method.settings().items() if k != "num_draws"}, j.model.describe()) for j in self.jobs
+        ]
         # STATE_FORMAT: a checkpoint of the torch.Generator days is refused as another fit's, with its fix
         return fingerprint(fits, str(self.device.type), STATE_FORMAT, self.x, self.y)
 
@@ -257,7 +313,10 @@ class _Batch:
             "identity": self.identity,
             "step": step,
             "elapsed": self.elapsed + elapsed,
-            **{name: {k: v.detach().cpu() for k, v in self.unflatten(getattr(self, attr)).items()} for name, attr in _SAVED.items()},
+            **{
+                name: {k: v.detach().cpu() for k, v in self.unflatten(getattr(self, attr)).items()}
+                for name, attr in _SAVED.items()
+            },
             "alive": self.alive.cpu(),
             "losses": self.losses.cpu(),
             "stop": list(self.stop),
@@ -285,9 +344,14 @@ class _Batch:
         loss.sum().backward()  # the fits are independent: each fit's gradient is its own loss's
         grad = self.flat.grad
         finite = torch.isfinite(loss.detach()) & torch.isfinite(grad).all(1)
-        for k in torch.nonzero(self.alive & ~finite).flatten().tolist():  # the NaN guard: that fit stops at its last finite state
+        for k in (
+            torch.nonzero(self.alive & ~finite).flatten().tolist()
+        ):  # the NaN guard: that fit stops at its last finite state
             self.stop[k] = f"loss or gradient became non-finite at step {step}"
-            warnings.warn(f"lockstep fit {k} stopped early: {self.stop[k]}; kept the last parameters with a finite loss", stacklevel=3)
+            warnings.warn(
+                f"lockstep fit {k} stopped early: {self.stop[k]}; kept the last parameters with a finite loss",
+                stacklevel=3,
+            )
             with torch.no_grad():
                 self.flat[k] = self.previous[k]
         self.alive &= finite
@@ -299,7 +363,9 @@ class _Batch:
         """Every fit's negative ELBO for one step's draws: shape (K,)."""
         draws = dict(draws)
         rows = draws.pop("idx") + self.offsets  # rows of the fits' data stacked end to end
-        xb, yb = (data.flatten(0, 1).index_select(0, rows.flatten()).reshape(*rows.shape, -1) for data in (self.x, self.y))
+        xb, yb = (
+            data.flatten(0, 1).index_select(0, rows.flatten()).reshape(*rows.shape, -1) for data in (self.x, self.y)
+        )
         masks = {k: draws.pop(f"mask:{k}") for k in self.mask_shapes}
         weights, kl = self._weights_and_kl(draws)
         f = self._forward(weights, xb, masks)
@@ -307,7 +373,9 @@ class _Batch:
         loglik = (-0.5 * ((yb - f) / sigma) ** 2 - sigma.log() - 0.5 * math.log(2 * math.pi)).sum((1, 2))
         weight = self.kl_weight
         if any(self.warmup):
-            weight = weight * torch.tensor([min(1.0, (step + 1) / u) if u else 1.0 for u in self.warmup], device=self.device)
+            weight = weight * torch.tensor(
+                [min(1.0, (step + 1) / u) if u else 1.0 for u in self.warmup], device=self.device
+            )
         return -(self.n / self.m) * loglik + weight * kl
 
     def _draws(self, step: int) -> dict[str, torch.Tensor]:
@@ -341,11 +409,20 @@ class _Batch:
         if self.dropout:  # Gal's dropout mixture: the weights the masks multiply, and its KL (_dropout_kl)
             kl = (self.kl_coef * self.flat.pow(2)).sum(1) + self.kl_const
             column_masks = not self.per_example
-            return {n: leaves[_loc_key(n)] * noise[n].to(self.flat.dtype) if column_masks and n in self.keep else leaves[_loc_key(n)] for n in self.names}, kl
+            return {
+                n: leaves[_loc_key(n)] * noise[n].to(self.flat.dtype)
+                if column_masks and n in self.keep
+                else leaves[_loc_key(n)]
+                for n in self.names
+            }, kl
         kl = torch.zeros(self.K, device=self.device)
         weights = {}
         for name in self.names:  # mean field: mu + sigma eps and the Normal-Normal KL
-            s, loc, scale_key = self.prior_scale[name], leaves[_loc_key(name)], _loc_key(name).replace("locs.", "scales.", 1)
+            s, loc, scale_key = (
+                self.prior_scale[name],
+                leaves[_loc_key(name)],
+                _loc_key(name).replace("locs.", "scales.", 1),
+            )
             sigma = self.transforms[scale_key](leaves[scale_key])
             weights[name] = loc + sigma * noise[name]
             kl = kl + ((s / sigma).log() + (sigma.pow(2) + loc.pow(2)) / (2 * s.pow(2)) - 0.5).flatten(1).sum(1)

@@ -151,12 +151,18 @@ class _MCMC:
         check_init(self.init)
         check_max_hours(type(self).__name__, self.max_hours)
         if self.chain_method not in ("parallel", "sequential"):
-            raise BnnZooError(f"{type(self).__name__} chain_method must be 'parallel' or 'sequential', got {self.chain_method!r}")
+            raise BnnZooError(
+                f"{type(self).__name__} chain_method must be 'parallel' or 'sequential', got {self.chain_method!r}"
+            )
 
     def settings(self) -> dict:
         skip = {"init", "progress", "chain_method", "max_hours"}  # they change the wall time, not the draws
         out = {"method": self.name, **{f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}}
-        out["init"] = "posterior" if isinstance(self.init, Posterior) else ("values" if isinstance(self.init, dict) else str(self.init))
+        out["init"] = (
+            "posterior"
+            if isinstance(self.init, Posterior)
+            else ("values" if isinstance(self.init, dict) else str(self.init))
+        )
         return out
 
     def resolved(self, model, n: int) -> _MCMC:
@@ -192,7 +198,15 @@ class _MCMC:
         chains = _run_chains(chain, self.num_chains, parallel=parallel)
         samples = {k: torch.stack([ch["samples"][k] for ch in chains]) for k in model.latent_shapes()}
         sample_stats = {k: torch.stack([ch["stats"][k] for ch in chains]) for k in chains[0]["stats"]}
-        return Posterior(model, x, y, samples, self.settings() | self.ran_on("torch"), sample_stats=sample_stats, runtime_s=time.perf_counter() - start)
+        return Posterior(
+            model,
+            x,
+            y,
+            samples,
+            self.settings() | self.ran_on("torch"),
+            sample_stats=sample_stats,
+            runtime_s=time.perf_counter() - start,
+        )
 
     def ran_on(self, backend: str) -> dict:
         """The backend a run used, for its settings (HMC has only torch's)."""
@@ -266,7 +280,13 @@ def _chain_process(chain: Callable[[int], dict], c: int, threads: int, send) -> 
         torch.save(chain(c), buffer)
         send.send_bytes(b"ok" + buffer.getvalue())
     except BaseException as exc:  # Ctrl-C and kill included: the parent decides what to raise
-        kind = "KeyboardInterrupt" if isinstance(exc, KeyboardInterrupt) else "BnnZooError" if isinstance(exc, BnnZooError) else type(exc).__name__
+        kind = (
+            "KeyboardInterrupt"
+            if isinstance(exc, KeyboardInterrupt)
+            else "BnnZooError"
+            if isinstance(exc, BnnZooError)
+            else type(exc).__name__
+        )
         send.send_bytes(b"er" + json.dumps([kind, str(exc)]).encode())
     finally:
         send.close()
@@ -299,7 +319,11 @@ def _chain_result(receive, c: int, process) -> dict:
         kind, text = json.loads(message[2:])
         if kind == "KeyboardInterrupt":
             raise KeyboardInterrupt
-        raise BnnZooError(text) if kind == "BnnZooError" else BnnZooError(f"chain {c} failed: {kind}: {text} (chain_method='sequential' shows the traceback)")
+        raise (
+            BnnZooError(text)
+            if kind == "BnnZooError"
+            else BnnZooError(f"chain {c} failed: {kind}: {text} (chain_method='sequential' shows the traceback)")
+        )
     return torch.load(io.BytesIO(message[2:]), weights_only=True)
 
 
@@ -336,7 +360,8 @@ class NUTS(_MCMC):
             windowed mass matrix) on the model's log density traced to JAX
             (:mod:`bnn_zoo.inference.xla`; ``pip install 'bnn-zoo[jax]'``), its chains one after another
             in this process, without ``max_hours``; ``"auto"``: JAX where the extra is installed and the
-            network has no convolution or recurrent layer (:func:`~bnn_zoo.inference.xla.resolve_backend`), torch otherwise.
+            network has no convolution or recurrent layer (:func:`~bnn_zoo.inference.xla.resolve_backend`), torch
+            otherwise.
     """
 
     max_tree_depth: int | None = None
@@ -350,18 +375,32 @@ class NUTS(_MCMC):
         xla.check_backend("NUTS", self.backend)
 
     def resolved(self, model, n: int) -> NUTS:
-        return defaults.unset(super().resolved(model, n), max_tree_depth=8 if architecture(model.net) == "recurrent" else 10)
+        return defaults.unset(
+            super().resolved(model, n), max_tree_depth=8 if architecture(model.net) == "recurrent" else 10
+        )
 
     def run(self, model, x, y) -> Posterior:
         if self.resolved(model, x.shape[0]) is not self or self.init == "svi":
             return super().run(model, x, y)
         if xla.resolve_backend(self.backend, model) == "jax":
             start = time.perf_counter()
-            starts = chain_starts(model, self.init, self.num_chains, self.seed, torch.Generator().manual_seed(self.seed))
+            starts = chain_starts(
+                model, self.init, self.num_chains, self.seed, torch.Generator().manual_seed(self.seed)
+            )
             target = xla.jax_target("NUTS", model, x, y, starts)
             if target is not None:
-                samples, stats = xla.run_nuts(target, target.start(starts), self, progress=not bar_disabled(self.progress))
-                return Posterior(model, x, y, samples, self.settings() | self.ran_on("jax"), sample_stats=stats, runtime_s=time.perf_counter() - start)
+                samples, stats = xla.run_nuts(
+                    target, target.start(starts), self, progress=not bar_disabled(self.progress)
+                )
+                return Posterior(
+                    model,
+                    x,
+                    y,
+                    samples,
+                    self.settings() | self.ran_on("jax"),
+                    sample_stats=stats,
+                    runtime_s=time.perf_counter() - start,
+                )
         return super().run(model, x, y)
 
     def _kernel(self, model, init_strategy):
@@ -396,9 +435,15 @@ class HMC(_MCMC):
                 raise BnnZooError(f"HMC {name} must be a finite number > 0, got {getattr(self, name)!r}")
 
     def resolved(self, model, n: int) -> HMC:
-        return defaults.unset(super().resolved(model, n), max_leapfrog=1000 if architecture(model.net) == "dense" else 255)
+        return defaults.unset(
+            super().resolved(model, n), max_leapfrog=1000 if architecture(model.net) == "dense" else 255
+        )
 
     def _kernel(self, model, init_strategy):
         return _HMCKernel(
-            model, max_leapfrog=self.max_leapfrog, step_size=self.step_size, trajectory_length=self.trajectory_length, **self._shared(init_strategy)
+            model,
+            max_leapfrog=self.max_leapfrog,
+            step_size=self.step_size,
+            trajectory_length=self.trajectory_length,
+            **self._shared(init_strategy),
         )

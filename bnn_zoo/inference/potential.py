@@ -38,7 +38,9 @@ class LogPosterior:
 
     def initial(self, values: dict) -> dict:
         """Unconstrained coordinates of site values (any leading batch shape)."""
-        return {k: (self.transforms[k].inv(v) if k in self.transforms else v).detach().clone() for k, v in values.items()}
+        return {
+            k: (self.transforms[k].inv(v) if k in self.transforms else v).detach().clone() for k, v in values.items()
+        }
 
     def constrained(self, params: dict) -> dict:
         """Site values of unconstrained coordinates (any leading batch shape)."""
@@ -90,7 +92,10 @@ class LogPosterior:
                 log_lik = model.likelihood.distribution(f, latent).log_prob(y).sum(-1)
                 logp = log_lik + sum(self.weight_prior[k].log_prob(leaves[k]) for k in model.params) + log_latent
                 g_f, *g_leaves = torch.autograd.grad(logp.sum(), [f, *leaves.values()], allow_unused=True)
-                grads = {k: torch.zeros_like(v) if g is None else g for (k, v), g in zip(leaves.items(), g_leaves, strict=True)}
+                grads = {
+                    k: torch.zeros_like(v) if g is None else g
+                    for (k, v), g in zip(leaves.items(), g_leaves, strict=True)
+                }
         for k, g in backward(g_f).items():
             grads[k] = grads[k] + g
         return logp.detach(), grads
@@ -135,7 +140,9 @@ class LogPosterior:
             self._saved_bytes = (key, total)
         return self._saved_bytes[1]
 
-    def _closed_form(self, weights: dict, f: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, dict, torch.Tensor] | None:
+    def _closed_form(
+        self, weights: dict, f: torch.Tensor, y: torch.Tensor
+    ) -> tuple[torch.Tensor, dict, torch.Tensor] | None:
         """(log posterior, the priors' gradients, the likelihood's gradient in f) written out, when every
         weight's prior and the likelihood (with a fixed noise) are Normal: a hundred small autograd
         operations per call cost 1.1 ms, more than a 13-50-1 network's whole gradient for one chain.
@@ -169,7 +176,9 @@ INITS = ("network", "prior", "svi")  # where chains can start, besides a fitted 
 def check_init(init) -> None:
     """Refuse a chain start that is none of ``INITS`` (None is ``"network"``), a Posterior or a dict."""
     if not (isinstance(init, dict | Posterior) or init is None or init in INITS):
-        raise BnnZooError(f"init must be 'network', 'prior', 'svi', a fitted Posterior or a dict of site values, got {init!r}")
+        raise BnnZooError(
+            f"init must be 'network', 'prior', 'svi', a fitted Posterior or a dict of site values, got {init!r}"
+        )
 
 
 def chain_starts(model: BNN, init, chains: int, seed: int, generator: torch.Generator) -> dict:
@@ -180,7 +189,9 @@ def chain_starts(model: BNN, init, chains: int, seed: int, generator: torch.Gene
         starts = [model.network_init(seed + chain) for chain in range(chains)]
         return {k: torch.stack([v[k] for v in starts]) for k in starts[0]}
     if isinstance(init, dict):
-        return {k: torch.as_tensor(init[k]).expand(chains, *shape).clone() for k, shape in model.latent_shapes().items()}
+        return {
+            k: torch.as_tensor(init[k]).expand(chains, *shape).clone() for k, shape in model.latent_shapes().items()
+        }
     if init == "prior":
         priors = {**{k: model.site_prior(k) for k in model.params}, **model.likelihood.latent_prior()}
         with torch.random.fork_rng(devices=[], device_type="cuda"):

@@ -31,8 +31,16 @@ from bnn_zoo.posterior import Posterior
 KINDS = ("sgld", "sghmc", "cyclical")
 
 
-DENSE_MAX = 1000  # weights up to which the preconditioner is a full covariance (a d x d factor per step), diagonal above
-WINDOWS = (0.15, 0.25, 0.45, 0.85)  # burn-in fractions where the preconditioner is re-estimated: doubling windows, as Stan's
+DENSE_MAX = (
+    1000  # weights up to which the preconditioner is a full covariance (a d x d factor per step), diagonal above
+)
+# burn-in fractions where the preconditioner is re-estimated: doubling windows, as Stan's
+WINDOWS = (
+    0.15,
+    0.25,
+    0.45,
+    0.85,
+)
 CYCLICAL_PEAK = 2  # the cyclical schedule's peak in SCALED_STEPs: its sampling half starts at one
 SCALED_STEP = 0.2  # eps * lambda_max in whitened coordinates: Langevin's variance bias there is eps lambda / 2 = 10%
 
@@ -55,7 +63,8 @@ class SGMCMC:
     windows of the burn-in (dense up to ``DENSE_MAX`` weights, diagonal above; Stan's windowed mass
     matrix adaptation, which for SG-MCMC is the preconditioned Langevin dynamics of Girolami &
     Calderhead 2011 with a constant metric). After each window the largest curvature lambda of -log p in
-    u is found by power iteration on Hessian-vector products (differences of gradients), and eps = 0.2 / lambda (SGLD; the cyclical
+    u is found by power iteration on Hessian-vector products (differences of gradients), and eps = 0.2 / lambda (SGLD;
+    the cyclical
     peak is twice that) or eps = 0.2 / sqrt(lambda) with alpha = friction sqrt(lambda) (SGHMC): the
     stiffest direction's variance is then 11% (SGLD) or 12% (SGHMC at friction 2, critical damping) too
     wide, the O(eps) bias above, and every direction mixes in about 5 steps once L is right. With
@@ -112,12 +121,18 @@ class SGMCMC:
         if not (step_ok and self.friction > 0 and 0 <= self.exploration < 1):
             raise BnnZooError("SGMCMC needs step_size > 0 (or None: adapted), friction > 0 and 0 <= exploration < 1")
         if self.step_size is None and self.burn_in < 100:
-            raise BnnZooError(f"SGMCMC adapts its step size over burn_in, which needs at least 100 steps, got {self.burn_in}; or give step_size")
+            raise BnnZooError(
+                f"SGMCMC adapts its step size over burn_in, which needs at least 100 steps, got {self.burn_in}; or "
+                "give step_size"
+            )
         if self.batch_size is not None and not (isinstance(self.batch_size, int) and self.batch_size > 0):
             raise BnnZooError(f"{type(self).__name__} batch_size must be a positive integer, got {self.batch_size!r}")
 
     def settings(self) -> dict:
-        return {"method": self.name, **{k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("checkpoint", "progress")}}
+        return {
+            "method": self.name,
+            **{k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("checkpoint", "progress")},
+        }
 
     @property
     def adapted(self) -> bool:
@@ -146,14 +161,19 @@ class SGMCMC:
         phase = (step % length) / length
         sampling = phase >= self.exploration
         sampled_steps = step % length - math.ceil(self.exploration * length)
-        return (math.cos(math.pi * phase) + 1) / 2, (1.0 if sampling else 0.0), sampling and (sampled_steps + 1) % self.thinning == 0
+        return (
+            (math.cos(math.pi * phase) + 1) / 2,
+            (1.0 if sampling else 0.0),
+            sampling and (sampled_steps + 1) % self.thinning == 0,
+        )
 
     def _adapts_after(self, step: int) -> bool:
         """Whether the preconditioner is re-estimated after ``step`` (0-based)."""
         return self.adapted and any(step + 1 == math.floor(f * self.burn_in) for f in WINDOWS)
 
     def resolved(self, model: BNN, n: int) -> SGMCMC:
-        """This sampler with its minibatch size for n training rows filled in (:func:`~bnn_zoo.inference.defaults.batch_size`)."""
+        """This sampler with its minibatch size for n training rows filled in "
+        "(:func:`~bnn_zoo.inference.defaults.batch_size`)."""
         size = defaults.batch_size(self.batch_size, n)
         return self if size == self.batch_size else dataclasses.replace(self, batch_size=size)
 
@@ -171,20 +191,40 @@ class SGMCMC:
     def _run(self, posteriors, model, x, y, start) -> Posterior:
         target = LogPosterior(model, x.shape[0])
         identity = fingerprint(self.settings(), model.describe(), x, y)
-        saved = _resume(self.checkpoint, identity) if self.checkpoint is not None and Path(self.checkpoint).exists() else None
+        saved = (
+            _resume(self.checkpoint, identity)
+            if self.checkpoint is not None and Path(self.checkpoint).exists()
+            else None
+        )
         if saved:
             say_resumed(self.checkpoint, saved["step"], self.total_steps, self.progress)
         chains = saved["chains"] if saved else []
         for c in range(len(chains), self.num_chains):
-            chains.append(self._chain(posteriors, model, target, x, y, c, saved if saved and saved["chain"] == c else None, chains, identity))
+            chains.append(
+                self._chain(
+                    posteriors,
+                    model,
+                    target,
+                    x,
+                    y,
+                    c,
+                    saved if saved and saved["chain"] == c else None,
+                    chains,
+                    identity,
+                )
+            )
             saved = None
         samples = {k: torch.stack([ch["draws"][k] for ch in chains]) for k in chains[0]["draws"]}
         stats = {k: torch.stack([ch["stats"][k] for ch in chains]) for k in chains[0]["stats"]}
         if self.checkpoint is not None:
             Path(self.checkpoint).unlink(missing_ok=True)  # the posterior supersedes it
-        return Posterior(model, x, y, samples, self.settings(), sample_stats=stats, runtime_s=time.perf_counter() - start)
+        return Posterior(
+            model, x, y, samples, self.settings(), sample_stats=stats, runtime_s=time.perf_counter() - start
+        )
 
-    def _chain(self, posteriors, model, target, x, y, chain: int, saved: dict | None, done: list, identity: str) -> dict:
+    def _chain(
+        self, posteriors, model, target, x, y, chain: int, saved: dict | None, done: list, identity: str
+    ) -> dict:
         n = x.shape[0]
         batch = self.batch_size if self.batch_size and self.batch_size < n else None
         draw = (lambda: (x, y)) if batch is None else (lambda: _batch(x, y, batch))  # noqa: E731
@@ -202,7 +242,11 @@ class SGMCMC:
             state = _restore(posteriors, self.kind, saved)
             torch.set_rng_state(saved["rng"])
         bar = tqdm(
-            range(first, self.total_steps), desc=f"{self.kind} chain {chain}", disable=bar_disabled(self.progress), initial=first, total=self.total_steps
+            range(first, self.total_steps),
+            desc=f"{self.kind} chain {chain}",
+            disable=bar_disabled(self.progress),
+            initial=first,
+            total=self.total_steps,
         )
         try:
             for step in bar:
@@ -210,11 +254,28 @@ class SGMCMC:
                 data = draw()
                 fraction, temperature, keep = self._schedule(step)
                 adapting = self.adapted and step < self.burn_in
-                kind = "sgld" if adapting else self.kind  # Langevin dynamics learn the frame: they explore it from the first step
-                state, log_lik = _update(posteriors, kind, state, data, frame.log_posterior(target), frame.eps * fraction, temperature, frame, self.friction)
+                # Langevin dynamics learn the frame: they explore it from the first step
+                kind = "sgld" if adapting else self.kind
+                state, log_lik = _update(
+                    posteriors,
+                    kind,
+                    state,
+                    data,
+                    frame.log_posterior(target),
+                    frame.eps * fraction,
+                    temperature,
+                    frame,
+                    self.friction,
+                )
                 if not torch.isfinite(state.log_posterior):
-                    hint = "lower step_size" if not self.adapted else "give a smaller fixed step_size, or check the prior and data scales"
-                    raise BnnZooError(f"SG-MCMC diverged at step {step} (log posterior {float(state.log_posterior)}); {hint}")
+                    hint = (
+                        "lower step_size"
+                        if not self.adapted
+                        else "give a smaller fixed step_size, or check the prior and data scales"
+                    )
+                    raise BnnZooError(
+                        f"SG-MCMC diverged at step {step} (log posterior {float(state.log_posterior)}); {hint}"
+                    )
                 weights = frame.weights(state.params)
                 if adapting:
                     frame.record(weights)
@@ -227,15 +288,38 @@ class SGMCMC:
                     state = _init(posteriors, self.kind, state.params)
                 if keep and len(draws) < self.num_samples:
                     draws.append(target.constrained(frame.unflat(weights)))
-                    stats.append({"step_size": frame.eps * fraction, "log_posterior": float(state.log_posterior), "minibatch_log_likelihood": float(log_lik)})
+                    stats.append(
+                        {
+                            "step_size": frame.eps * fraction,
+                            "log_posterior": float(state.log_posterior),
+                            "minibatch_log_likelihood": float(log_lik),
+                        }
+                    )
                 if self.checkpoint is not None and (step + 1) % self.checkpoint_every == 0:
-                    _save(self.checkpoint, identity, chain, step + 1, state, frame, draws, stats, torch.get_rng_state(), done)
+                    _save(
+                        self.checkpoint,
+                        identity,
+                        chain,
+                        step + 1,
+                        state,
+                        frame,
+                        draws,
+                        stats,
+                        torch.get_rng_state(),
+                        done,
+                    )
         except KeyboardInterrupt:
             if self.checkpoint is not None:
                 _save(self.checkpoint, identity, chain, step, state, frame, draws, stats, rng, done)
-                print(f"interrupted: checkpoint at step {step} of chain {chain} saved to {self.checkpoint}; run again to resume")
+                print(
+                    f"interrupted: checkpoint at step {step} of chain {chain} saved to {self.checkpoint}; run again to "
+                    "resume"
+                )
             raise
-        return {"draws": {k: torch.stack([d[k] for d in draws]) for k in draws[0]}, "stats": {k: torch.tensor([s[k] for s in stats]) for k in stats[0]}}
+        return {
+            "draws": {k: torch.stack([d[k] for d in draws]) for k in draws[0]},
+            "stats": {k: torch.tensor([s[k] for s in stats]) for k in stats[0]},
+        }
 
 
 def _batch(x, y, size: int):
@@ -249,7 +333,9 @@ def _init(posteriors, kind: str, u: torch.Tensor):
 
 def _update(posteriors, kind, state, data, log_posterior, eps, temperature, frame, friction):
     if kind == "sghmc":
-        return posteriors.sgmcmc.sghmc.update(state, data, log_posterior, lr=eps, alpha=friction * frame.friction_unit, temperature=temperature)
+        return posteriors.sgmcmc.sghmc.update(
+            state, data, log_posterior, lr=eps, alpha=friction * frame.friction_unit, temperature=temperature
+        )
     return posteriors.sgmcmc.sgld.update(state, data, log_posterior, lr=eps, temperature=temperature)
 
 
@@ -312,13 +398,16 @@ class _Frame:
 
     def set_step(self, target, kind: str, draw, minibatch: bool) -> None:
         """eps from the largest curvature lambda of -log p in u (power iteration on Hessian-vector
-        products, by differences of gradients) and, with minibatches, from the gradient noise: its variance b (the 99th percentile
+        products, by differences of gradients) and, with minibatches, from the gradient noise: its variance b (the 99th
+        percentile
         over coordinates, from 16 minibatches) adds eps b / 2 to Langevin's per-step variance of 1 (SGLD)
         and eps b / (2 alpha) to SGHMC's, so eps is capped where that is 5%."""
         log_posterior = self.log_posterior(target)
         lam = _largest_curvature(log_posterior, self.start, draw())
         self.friction_unit = math.sqrt(lam) if kind == "sghmc" else 1.0
-        self.eps = SCALED_STEP / (math.sqrt(lam) if kind == "sghmc" else lam) * (CYCLICAL_PEAK if kind == "cyclical" else 1)
+        self.eps = (
+            SCALED_STEP / (math.sqrt(lam) if kind == "sghmc" else lam) * (CYCLICAL_PEAK if kind == "cyclical" else 1)
+        )
         noise = _gradient_noise(log_posterior, self.start, draw) if minibatch else 0.0
         if noise > 0:
             self.eps = min(self.eps, 0.1 * (2 * self.friction_unit if kind == "sghmc" else 1) / noise)
@@ -338,7 +427,8 @@ def _gradient_noise(log_posterior, u: torch.Tensor, draw, batches: int = 16) -> 
     """The minibatch gradient's variance in u, its 99th percentile over coordinates."""
     grad = torch.func.grad(lambda v, b: log_posterior(v, b)[0])
     grads = torch.stack([grad(u, draw()) for _ in range(batches)])
-    return float(torch.quantile(grads.var(0), 0.99)) if grads.shape[1] <= 2**24 else float(grads.var(0).max())  # quantile's size limit
+    # quantile's size limit
+    return float(torch.quantile(grads.var(0), 0.99)) if grads.shape[1] <= 2**24 else float(grads.var(0).max())
 
 
 def _largest_curvature(log_posterior, u: torch.Tensor, batch, iterations: int = 20, h: float = 1e-2) -> float:
@@ -354,7 +444,9 @@ def _largest_curvature(log_posterior, u: torch.Tensor, batch, iterations: int = 
         lam = float(v @ hv)
         v = hv
         if not math.isfinite(lam):
-            raise BnnZooError("SG-MCMC's curvature is not finite at the chain's start; check the prior and the data scales")
+            raise BnnZooError(
+                "SG-MCMC's curvature is not finite at the chain's start; check the prior and the data scales"
+            )
     return max(abs(lam), 1e-8)
 
 
@@ -382,7 +474,9 @@ def _resume(path, identity: str) -> dict:
     saved = safe_torch_load(path)
     check_identity(saved, identity, path, "SGMCMC")
     if not {"chain", "step", "params", "frame", "draws", "stats", "rng", "chains"} <= set(saved):
-        raise BnnZooError(f"checkpoint {path} is not an SG-MCMC checkpoint; delete it or point SGMCMC(checkpoint=...) elsewhere")
+        raise BnnZooError(
+            f"checkpoint {path} is not an SG-MCMC checkpoint; delete it or point SGMCMC(checkpoint=...) elsewhere"
+        )
     return saved
 
 

@@ -125,7 +125,11 @@ class SVI:
             "objective": self.objective,
             **({} if self.direct else {"direct": False}),
             **({"alpha": self.alpha} if self.objective == "renyi" else {}),
-            **({"validation": self.validation, "eval_every": self.eval_every, "patience": self.patience} if self.validation else {}),
+            **(
+                {"validation": self.validation, "eval_every": self.eval_every, "patience": self.patience}
+                if self.validation
+                else {}
+            ),
         }
 
     def __post_init__(self):
@@ -137,11 +141,15 @@ class SVI:
         if self.steps is not None and self.epochs is not None:
             raise BnnZooError("give SVI steps or epochs, not both")
         if not (0 < self.lr < math.inf and 0 < self.lr_decay <= 1):
-            raise BnnZooError(f"SVI needs a finite lr > 0 and 0 < lr_decay <= 1, got lr={self.lr}, lr_decay={self.lr_decay}")
+            raise BnnZooError(
+                f"SVI needs a finite lr > 0 and 0 < lr_decay <= 1, got lr={self.lr}, lr_decay={self.lr_decay}"
+            )
         if self.batch_size is not None and not (isinstance(self.batch_size, int) and 0 < self.batch_size):
             raise BnnZooError(f"{type(self).__name__} batch_size must be a positive integer, got {self.batch_size!r}")
         if not (self.kl_weight > 0 and isinstance(self.kl_warmup, int) and self.kl_warmup >= 0):
-            raise BnnZooError(f"SVI needs kl_weight > 0 and an integer kl_warmup >= 0, got {self.kl_weight}, {self.kl_warmup}")
+            raise BnnZooError(
+                f"SVI needs kl_weight > 0 and an integer kl_warmup >= 0, got {self.kl_weight}, {self.kl_warmup}"
+            )
         if self.objective not in ("elbo", "renyi"):
             raise BnnZooError(f"unknown SVI objective {self.objective!r}; choose elbo or renyi")
         if self.objective == "renyi" and (self.num_particles < 2 or self.alpha == 1):
@@ -154,8 +162,8 @@ class SVI:
             raise BnnZooError(f"unknown guide {self.guide!r}; available guides: {', '.join(sorted(guides.GUIDES))}")
         if not (isinstance(self.guide, str) or callable(self.guide)):
             raise BnnZooError(
-                f"guide must be a registered name ({', '.join(sorted(guides.GUIDES))}), a Pyro AutoGuide class or instance, "
-                f"or a callable guide; got {self.guide!r}"
+                f"guide must be a registered name ({', '.join(sorted(guides.GUIDES))}), a Pyro AutoGuide class or "
+                f"instance, or a callable guide; got {self.guide!r}"
             )
         guides.registry.check_options(self.guide, self.guide_options)
 
@@ -165,7 +173,10 @@ class SVI:
         size = defaults.batch_size(self.batch_size, n)
         filled = {} if size == self.batch_size else {"batch_size": size}
         if self.steps is None:
-            filled |= {"steps": 3000 if self.epochs is None else self.epochs * math.ceil(n / (size or n)), "epochs": None}
+            filled |= {
+                "steps": 3000 if self.epochs is None else self.epochs * math.ceil(n / (size or n)),
+                "epochs": None,
+            }
         if self.guide is None:
             filled["guide"] = "dropout" if architecture(model.net) == "recurrent" else "mean-field"
         return dataclasses.replace(self, **filled) if filled else self
@@ -181,15 +192,19 @@ class SVI:
         fitted = model.with_fixed(point) if point else model
         guide = self.build_guide(fitted)
         if self.objective == "renyi" and not getattr(guide, "has_density", True):
-            raise BnnZooError(f"the Renyi objective needs log q(w), which the {self.guide_name} guide does not have; use objective=elbo")
+            raise BnnZooError(
+                f"the Renyi objective needs log q(w), which the {self.guide_name} guide does not have; use "
+                "objective=elbo"
+            )
         params = parameters(guide, x, y) + list(point.values())  # the first call also creates the guide's parameters
         if (self.checkpoint is not None or self.validation) and not isinstance(guide, torch.nn.Module):
             raise BnnZooError(
-                "checkpoints and early stopping keep the guide's state_dict: use a torch-module guide (a bnn-zoo guide or a "
-                "Pyro AutoGuide), not a plain function"
+                "checkpoints and early stopping keep the guide's state_dict: use a torch-module guide (a bnn-zoo guide "
+                "or a Pyro AutoGuide), not a plain function"
             )
         objective = self.objective_for(fitted, guide)
-        optim = torch.optim.Adam(params, lr=self.lr, fused=True)  # one kernel per step, not a few per tensor: 3x cheaper on small nets
+        # one kernel per step, not a few per tensor: 3x cheaper on small nets
+        optim = torch.optim.Adam(params, lr=self.lr, fused=True)
         sched = torch.optim.lr_scheduler.ExponentialLR(optim, gamma=self.lr_decay ** (1.0 / self.steps))
         losses, first, stop_reason, best = [], 0, None, None
         identity = fingerprint({k: v for k, v in self.settings().items() if k != "num_draws"}, model.describe(), x, y)
@@ -197,7 +212,13 @@ class SVI:
             first, losses, best = _resume(self.checkpoint, identity, guide, point, optim, sched)
             say_resumed(self.checkpoint, first, self.steps, self.progress)
         last_finite = [p.detach().clone() for p in params]  # the state whose loss was finite, copied in place each step
-        bar = tqdm(range(first, self.steps), desc=f"SVI {self.guide_name}", disable=bar_disabled(self.progress), initial=first, total=self.steps)
+        bar = tqdm(
+            range(first, self.steps),
+            desc=f"SVI {self.guide_name}",
+            disable=bar_disabled(self.progress),
+            initial=first,
+            total=self.steps,
+        )
         _set_training(guide, True)  # guides add per-example (local) noise in training mode only
         try:
             for step in bar:
@@ -209,7 +230,11 @@ class SVI:
                 if not math.isfinite(loss):
                     # a non-finite gradient is not checked for at every step (a fifth of a small net's step):
                     # it makes the parameters non-finite, so the next step's loss is, and this step is undone
-                    stop_reason = f"gradient became non-finite at step {step - 1}" if not _finite(params) else f"loss became {loss} at step {step}"
+                    stop_reason = (
+                        f"gradient became non-finite at step {step - 1}"
+                        if not _finite(params)
+                        else f"loss became {loss} at step {step}"
+                    )
                     break
                 with torch.no_grad():
                     for good, p in zip(last_finite, params):
@@ -226,7 +251,17 @@ class SVI:
                     elif step + 1 - best["step"] >= self.patience * self.eval_every:
                         break
                 if self.checkpoint is not None and (step + 1) % self.checkpoint_every == 0 and _finite(params):
-                    _save(self.checkpoint, identity, step + 1, _state(guide, point), optim, sched, losses, torch.get_rng_state(), best)
+                    _save(
+                        self.checkpoint,
+                        identity,
+                        step + 1,
+                        _state(guide, point),
+                        optim,
+                        sched,
+                        losses,
+                        torch.get_rng_state(),
+                        best,
+                    )
         except KeyboardInterrupt:
             if self.checkpoint is not None:
                 _save(self.checkpoint, identity, len(losses), _state(guide, point), optim, sched, losses, rng, best)
@@ -259,8 +294,12 @@ class SVI:
         ``TraceMeanField_ELBO`` or ``RenyiELBO``."""
         if self.objective == "elbo" and self.direct and elbo.applies(model, guide):
             return elbo.DirectELBO(model, self.num_particles)
-        particles = dict(num_particles=self.num_particles, vectorize_particles=self.num_particles > 1, max_plate_nesting=1)
-        return RenyiELBO(alpha=self.alpha, **particles) if self.objective == "renyi" else TraceMeanField_ELBO(**particles)
+        particles = dict(
+            num_particles=self.num_particles, vectorize_particles=self.num_particles > 1, max_plate_nesting=1
+        )
+        return (
+            RenyiELBO(alpha=self.alpha, **particles) if self.objective == "renyi" else TraceMeanField_ELBO(**particles)
+        )
 
     def _split(self, x, y):
         """(training part, validation part or None): a seeded random hold-out of ``validation`` of the data."""
@@ -268,7 +307,9 @@ class SVI:
             return (x, y), None
         n_val = round(self.validation * x.shape[0])
         if not 1 <= n_val < x.shape[0]:
-            raise BnnZooError(f"validation={self.validation} of {x.shape[0]} points leaves no training or no validation data")
+            raise BnnZooError(
+                f"validation={self.validation} of {x.shape[0]} points leaves no training or no validation data"
+            )
         order = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(self.seed))
         train, val = order[n_val:], order[:n_val]
         return (x[train], y[train]), (x[val], y[val])
@@ -282,7 +323,17 @@ def posterior_from(method: SVI, model, guide, x, y, losses: list[float], runtime
     if settings["guide_source"] == "user":
         with torch.no_grad():
             samples = {k: v[None] for k, v in sample_guide(guide, model, method.num_draws, x, y).items()}
-    return Posterior(model, x, y, samples, settings, sample_stats={"loss": torch.tensor(losses)}, guide=guide, runtime_s=runtime_s, info=info)
+    return Posterior(
+        model,
+        x,
+        y,
+        samples,
+        settings,
+        sample_stats={"loss": torch.tensor(losses)},
+        guide=guide,
+        runtime_s=runtime_s,
+        info=info,
+    )
 
 
 def _set_training(guide, mode: bool) -> None:
@@ -334,7 +385,8 @@ def _loss_and_grads(objective, kl_weight: float, model, guide, *args) -> float:
 
 
 def validation_log_lik(guide, model, x, y, num_draws: int = 64) -> float:
-    """Mean over points of log (1/S) sum_s p(y_n | x_n, w_s), w_s ~ q (Gal eq. 3.18), without touching the RNG stream."""
+    """Mean over points of log (1/S) sum_s p(y_n | x_n, w_s), w_s ~ q (Gal eq. 3.18), without touching the RNG "
+    "stream."""
     with torch.no_grad(), torch.random.fork_rng(device_type="cuda"):
         draws = sample_guide(guide, model, num_draws, x, y)
         weights = {k: draws[k] for k in model.params}
@@ -379,7 +431,8 @@ def _resume(path, identity, guide, point, optim, sched):
         sched.load_state_dict(state["sched"])
     except (KeyError, RuntimeError, ValueError) as exc:
         raise BnnZooError(
-            f"checkpoint {path} does not match this model and guide ({str(exc).splitlines()[0]}); delete it or point SVI(checkpoint=...) elsewhere"
+            f"checkpoint {path} does not match this model and guide ({str(exc).splitlines()[0]}); delete it or point "
+            "SVI(checkpoint=...) elsewhere"
         ) from None
     torch.set_rng_state(state["rng"])
     return int(state["step"]), state["losses"].tolist(), state.get("best")

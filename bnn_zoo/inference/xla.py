@@ -42,7 +42,9 @@ def check_backend(method: str, backend: str) -> None:
     if backend not in BACKENDS:
         raise BnnZooError(f"{method} backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
     if backend == "jax" and not available():
-        raise BnnZooError(f"{method} backend='jax' needs the jax extra: pip install 'bnn-zoo[jax]' (or use backend='torch')")
+        raise BnnZooError(
+            f"{method} backend='jax' needs the jax extra: pip install 'bnn-zoo[jax]' (or use backend='torch')"
+        )
 
 
 def resolve_backend(backend: str, model: BNN) -> str:
@@ -109,7 +111,8 @@ class JaxTarget:
 
         def logdensity(q):
             with env, pyro.validation_enabled(False), warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message="Explicitly requested dtype int64")  # labels as int32: exact below 2^31
+                # labels as int32: exact below 2^31
+                warnings.filterwarnings("ignore", message="Explicitly requested dtype int64")
                 return view(q)
 
         return logdensity
@@ -144,9 +147,14 @@ class JaxTarget:
         except Exception as exc:
             raise FallBack(f"the log density could not be traced to JAX ({_first_line(exc)})") from None
         value_error = abs(float(jv) - value) / max(1.0, abs(value))
-        grad_error = float(torch.linalg.vector_norm(torch.from_numpy(jax.device_get(jg).copy()) - grad)) / max(float(torch.linalg.vector_norm(grad)), 1e-12)
+        grad_error = float(torch.linalg.vector_norm(torch.from_numpy(jax.device_get(jg).copy()) - grad)) / max(
+            float(torch.linalg.vector_norm(grad)), 1e-12
+        )
         if not (value_error <= VALUE_RTOL and grad_error <= GRADIENT_RTOL):
-            raise FallBack(f"the traced log density differs from torch's at the start (value {value_error:.1e}, gradient {grad_error:.1e} relative)")
+            raise FallBack(
+                f"the traced log density differs from torch's at the start (value {value_error:.1e}, gradient "
+                f"{grad_error:.1e} relative)"
+            )
 
     def to_torch(self, draws) -> dict:
         """Draws (C, S, d) from JAX as constrained site values (C, S, *site shape)."""
@@ -199,7 +207,9 @@ def run_nuts(target: JaxTarget, q0: torch.Tensor, method, progress: bool) -> tup
     init = jnp.asarray(q0.numpy()) if chains > 1 else jnp.asarray(q0[0].numpy())
     mcmc.run(jax.random.PRNGKey(method.seed), init_params=init, extra_fields=fields)
     draws = mcmc.get_samples(group_by_chain=True)
-    extra = {k: torch.from_numpy(jax.device_get(v).copy()) for k, v in mcmc.get_extra_fields(group_by_chain=True).items()}
+    extra = {
+        k: torch.from_numpy(jax.device_get(v).copy()) for k, v in mcmc.get_extra_fields(group_by_chain=True).items()
+    }
     steps = extra["num_steps"].long()
     stats = {
         "diverging": extra["diverging"].bool(),
@@ -247,7 +257,14 @@ def run_chees(target: JaxTarget, q0: torch.Tensor, method) -> tuple[dict, dict, 
     def sample(states, key):
         def one(states, key):
             states, info = jax.vmap(step)(jax.random.split(key, chains), states)
-            return states, (states.position, states.logdensity, info.is_divergent, info.num_integration_steps, info.energy, info.acceptance_rate)
+            return states, (
+                states.position,
+                states.logdensity,
+                info.is_divergent,
+                info.num_integration_steps,
+                info.energy,
+                info.acceptance_rate,
+            )
 
         return jax.lax.scan(one, states, jax.random.split(key, method.num_samples))[1]
 

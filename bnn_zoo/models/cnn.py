@@ -50,13 +50,23 @@ class LeNet(nn.Module):
         for out in channels:
             if h < pool or w < pool:
                 raise BnnZooError(
-                    f"{len(channels)} pooling blocks shrink a {image_shape[1]}x{image_shape[2]} image below the {pool}x{pool} pool; "
-                    "use fewer channels entries or a smaller pool"
+                    f"{len(channels)} pooling blocks shrink a {image_shape[1]}x{image_shape[2]} image below the "
+                    f"{pool}x{pool} pool; use fewer channels entries or a smaller pool"
                 )
             blocks += [nn.Conv2d(c, out, kernel, padding=kernel // 2), nn.ReLU(), nn.MaxPool2d(pool)]
             c, h, w = out, h // pool, w // pool
-        self.image_shape, self.channels, self.kernel, self.pool, self.dense = tuple(image_shape), list(channels), kernel, pool, dense
-        self.in_features, self.out_features, self.dropout = image_shape[0] * image_shape[1] * image_shape[2], out_features, dropout
+        self.image_shape, self.channels, self.kernel, self.pool, self.dense = (
+            tuple(image_shape),
+            list(channels),
+            kernel,
+            pool,
+            dense,
+        )
+        self.in_features, self.out_features, self.dropout = (
+            image_shape[0] * image_shape[1] * image_shape[2],
+            out_features,
+            dropout,
+        )
         self.features = nn.Sequential(nn.Unflatten(-1, tuple(image_shape)), *blocks, nn.Flatten(-3))
         self.hidden = nn.Linear(c * h * w, dense)
         self.out = nn.Linear(dense, out_features)
@@ -71,7 +81,9 @@ class LeNet(nn.Module):
     def mask_sites(self) -> dict[str, str]:
         """Where a weight's per-example input mask acts: the pooling after the previous convolution."""
         pools = [f"features.{i}" for i, m in enumerate(self.features) if isinstance(m, nn.MaxPool2d)]
-        later = [f"features.{i}.weight" for i, m in enumerate(self.features) if isinstance(m, nn.Conv2d)][1:] + ["hidden.weight"]
+        later = [f"features.{i}.weight" for i, m in enumerate(self.features) if isinstance(m, nn.Conv2d)][1:] + [
+            "hidden.weight"
+        ]
         return dict(zip(later, pools))
 
     def forward(self, x):
@@ -81,6 +93,6 @@ class LeNet(nn.Module):
 
     def extra_repr(self):
         return (
-            f"image_shape={self.image_shape}, channels={self.channels}, kernel={self.kernel}, pool={self.pool}, dense={self.dense}, "
-            f"out_features={self.out_features}, dropout={self.dropout!r}"
+            f"image_shape={self.image_shape}, channels={self.channels}, kernel={self.kernel}, pool={self.pool}, "
+            f"dense={self.dense}, out_features={self.out_features}, dropout={self.dropout!r}"
         )

@@ -70,7 +70,9 @@ class LSTM(nn.Module):
         else:
             w = {kind: [getattr(self, f"{kind}_{g}") for g in GATES] for kind in ("weight", "recurrent", "bias")}
             masks_x = [_steps(input_mask(self, f"weight_{g}", (n, d), x)) for g in GATES]
-            from_x = torch.cat([_masked(x, m) @ w_g.T for m, w_g in zip(masks_x, w["weight"])], -1) + torch.cat(w["bias"])
+            from_x = torch.cat([_masked(x, m) @ w_g.T for m, w_g in zip(masks_x, w["weight"])], -1) + torch.cat(
+                w["bias"]
+            )
             masks_h = [input_mask(self, f"recurrent_{g}", (n, k), x) for g in GATES]
             if all(m is None for m in masks_h):
                 stacked = torch.cat(w["recurrent"])  # (4k, k)
@@ -182,7 +184,9 @@ class TextRNN(nn.Module):
     def forward(self, x):
         ids = x.long()
         if ids.min() < 0 or ids.max() >= self.vocab_size:
-            raise BnnZooError(f"token ids must lie in 0..{self.vocab_size - 1}; found {int(ids.min())}..{int(ids.max())}")
+            raise BnnZooError(
+                f"token ids must lie in 0..{self.vocab_size - 1}; found {int(ids.min())}..{int(ids.max())}"
+            )
         h = self.lstm(self.embedding(ids))
         if self.head == "lm":
             return self.out(h)
