@@ -1,4 +1,7 @@
-"""The main job: Heek's toy regression fitted by mean-field SVI and by NUTS, side by side, with a GP baseline.
+"""The main job: Heek's toy regression, one 1-50-1 tanh BNN fitted by mean-field and dropout SVI, by
+Laplace and by NUTS side by side, with a GP baseline; each approximation scored against the NUTS
+posterior of the same network (W2 and variance ratio), and the Laplace evidence choosing between that
+network and a linear model.
 
 Why NUTS fits in minutes (benchmarks/nuts_toy.py, docs/benchmarks.md): a fan-in scaled prior keeps
 the output's prior sd O(1) for standardised targets; with N(0, 1) on all 151 weights the posterior is
@@ -18,14 +21,14 @@ from rich.table import Table
 from bnn_zoo.baselines import GP, TypeII
 from bnn_zoo.bnn import BNN
 from bnn_zoo.data import toy_cubic
-from bnn_zoo.evaluation import plots
+from bnn_zoo.evaluation import plots, reference
 from bnn_zoo.experiments.run import run
-from bnn_zoo.inference import NUTS, SVI
+from bnn_zoo.inference import NUTS, SVI, Laplace
 from bnn_zoo.likelihoods import Gaussian
 from bnn_zoo.models import MLP
 from bnn_zoo.priors import FanInNormal
 
-RUNS = ("svi", "nuts", "gp")  # the demo's result folders under its output folder
+RUNS = ("svi", "dropout", "laplace", "nuts", "gp", "linear")  # the demo's result folders under its output folder
 
 
 def demo(
@@ -51,6 +54,14 @@ def demo(
         SVI(steps=svi_steps, lr=0.02, lr_decay=0.1, num_particles=4, seed=seed, progress=progress),
         out / "svi",
     )
+    dropout = run(
+        "svi-dropout",
+        data,
+        model,
+        SVI(guide="dropout", steps=svi_steps, lr=0.02, seed=seed, progress=progress),
+        out / "dropout",
+    )
+    laplace = run("laplace", data, model, Laplace(seed=seed, progress=progress), out / "laplace")
     nuts = run(
         "nuts",
         data,
@@ -67,19 +78,44 @@ def demo(
     )
     # The GP baseline learns its noise by type II (a GP with 3 hyperparameters does not explain the cubic away).
     gp = run("gp-rbf", data, GP("rbf"), TypeII(steps=300, lr=0.05, seed=seed, progress=progress), out / "gp")
-    results = [svi, nuts, gp]
+    linear = run(
+        "laplace-linear",
+        data,
+        BNN(MLP(1, [], 1), FanInNormal(), Gaussian(noise)),
+        Laplace(seed=seed, progress=progress),
+        out / "linear",
+    )
+    results = [svi, dropout, laplace, nuts, gp]
     plots.predictive_bands([r.predictions for r in results], out / "demo.png")
+    for r in (svi, dropout, laplace):  # how far each approximation is from the same network's NUTS posterior
+        r.metrics.update(reference.scores(r.predictions, nuts.predictions))
     note = _split_by_training_range(results, data)
     print_table(
         results,
         console,
-        title=f"{data.name}: 1-50-1 tanh BNN by SVI and NUTS, and a GP; N={data.x_train.shape[0]}; files in {out}",
+        title=f"{data.name}: one 1-50-1 tanh BNN by four methods, and a GP; N={data.x_train.shape[0]}; files in {out}",
     )
-    (console or _console()).print(note)
-    (console or _console()).print(
-        f"compare them: bnn-zoo compare {out / 'svi'} {out / 'nuts'} {out / 'gp'} --out {out / 'comparison'}"
+    say = (console or _console()).print
+    say(note)
+    say(_evidence_note(laplace, linear))
+    say(
+        "W2 and var ratio: each approximation's predictive distribution against the NUTS posterior of the same "
+        "network (0 and 1 are NUTS itself): what bnn-zoo measures that a test score alone cannot."
     )
+    folders = " ".join(str(out / name) for name in RUNS[:-1])
+    say(f"compare them: bnn-zoo compare {folders} --reference {out / 'nuts'} --out {out / 'comparison'}")
     return results
+
+
+def _evidence_note(network, linear) -> str:
+    """One line: the Laplace (MacKay) log evidence of the network against a linear model, each at its
+    type-II prior precision, and which the data prefer."""
+    a, b = network.metrics["evidence_laplace"], linear.metrics["evidence_laplace"]
+    better = "the 1-50-1 tanh network" if a > b else "the linear model"
+    return (
+        f"Evidence (Laplace, type-II prior): 1-50-1 tanh {a:.1f}, linear {b:.1f} nats: the data prefer {better} "
+        f"by {abs(a - b):.1f} nats."
+    )
 
 
 def _split_by_training_range(results, data) -> str:
@@ -95,10 +131,10 @@ def _split_by_training_range(results, data) -> str:
         r.metrics.update(rmse_in_range=err[inside].mean().sqrt().item(), rmse_beyond=err[~inside].mean().sqrt().item())
         shares.append(f"{r.name} {err[~inside].sum() / err.sum():.0%}")
     return (
-        f"{int((~inside).sum())} of {len(x)} test inputs lie beyond the training inputs [{lo:.1f}, {hi:.1f}], where y "
-        "= x^3 is steepest; "
-        f"their share of the squared test error: {', '.join(shares)}. Beyond the data a BNN's band widens but its mean "
-        "flattens (tanh units saturate); the GP's long RBF length-scale carries the trend further."
+        f"{int((~inside).sum())} of {len(x)} test inputs lie beyond the training inputs [{lo:.1f}, {hi:.1f}], where "
+        f"y = x^3 is steepest; their share of the squared test error: {', '.join(shares)}. Beyond the data the tanh "
+        "network's mean flattens (its units saturate); Laplace's linearised band and the GP's widen there, the "
+        "others' barely (demo.png)."
     )
 
 
@@ -119,6 +155,8 @@ COLUMNS = [
     ("log ML", "log_marginal_likelihood", "{:.2f}"),
     ("LOO elpd", "loo_elpd", "{:.2f}"),
     ("LOO SE", "loo_se", "{:.2f}"),
+    ("W2 to NUTS", "w2", "{:.3f}"),
+    ("var ratio", "variance_ratio", "{:.2f}"),
     ("time s", "runtime_s", "{:.1f}"),
     ("max R-hat", "max_rhat", "{:.3f}"),
     ("min bulk ESS", "min_ess_bulk", "{:.0f}"),
@@ -127,7 +165,7 @@ COLUMNS = [
 
 
 def _console():
-    return Console(width=max(170, Console().width))  # wide enough for the table when output is piped
+    return Console(width=max(230, Console().width))  # wide enough for the table when output is piped
 
 
 def _cell(metrics: dict, key: str, fmt: str) -> str:
