@@ -1,5 +1,5 @@
-"""One home per option: the command line's methods, guides and priors are the library's classes, and the
-same run from Python and from `bnn-zoo fit` gives the same numbers."""
+"""One home per option: the command line's methods, guides, priors and dense and convolutional models are
+the library's classes, and the same run from Python and from `bnn-zoo fit` gives the same numbers."""
 
 import contextlib
 import dataclasses
@@ -29,6 +29,8 @@ LIBRARY = {  # (kind, command-line name) -> the library callables whose paramete
     ("prior", "normal"): (priors.Normal,),
     ("prior", "scale-mixture"): (priors.ScaleMixture,),
     ("prior", "gal-keras"): (priors.Normal.gal_keras,),
+    ("model", "mlp"): (bz.models.MLP,),
+    ("model", "cnn"): (bz.models.LeNet,),
 }
 
 
@@ -65,7 +67,8 @@ def test_every_option_is_a_library_parameter_with_its_default_and_help(kind, nam
     for option in options:
         assert option.name in params, f"--{kind}.{option.name} is not a parameter of {targets}"
         default = option.default if option.default is not dataclasses.MISSING else option.default_factory()
-        assert default == params[option.name].default, option.name
+        same = [list(v) if isinstance(v, tuple) else v for v in (default, params[option.name].default)]
+        assert same[0] == same[1], option.name  # a command line gives lists where the library has tuples
         assert docs.get(option.name), f"{targets} does not document {option.name}"
         assert docs[option.name] in help_text, f"--{kind}.{option.name}'s help is not the library's"
     assert not re.search(r"--\w+\.(?!help)\w+", help_text.replace(f"--{kind}.", "")), (

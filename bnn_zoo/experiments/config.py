@@ -23,7 +23,7 @@ from typing import ClassVar, Literal, Union
 
 import torch
 
-from bnn_zoo import baselines, guides, inference, priors
+from bnn_zoo import baselines, guides, inference, models, priors
 from bnn_zoo.errors import BnnZooError, check_seed, first_line, positive
 from bnn_zoo.experiments.options import options
 
@@ -152,7 +152,6 @@ class ModelConfig:
 
     category = "model"
     text = False  # recurrent models take token ids
-    short_chains = False  # True: NUTS and HMC default to 100 warm-up iterations and 100 draws (_PyroChain.resolved)
 
     def build(self, dataset, out_features: int) -> torch.nn.Module:
         raise NotImplementedError
@@ -160,17 +159,11 @@ class ModelConfig:
 
 @register("mlp")
 @dataclass
+@options(models.MLP, skip=("out_features",), types={"hidden": list[int]})
 class MLP(ModelConfig):
     """Multilayer perceptron: dense layers of ``hidden`` units with one activation."""
 
-    hidden: list[int] = field(default_factory=lambda: [50])
-    """units of each hidden layer ([] is a linear model)"""
-    activation: Literal["tanh", "relu", "sigmoid", "elu", "gelu"] = "tanh"
-    """the hidden layers' nonlinearity"""
-
     def build(self, dataset, out_features):
-        from bnn_zoo import models
-
         return models.MLP(dataset.in_features, list(self.hidden), out_features, self.activation)
 
 
@@ -180,32 +173,16 @@ class Linear(ModelConfig):
     """A linear model (Bayesian linear regression with a Gaussian likelihood)."""
 
     def build(self, dataset, out_features):
-        from bnn_zoo import models
-
         return models.MLP(dataset.in_features, [], out_features)
 
 
 @register("cnn")
 @dataclass
+@options(models.LeNet, skip=("image_shape", "out_features"), types={"channels": list[int]})
 class CNN(ModelConfig):
     """LeNet on images; dropout=all (lenet-all) or dense (lenet-ip) says which weights take dropout."""
 
-    channels: list[int] = field(default_factory=lambda: [16, 32])
-    """output channels of each convolution (each followed by max pooling)"""
-    kernel: int = 3
-    """convolution kernel size"""
-    pool: int = 2
-    """max-pooling size"""
-    dense: int = 64
-    """units of the dense layer before the output"""
-    dropout: Literal["all", "dense"] = "all"
-    """which weights the dropout guide drops: all (lenet-all) or the dense layers only (lenet-ip)"""
-
-    short_chains = True
-
     def build(self, dataset, out_features):
-        from bnn_zoo import models
-
         shape = dataset.info.get("image_shape")
         if shape is None:
             raise BnnZooError(f"the cnn model needs image data (digits); {dataset.name} has no image shape")
@@ -220,13 +197,10 @@ class _Recurrent(ModelConfig):
     """LSTM hidden units"""
 
     text = True
-    short_chains = True
     gates = "untied"
     embedding_dropout = False
 
     def build(self, dataset, out_features):
-        from bnn_zoo import models
-
         head = "lm" if dataset.task == "language-model" else "classify"
         vocab = len(dataset.info["vocab"])
         return models.TextRNN(

@@ -36,6 +36,8 @@ def options(target, *, skip: tuple[str, ...] = (), only: tuple[str, ...] | None 
                 continue  # filled from the data (in_features, ...), not an option
             annotations[name] = (types or {}).get(name, hints.get(name, typing.Any))
             default = param.default
+            if isinstance(default, tuple) and typing.get_origin(annotations[name]) is list:
+                default = list(default)  # a command line gives lists
             if isinstance(default, list | dict):
                 setattr(cls, name, dataclasses.field(default_factory=lambda d=default: copy.deepcopy(d)))
             else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 from torch import nn
 
@@ -29,7 +30,8 @@ class LeNet(nn.Module):
         pool: max-pooling size.
         dense: width of the dense hidden layer.
         out_features: outputs (classes).
-        dropout: ``"all"`` (lenet-all) or ``"dense"`` (lenet-ip).
+        dropout: which weights the dropout guide drops: ``"all"`` (lenet-all) or the dense layers only
+            (``"dense"``, lenet-ip).
     """
 
     def __init__(
@@ -40,7 +42,7 @@ class LeNet(nn.Module):
         pool: int = 2,
         dense: int = 64,
         out_features: int = 10,
-        dropout: str = "all",
+        dropout: Literal["all", "dense"] = "all",
     ):
         super().__init__()
         if dropout not in PLACEMENTS:

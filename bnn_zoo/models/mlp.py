@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -69,13 +69,17 @@ class MLP(nn.Module):
 
     Args:
         in_features: input columns.
-        hidden: widths of the hidden layers.
+        hidden: widths of the hidden layers ([] is a linear model).
         out_features: outputs.
-        activation: ``"tanh"``, ``"relu"``, ``"sigmoid"``, ``"elu"`` or ``"gelu"``.
+        activation: the hidden layers' nonlinearity.
     """
 
     def __init__(
-        self, in_features: int, hidden: Sequence[int] = (50,), out_features: int = 1, activation: str = "tanh"
+        self,
+        in_features: int,
+        hidden: Sequence[int] = (50,),
+        out_features: int = 1,
+        activation: Literal["tanh", "relu", "sigmoid", "elu", "gelu"] = "tanh",
     ):
         super().__init__()
         if activation not in ACTIVATIONS:
