@@ -477,7 +477,7 @@ class InferenceConfig:
     def resolved(self, model, n: int) -> InferenceConfig:
         """This config with the defaults the library fills for ``model`` and n training rows written out."""
         resolved = self.method(**self.options()).resolved(model, n)
-        return dataclasses.replace(self, **{k: getattr(resolved, k) for k in self.options()})
+        return dataclasses.replace(self, **{f.name: getattr(resolved, f.name) for f in dataclasses.fields(self)})
 
     def recurrent_prior(self) -> PriorConfig:
         """The recurrent models' prior under this method (the dropout guide aside): Blundell et al.'s scale
@@ -552,10 +552,6 @@ class _SGMCMC(InferenceConfig):
 
     def options(self):
         return super().options() | {"kind": self.registered_name}
-
-    def resolved(self, model, n):
-        resolved = self.method(**self.options()).resolved(model, n)
-        return dataclasses.replace(self, batch_size=resolved.batch_size)
 
 
 @register("sgld")
