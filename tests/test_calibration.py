@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from bnn_zoo import Prediction
+from bnn_zoo import BnnZooError, Prediction
 from bnn_zoo.evaluation import calibration, classification_metrics, regression_metrics, uncertainty
 from bnn_zoo.likelihoods import Categorical, Gaussian
 
@@ -123,3 +123,15 @@ def test_regression_coverage_and_variance_split():
     narrow = regression_metrics(Prediction(torch.zeros_like(f), {}, Gaussian(0.5)), y)
     assert regression_metrics(Prediction(f, {}, Gaussian(1.0)), y)["coverage_95"] < 0.9  # sd about sqrt(2) < 2
     assert narrow["coverage_90"] < 0.5
+
+
+def test_regression_metrics_take_flat_targets_and_refuse_shapes_that_would_broadcast():
+    """y of shape (N,) against (N, 1) predictions is the same targets; (N, 2) or (M,) would broadcast
+    into a wrong RMSE without a word, so they are refused."""
+    pred = Prediction(torch.tensor([[[0.0], [1.0], [3.0]]]), {}, Gaussian(1.0))
+    y = torch.tensor([0.0, 2.0, 3.0])
+    flat, column = regression_metrics(pred, y), regression_metrics(pred, y[:, None])
+    assert flat == column and flat["rmse"] == pytest.approx((1 / 3) ** 0.5)
+    for bad in (torch.zeros(3, 2), torch.zeros(4), torch.zeros(3, 3)):
+        with pytest.raises(BnnZooError, match=r"give y as \(N,\) or \(N, outputs\)"):
+            regression_metrics(pred, bad)

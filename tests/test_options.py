@@ -92,6 +92,6 @@ def test_the_same_run_from_python_and_from_the_command_line_gives_the_same_metri
     posterior = bz.fit(model, *data.train, bz.SVI(progress=False))
     pyro.set_rng_seed(0)  # as the command line does before it scores a fit
     x_test, y_test = data.test  # standardised with the training statistics
-    metrics = bz.evaluation.regression_metrics(posterior.predict(x_test), y_test.reshape(-1, 1), data.y_std)
+    metrics = bz.evaluation.regression_metrics(posterior.predict(x_test), y_test, data.y_std)
     for key in ("rmse", "test_log_likelihood"):
         assert metrics[key] == cli[key], key

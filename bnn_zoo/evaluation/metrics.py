@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from bnn_zoo.errors import BnnZooError
 from bnn_zoo.evaluation import calibration, uncertainty
 
 COVERAGES = (0.5, 0.9, 0.95)
@@ -15,8 +16,9 @@ def regression_metrics(pred, y, y_std=1.0) -> dict[str, float]:
     and model part Var_s[f_s] (law of total variance), all in original units.
 
     ``pred`` and ``y`` are in standardised units y_s = (y - mean) / y_std; the density picks up the
-    Jacobian: log p(y) = log p(y_s) - sum_d log y_std_d.
+    Jacobian: log p(y) = log p(y_s) - sum_d log y_std_d. ``y`` is (N,) for one output or (N, outputs).
     """
+    y = _matching_targets(y, pred.mean.shape)
     y_std = torch.as_tensor(y_std, dtype=y.dtype).reshape(-1)
     rmse = (((pred.mean - y) * y_std) ** 2).mean().sqrt()
     ll = pred.log_likelihood(y).mean() - torch.log(y_std.expand(y.shape[-1])).sum()
@@ -30,6 +32,18 @@ def regression_metrics(pred, y, y_std=1.0) -> dict[str, float]:
         model_variance=(pred.model_variance * y_std**2).mean().item(),
     )
     return out
+
+
+def _matching_targets(y: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """y as (N, outputs), the predictions' shape: (N,) for one output is reshaped; any other shape would
+    broadcast against the predictions into a silently wrong RMSE, so it is refused."""
+    if y.dim() == 1 and tuple(shape) == (y.shape[0], 1):
+        y = y[:, None]
+    if y.shape != shape:
+        raise BnnZooError(
+            f"y has shape {tuple(y.shape)} but the predictions {tuple(shape)}; give y as (N,) or (N, outputs)"
+        )
+    return y
 
 
 def classification_metrics(pred, y, bins: int = 10) -> dict[str, float]:
