@@ -136,6 +136,7 @@ def heek_claims(out: Path):
                 burn_in=6000,
                 num_samples=200,
                 thinning=20,
+                num_chains=1,
                 progress=False,
             ),
         )
@@ -201,6 +202,7 @@ def nuts_sized():
                 burn_in=4000,
                 num_samples=200,
                 thinning=20,
+                num_chains=1,
                 progress=False,
             ),
         ),

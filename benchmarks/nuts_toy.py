@@ -81,7 +81,14 @@ def main():
             model,
             x,
             y,
-            bz.NUTS(num_warmup=args.warmup, num_samples=args.samples, init=init_value, jit_compile=jit, progress=False),
+            bz.NUTS(
+                num_warmup=args.warmup,
+                num_samples=args.samples,
+                num_chains=1,
+                init=init_value,
+                jit_compile=jit,
+                progress=False,
+            ),
         )
         total = time.perf_counter() - start
         stats = post.sample_stats

@@ -358,14 +358,8 @@ def test_help_and_import_defer_torch_pyro_and_arviz():
     assert "torch" in after and "pyro" in after
 
 
-def test_a_fit_killed_at_random_moments_leaves_nothing_that_breaks_compare_or_a_resume(tmp_path, capsys):
-    """kill -9 of a real `bnn-zoo fit` at seeded random moments (start-up, training, checkpointing,
-    writing results): after each, `compare` either reads a finished run or refuses the folder in one
-    line, `--resume` continues it, and the finished folder holds one consistent run."""
-    import random
-
-    out = tmp_path / "run"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+def _killable_fit(out) -> list[str]:
+    """A real `bnn-zoo fit` of 1,500 SVI steps checkpointed every 50, writing to ``out``."""
     fit = [
         sys.executable,
         "-m",
@@ -376,7 +370,18 @@ def test_a_fit_killed_at_random_moments_leaves_nothing_that_breaks_compare_or_a_
         "--inference.checkpoint_every",
         "50",
     ]
-    fit += ["--evaluation.elbo_samples", "50", "--out", str(out), "--quiet"]
+    return fit + ["--evaluation.elbo_samples", "50", "--out", str(out), "--quiet"]
+
+
+def test_a_fit_killed_at_random_moments_leaves_nothing_that_breaks_compare_or_a_resume(tmp_path, capsys):
+    """kill -9 of a real `bnn-zoo fit` at seeded random moments (start-up, training, checkpointing,
+    writing results): after each, `compare` either reads a finished run or refuses the folder in one
+    line, `--resume` continues it, and the finished folder holds one consistent run."""
+    import random
+
+    out = tmp_path / "run"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    fit = _killable_fit(out)
     rng = random.Random(0)
     for moment in sorted(rng.uniform(1.0, 9.0) for _ in range(4)):
         if (out / "metrics.json").exists():
@@ -407,17 +412,7 @@ def test_kill_saves_a_checkpoint_as_ctrl_c_does_and_the_fit_resumes_from_it(tmp_
     exit is 143 with one line, and --resume ends with every step."""
     out = tmp_path / "run"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    fit = [
-        sys.executable,
-        "-m",
-        "bnn_zoo.cli",
-        "fit",
-        "--inference.steps",
-        "1500",
-        "--inference.checkpoint_every",
-        "50",
-    ]
-    fit += ["--evaluation.elbo_samples", "50", "--out", str(out), "--quiet"]
+    fit = _killable_fit(out)
     run = subprocess.Popen(fit, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while not (out / "checkpoint.pt").exists():  # training has begun

@@ -41,6 +41,7 @@ def demo(
     progress=True,
     console=None,
 ):
+    """Fit, score and print the demo; the Results of its runs, in RUNS's order (the linear model's last)."""
     out = Path(out_dir)
     data = toy_cubic(seed=seed)
     # The noise sd is the generating one (3, here in standardised units): with 20 points a learned
@@ -104,7 +105,7 @@ def demo(
     )
     folders = " ".join(str(out / name) for name in RUNS[:-1])
     say(f"compare them: bnn-zoo compare {folders} --reference {out / 'nuts'} --out {out / 'comparison'}")
-    return results
+    return [*results, linear]
 
 
 def _evidence_note(network, linear) -> str:
