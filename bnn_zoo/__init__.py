@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # what the lazy names resolve to, for type checkers and the A
     from bnn_zoo.errors import BnnZooError
     from bnn_zoo.evaluation import evidence
     from bnn_zoo.evaluation.compare import compare
-    from bnn_zoo.inference import HMC, NUTS, SGMCMC, SVI, ChEES, Laplace, fit
+    from bnn_zoo.inference import HMC, NUTS, SGMCMC, SVI, SWAG, ChEES, Ensemble, Laplace, fit
     from bnn_zoo.memory import keep_freed_memory
     from bnn_zoo.posterior import Posterior, PosteriorLike, Prediction
     from bnn_zoo.protocols import Network
@@ -40,6 +40,8 @@ _HOMES = {
     "SVI": "bnn_zoo.inference",
     "SGMCMC": "bnn_zoo.inference",
     "Laplace": "bnn_zoo.inference",
+    "Ensemble": "bnn_zoo.inference",
+    "SWAG": "bnn_zoo.inference",
     "fit": "bnn_zoo.inference",
     "BnnZooError": "bnn_zoo.errors",
     "Network": "bnn_zoo.protocols",

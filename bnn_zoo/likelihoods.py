@@ -53,6 +53,10 @@ class Likelihood:
         """Validate y (already finite, N rows) and return it in this likelihood's canonical form."""
         raise NotImplementedError
 
+    def outputs(self, targets: int) -> int:
+        """The network outputs this likelihood reads for ``targets`` target columns (or classes)."""
+        return targets
+
     def to(self, device: torch.device | str) -> Likelihood:
         """A copy whose distributions' tensors (a learned noise's prior) live on ``device``."""
         other = copy.copy(self)
@@ -136,21 +140,87 @@ class Gaussian(Likelihood):
         return dist.Normal(f, self._sigma(latent)).cdf(y)
 
     def check_targets(self, y, out_features):
-        if not torch.is_floating_point(y):
-            y = y.to(torch.get_default_dtype())
-        if y.dim() == 1 and out_features == 1:
-            y = y[:, None]
-        if y.dim() != 2 or y.shape[1] != out_features:
-            raise BnnZooError(
-                f"y has shape {tuple(y.shape)} but the network has {out_features} output(s); pass y with shape (N,) or "
-                f"(N, {out_features})"
-            )
-        return y
+        return _real_targets(y, out_features)
 
     def __repr__(self):
         return (
             f"Gaussian(scale={self.scale})" if self.scale is not None else f"Gaussian(scale_prior={self.scale_prior})"
         )
+
+
+def _real_targets(y: torch.Tensor, columns: int, outputs: str = "") -> torch.Tensor:
+    """Real-valued targets as (N, columns), refusing any other shape."""
+    if not torch.is_floating_point(y):
+        y = y.to(torch.get_default_dtype())
+    if y.dim() == 1 and columns == 1:
+        y = y[:, None]
+    if y.dim() != 2 or y.shape[1] != columns:
+        raise BnnZooError(
+            f"y has shape {tuple(y.shape)} but the network has {outputs or columns} output(s); pass y with shape (N,) "
+            f"or (N, {columns})"
+        )
+    return y
+
+
+class Heteroscedastic(Likelihood):
+    """y ~ N(mu(x), sigma(x)^2) with both predicted: the network's 2D outputs are (mu, s) for D targets and
+    sigma^2 = softplus(s) + min_variance (Lakshminarayanan et al. 2017, sec. 2.2.1: the NLL
+    log sigma^2 / 2 + (y - mu)^2 / (2 sigma^2) + const; Aziz's lecture, "learn to predict both Gaussian
+    parameters").
+
+    Args:
+        min_variance: the floor added to softplus(s), in standardised units (the paper's 1e-6), so the
+            density stays finite where a network drives its variance to zero.
+    """
+
+    def __init__(self, min_variance: float = 1e-6):
+        if not (min_variance > 0 and float(min_variance) < float("inf")):
+            raise BnnZooError(f"Heteroscedastic min_variance must be positive and finite, got {min_variance}")
+        self.min_variance = float(min_variance)
+
+    def _split(self, f):
+        mu, s = f.chunk(2, dim=-1)
+        return mu, torch.nn.functional.softplus(s) + self.min_variance
+
+    def outputs(self, targets):
+        return 2 * targets
+
+    def distribution(self, f, latent):
+        mu, var = self._split(f)
+        return dist.Normal(mu, var.sqrt()).to_event(1)
+
+    def log_prob(self, f, latent, y):
+        mu, var = self._split(f)
+        return (-((y - mu) ** 2) / (2 * var) - 0.5 * var.log() - 0.5 * math.log(2 * math.pi)).sum(-1)
+
+    def mean(self, f, latent):
+        return self._split(f)[0]
+
+    def noise_variance(self, f, latent):
+        return self._split(f)[1]
+
+    def cdf(self, f, latent, y):
+        mu, var = self._split(f)
+        return dist.Normal(mu, var.sqrt()).cdf(y)
+
+    def fisher(self, f, latent):
+        """The Fisher information of y | f in f, (N, 2D, 2D): 1 / sigma^2 for mu and
+        softplus'(s)^2 / (2 sigma^4) for s, the positive semi-definite curvature a Laplace GGN needs
+        (the Hessian of the NLL in s is indefinite away from the MAP)."""
+        mu, var = self._split(f)
+        dvar = torch.sigmoid(f.chunk(2, dim=-1)[1])
+        return torch.diag_embed(torch.cat([1 / var, dvar**2 / (2 * var**2)], -1))
+
+    def check_targets(self, y, out_features):
+        if out_features % 2:
+            raise BnnZooError(
+                f"the heteroscedastic likelihood reads a mean and a scale per target: the network needs 2 outputs per "
+                f"target column, this one has {out_features}"
+            )
+        return _real_targets(y, out_features // 2, f"{out_features} (a mean and a scale per target)")
+
+    def __repr__(self):
+        return f"Heteroscedastic(min_variance={self.min_variance})"
 
 
 class _Discrete(Likelihood):

@@ -23,7 +23,7 @@ from typing import ClassVar, Literal, Union
 
 import torch
 
-from bnn_zoo import baselines, guides, inference, models, priors
+from bnn_zoo import baselines, guides, inference, likelihoods, models, priors
 from bnn_zoo.errors import BnnZooError, check_seed, first_line, positive
 from bnn_zoo.experiments.options import options
 
@@ -340,8 +340,6 @@ class Gaussian(LikelihoodConfig):
     task = "regression"
 
     def build(self, dataset):
-        from bnn_zoo import likelihoods
-
         if self.scale is not None and self.precision is not None:
             raise BnnZooError(
                 "give the Gaussian likelihood a scale (standardised units) or a precision (original units), not both"
@@ -351,14 +349,24 @@ class Gaussian(LikelihoodConfig):
         return likelihoods.Gaussian(self.scale) if self.scale is not None else likelihoods.Gaussian.learned()
 
 
+@register("heteroscedastic")
+@dataclass
+@options(likelihoods.Heteroscedastic)
+class Heteroscedastic(LikelihoodConfig):
+    """y ~ N(mu(x), sigma(x)^2): the network predicts a mean and a variance per target (deep ensembles' NLL)."""
+
+    task = "regression"
+
+    def build(self, dataset):
+        return likelihoods.Heteroscedastic(**dataclasses.asdict(self))
+
+
 @dataclass
 class _Discrete(LikelihoodConfig):
     task = "classification"
     cls_name = ""
 
     def build(self, dataset):
-        from bnn_zoo import likelihoods
-
         return getattr(likelihoods, self.cls_name)()
 
 
@@ -588,6 +596,24 @@ class Laplace(InferenceConfig):
         return FanIn()
 
 
+@register("ensemble")
+@dataclass
+@options(inference.Ensemble)
+class Ensemble(InferenceConfig):
+    """Deep ensembles: K networks from random starts, each trained to its MAP (or ML), in one batched computation."""
+
+    method = inference.Ensemble
+
+
+@register("swag")
+@dataclass
+@options(inference.SWAG)
+class SWAG(InferenceConfig):
+    """SWAG (members=1) or MultiSWAG: a Gaussian from the moments of SGD iterates after training."""
+
+    method = inference.SWAG
+
+
 @register("gp")
 @dataclass
 @options(baselines.TypeII)
@@ -606,10 +632,10 @@ class GP(InferenceConfig):
 
     def model(self, run: RunConfig, likelihood, classes: int, dataset):
         """The GP that replaces the BNN; kernel=nngp is the twin of the run's relu MLP and fan-in prior."""
-        from bnn_zoo import likelihoods
-
         if dataset.task == "language-model" or "vocab" in dataset.info:
             raise BnnZooError("the GP baseline takes feature vectors or images, not text")
+        if isinstance(likelihood, likelihoods.Heteroscedastic):
+            raise BnnZooError("the GP baseline's noise is one Gaussian scale; use --likelihood gaussian")
         if isinstance(likelihood, likelihoods.Gaussian) and likelihood.scale is not None:
             raise BnnZooError("a GP learns its noise by type II; drop the likelihood's scale or precision")
         depth, prior = 1, None

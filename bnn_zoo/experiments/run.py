@@ -224,7 +224,7 @@ def prepare(config: RunConfig, out_dir=None, progress: bool = True, resume: bool
             stacklevel=2,
         )
     if config.inference.bnn:
-        out_features = classes if isinstance(likelihood, likelihoods.Categorical) else 1
+        out_features = likelihood.outputs(classes if isinstance(likelihood, likelihoods.Categorical) else 1)
         net = build_network(config.model, dataset, out_features)
         model = BNN(net, config.prior.build(dataset, likelihood, config.guide), likelihood)
         config = config.for_model(model, dataset.x_train.shape[0])
@@ -263,6 +263,8 @@ def _evidence(posterior, idata, elbo_samples):
             out["log_marginal_likelihood"] = posterior.log_marginal_likelihood()
         else:
             out["elbo"], out["elbo_se"] = posterior.elbo(num_samples=elbo_samples)
+    if posterior.method == "ensemble":  # K point estimates: too few draws to importance-sample
+        return out
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         loo = az.loo(idata, pointwise=True)

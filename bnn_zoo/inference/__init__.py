@@ -1,6 +1,5 @@
-"""One entry point for inference: ``fit(model, x, y, method)`` with method SVI, NUTS, HMC, ChEES, Laplace or SGMCMC (a
-BNN), or
-``bnn_zoo.TypeII`` (a ``bnn_zoo.GP``)."""
+"""One entry point for inference: ``fit(model, x, y, method)`` with method SVI, NUTS, HMC, ChEES, Laplace, SGMCMC,
+Ensemble or SWAG (a BNN), or ``bnn_zoo.TypeII`` (a ``bnn_zoo.GP``)."""
 
 from collections.abc import Sequence
 
@@ -13,6 +12,7 @@ from bnn_zoo.data.validation import check_data
 from bnn_zoo.errors import BnnZooError, check_device, check_seed
 from bnn_zoo.inference import lockstep
 from bnn_zoo.inference.chees import ChEES
+from bnn_zoo.inference.ensemble import SWAG, Ensemble
 from bnn_zoo.inference.laplace import Laplace
 from bnn_zoo.inference.mcmc import HMC, NUTS
 from bnn_zoo.inference.sgmcmc import SGMCMC
@@ -21,14 +21,23 @@ from bnn_zoo.posterior import Posterior
 
 ArrayLike = torch.Tensor | np.ndarray | Sequence
 
-METHODS = {"svi": SVI, "nuts": NUTS, "hmc": HMC, "chees": ChEES, "laplace": Laplace, "sgmcmc": SGMCMC}
+METHODS = {
+    "svi": SVI,
+    "nuts": NUTS,
+    "hmc": HMC,
+    "chees": ChEES,
+    "laplace": Laplace,
+    "sgmcmc": SGMCMC,
+    "ensemble": Ensemble,
+    "swag": SWAG,
+}
 
 
 def fit(
     model: BNN | GP,
     x: ArrayLike,
     y: ArrayLike,
-    method: SVI | NUTS | HMC | ChEES | Laplace | SGMCMC | TypeII,
+    method: SVI | NUTS | HMC | ChEES | Laplace | SGMCMC | Ensemble | SWAG | TypeII,
     device: str | torch.device | None = None,
 ) -> Posterior | GPPosterior:
     """Fit ``model`` to (x, y) with ``method``.
@@ -36,13 +45,13 @@ def fit(
     Inputs are validated first (shapes, NaN/inf, labels), so bad data fails before any training.
 
     Args:
-        model: a :class:`bnn_zoo.BNN`, fitted by SVI, NUTS, HMC, ChEES, Laplace or SGMCMC; or a :class:`bnn_zoo.GP`,
-            fitted by TypeII.
+        model: a :class:`bnn_zoo.BNN`, fitted by SVI, NUTS, HMC, ChEES, Laplace, SGMCMC, Ensemble or SWAG; or a
+            :class:`bnn_zoo.GP`, fitted by TypeII.
         x: inputs, (N, features): a tensor, array or nested list.
         y: targets, (N,) or (N, outputs) for regression, class labels (N,) for classifiers.
         method: ``bnn_zoo.SVI(...)``, ``bnn_zoo.NUTS(...)``, ``bnn_zoo.HMC(...)``, ``bnn_zoo.ChEES(...)``,
-            ``bnn_zoo.Laplace(...)``, ``bnn_zoo.SGMCMC(...)`` or
-            ``bnn_zoo.TypeII(...)``.
+            ``bnn_zoo.Laplace(...)``, ``bnn_zoo.SGMCMC(...)``,
+            ``bnn_zoo.Ensemble(...)``, ``bnn_zoo.SWAG(...)`` or ``bnn_zoo.TypeII(...)``.
         device: where to fit a BNN: ``"cpu"`` (default: where the model is) or ``"cuda"``; the model is
             copied there with its data, and the posterior lives there.
 
@@ -56,13 +65,15 @@ def fit(
         )
     if not hasattr(method, "run"):
         raise BnnZooError(
-            f"method must be bnn_zoo.SVI(...), NUTS, HMC, ChEES, Laplace, SGMCMC or TypeII (a GP), got {method!r}"
+            f"method must be bnn_zoo.SVI(...), NUTS, HMC, ChEES, Laplace, SGMCMC, Ensemble, SWAG or TypeII (a GP), got "
+            f"{method!r}"
         )
     if not isinstance(model, (BNN, GP)):
         raise BnnZooError(f"model must be a bnn_zoo.BNN or a bnn_zoo.GP, got {type(model).__name__}")
     if isinstance(model, GP) != isinstance(method, TypeII):
         raise BnnZooError(
-            "a bnn_zoo.GP is fitted by bnn_zoo.TypeII(...), and a BNN by SVI, NUTS, HMC, ChEES, Laplace or SGMCMC"
+            "a bnn_zoo.GP is fitted by bnn_zoo.TypeII(...), and a BNN by SVI, NUTS, HMC, ChEES, Laplace, SGMCMC, Ensemble or "
+            "SWAG"
         )
     check_seed(getattr(method, "seed", 0))
     x, y = check_data(model, x, y)
@@ -76,4 +87,4 @@ def fit(
     return method.run(model, x, y)
 
 
-__all__ = ["HMC", "METHODS", "NUTS", "ChEES", "SGMCMC", "SVI", "Laplace", "fit"]
+__all__ = ["HMC", "METHODS", "NUTS", "SWAG", "ChEES", "Ensemble", "SGMCMC", "SVI", "Laplace", "fit"]

@@ -320,7 +320,10 @@ def _minimise(tensors: list[torch.Tensor], loss) -> None:
 
 
 def _output_hessians(model: BNN, f: torch.Tensor, y: torch.Tensor, latent: dict) -> torch.Tensor:
-    """Lambda_n = d^2 (-log p(y_n | f_n)) / d f_n^2 for every datum: (N, out, out)."""
+    """Lambda_n = d^2 (-log p(y_n | f_n)) / d f_n^2 for every datum: (N, out, out); the likelihood's Fisher
+    information where it states one (a heteroscedastic Gaussian, whose Hessian is indefinite)."""
+    if hasattr(model.likelihood, "fisher"):
+        return model.likelihood.fisher(f, latent)
 
     def nll(fn, yn):
         return -model.likelihood.distribution(fn[None], latent).log_prob(yn[None]).sum()
