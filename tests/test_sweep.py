@@ -335,6 +335,42 @@ def test_uci_gal_protocol_on_a_folder_writes_its_table(tmp_path, capsys):
         protocols.uci_gal(folder, splits=[3])
 
 
+def _tiny_uci(root, rows=60):
+    (root / "data").mkdir()
+    folder = root / "data" / "tiny"
+    _uci_folder(folder, rows=rows)
+    (folder / "index_train_0.txt").write_text("\n".join(map(str, range(rows - 15))) + "\n")
+    (folder / "index_test_0.txt").write_text("\n".join(map(str, range(rows - 15, rows))) + "\n")
+    (folder / "n_hidden.txt").write_text("8\n")
+    (folder / "n_splits.txt").write_text("1\n")
+    return folder
+
+
+def test_deep_ensembles_protocol_writes_the_uci_table_with_the_papers_settings(tmp_path, capsys):
+    folder = _tiny_uci(tmp_path)
+    argv = ["reproduce", "deep-ensembles", "--data", str(folder), "--epochs", "2", "--out", str(tmp_path / "out")]
+    assert main([*argv, "--quiet"]) == 0
+    csv = pd.read_csv(tmp_path / "out" / "table.csv")
+    assert list(csv.columns[:5]) == ["dataset", "rmse", "rmse_se", "test_ll", "test_ll_se"] and csv.dataset[0] == "tiny"
+    final = table.collect(tmp_path / "out" / "tiny")
+    metrics = json.loads((tmp_path / "out" / "tiny" / "cells" / final.key[0] / "metrics.json").read_text())
+    settings = metrics["settings"]
+    assert (settings["method"], settings["members"], settings["batch_size"], settings["steps"]) == ("ensemble", 5, None, 2)
+    assert settings["adversarial"] == 0.01 and settings["use_prior"] is False
+    assert metrics["likelihood"].startswith("Heteroscedastic") and metrics["model"].startswith("MLP(in_features=2")
+
+
+def test_a_gap_split_holds_out_the_middle_third_of_a_column(tmp_path):
+    folder = _tiny_uci(tmp_path)
+    data = bz.data.load_uci(folder, gap=1)
+    lo, hi, train = data.x_test[:, 1].min(), data.x_test[:, 1].max(), data.x_train[:, 1]
+    assert len(data.x_test) == 20 and (train < lo).sum() == 20 and (train > hi).sum() == 20
+    with pytest.raises(bz.BnnZooError, match="gap 2 is not one of them"):
+        bz.data.load_uci(folder, gap=2)
+    sweep = protocols.uci_gap(folder)
+    assert sweep.grid == {"data.gap": [0, 1]} and len(sweep.zip["inference"]) == len(protocols.ZOO_METHODS)
+
+
 def test_execution_options_refuse_nonsense(capsys):
     with pytest.raises(SystemExit):
         main(["sweep", "whatever.yaml", "--workers", "0"])

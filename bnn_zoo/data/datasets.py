@@ -84,12 +84,14 @@ def toy_cubic(n_train: int = 20, n_test: int = 200, seed: int = 0) -> Dataset:
     return Dataset("toy-cubic", xtr, ytr, xte, yte, info={"noise_scale": 3.0, "seed": seed})
 
 
-def load_uci(path: str | Path, split: int = 0, allow_overlap: bool = False) -> Dataset:
+def load_uci(path: str | Path, split: int = 0, allow_overlap: bool = False, gap: int | None = None) -> Dataset:
     """A UCI regression folder in the standard MC-dropout/PBP format (see ../shared/data/README.md).
 
     Reads data.txt, index_features.txt, index_target.txt and index_{train,test}_{split}.txt. A split
     whose test rows are also training rows is refused unless ``allow_overlap`` (its test metrics would
     not be held out), as are repeated training rows, fewer than two training rows and a constant target.
+    ``gap=d`` replaces the split by Foong et al.'s (2019) gap split of input column d: every row, sorted
+    by that column (ties in file order), the middle third held out as test data.
     """
     root = Path(path)
     if root.is_file():
@@ -135,10 +137,18 @@ def load_uci(path: str | Path, split: int = 0, allow_overlap: bool = False) -> D
         raise BnnZooError(
             f"{root / 'index_target.txt'} names {len(target)} target columns; bnn-zoo expects exactly one"
         )
+    info = {"path": str(root), "split": split}
+    if gap is not None:
+        if not 0 <= gap < len(features):
+            raise BnnZooError(f"{root.name} has input columns 0..{len(features) - 1}; gap {gap} is not one of them")
+        order = np.argsort(data[:, features[gap]], kind="stable")
+        third = len(order) // 3
+        train, test = np.concatenate([order[:third], order[len(order) - third :]]), order[third : len(order) - third]
+        info = {"path": str(root), "gap": gap}
     _check_split(root, split, train, test, data[train, target[0]], allow_overlap)
     x = as_tensor(f"{root / 'data.txt'} features", torch.from_numpy(data[:, features]).float())
     y = as_tensor(f"{root / 'data.txt'} target", torch.from_numpy(data[:, target[0]]).float())
-    return Dataset(f"uci:{root.name}", x[train], y[train], x[test], y[test], info={"path": str(root), "split": split})
+    return Dataset(f"uci:{root.name}", x[train], y[train], x[test], y[test], info=info)
 
 
 MIN_TRAIN_ROWS = 5

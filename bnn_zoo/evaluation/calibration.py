@@ -1,5 +1,6 @@
-"""Calibration of classifiers: Brier, ECE/MCE, Heek's expected vs observed accuracy, calibration bins
-and calibration ROC (Heek's thesis sec. 3.1, eqs. 3.1-3.7), and selective prediction.
+"""Calibration: for classifiers Brier, ECE/MCE, Heek's expected vs observed accuracy, calibration bins
+and calibration ROC (Heek's thesis sec. 3.1, eqs. 3.1-3.7), selective prediction and temperature
+scaling; for regressors split-conformal intervals.
 
 ``probs`` is the predictive p(c | x) averaged over posterior draws (eq. 3.2), shape (N, C); ``y`` the
 labels (N,). Binary classifiers pass both columns (1 - p, p).
@@ -7,9 +8,12 @@ labels (N,). Binary classifiers pass both columns (1 - p, p).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
+
+from bnn_zoo.errors import BnnZooError
 
 
 def brier_score(probs: torch.Tensor, y: torch.Tensor) -> float:
@@ -151,3 +155,61 @@ def selective_prediction(
     correct = (labels == y.long())[order].to(probs.dtype)
     kept = torch.arange(1, len(y) + 1, dtype=probs.dtype)
     return SelectiveCurve(kept / len(y), correct.cumsum(0) / kept, score[order])
+
+
+def fit_temperature(probs: torch.Tensor, y: torch.Tensor) -> float:
+    """Temperature scaling (Guo et al. 2017) of a Bayesian predictive: the T > 0 that minimises the NLL of
+    ``temper(probs, T)`` on held-out (validation) labels. Tempering the predictive's log-probabilities,
+    not each draw's logits, keeps every example's most probable class, so accuracy does not change."""
+    logp = probs.double().clamp_min(1e-300).log()
+    labels = y.long()
+
+    def nll(log_t: float) -> float:
+        return -torch.log_softmax(logp / math.exp(log_t), -1).gather(-1, labels[:, None]).mean().item()
+
+    lo, hi = math.log(1e-2), math.log(1e2)  # golden-section search: the NLL is unimodal in log T
+    ratio = (math.sqrt(5) - 1) / 2
+    for _ in range(80):
+        a, b = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
+        lo, hi = (lo, b) if nll(a) < nll(b) else (a, hi)
+    return math.exp((lo + hi) / 2)
+
+
+def temper(probs: torch.Tensor, temperature: float) -> torch.Tensor:
+    """softmax(log p / T): T > 1 softens an overconfident predictive, T < 1 sharpens it."""
+    if not temperature > 0:
+        raise BnnZooError(f"a temperature must be positive, got {temperature}")
+    return torch.softmax(probs.clamp_min(1e-300).log() / temperature, -1).to(probs.dtype)
+
+
+@dataclass
+class SplitConformal:
+    """Split-conformal intervals (Vovk et al. 2005; Lei et al. 2018) around a regressor's predictive mean,
+    scaled by its predictive sd: on calibration data the scores |y - mean| / sd, q their
+    ceil((n + 1)(1 - alpha))-th smallest; the interval mean +- q sd then covers a new exchangeable point
+    with probability at least 1 - alpha (and below 1 - alpha + 1 / (n + 1) when scores do not tie).
+
+    Build it with :meth:`fit`; ``interval(mean, sd)`` gives (lower, upper)."""
+
+    quantile: float
+    alpha: float
+
+    @classmethod
+    def fit(cls, mean: torch.Tensor, sd: torch.Tensor, y: torch.Tensor, alpha: float = 0.1) -> SplitConformal:
+        """From calibration predictions (mean, sd) and targets y, all of one shape."""
+        if not 0 < alpha < 1:
+            raise BnnZooError(f"alpha is a miscoverage rate in (0, 1), got {alpha}")
+        if not (mean.shape == sd.shape == y.shape):
+            raise BnnZooError(f"mean, sd and y must share a shape, got {mean.shape}, {sd.shape}, {y.shape}")
+        scores = ((y - mean).abs() / sd).flatten()
+        n = scores.numel()
+        rank = math.ceil((n + 1) * (1 - alpha))
+        if rank > n:
+            raise BnnZooError(
+                f"{n} calibration points cannot certify {1 - alpha:.0%} coverage; give at least "
+                f"{math.ceil((1 - alpha) / alpha)} points or a larger alpha"
+            )
+        return cls(scores.kthvalue(rank).values.item(), alpha)
+
+    def interval(self, mean: torch.Tensor, sd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return mean - self.quantile * sd, mean + self.quantile * sd

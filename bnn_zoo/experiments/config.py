@@ -112,13 +112,15 @@ class UCI(DataConfig):
     "split of the training rows"""
     allow_overlap: bool = False
     """score a split whose test rows are also training rows (refused otherwise)"""
+    gap: int | None = None
+    """instead of the split: Foong et al.'s gap split of this input column (its middle third by value is the test set)"""
 
     def load(self, seed):
         from bnn_zoo.data import load_uci
 
         if not self.path:
             raise BnnZooError("the uci data needs a folder: --data uci --data.path ../shared/data/uci/yacht")
-        data = load_uci(self.path, self.split, self.allow_overlap)
+        data = load_uci(self.path, self.split, self.allow_overlap, self.gap)
         return data.validation_part() if self.part == "validation" else data
 
 

@@ -260,6 +260,8 @@ def labels(run: cfg.RunConfig) -> dict:
     inference = run.inference.registered_name
     if isinstance(run.inference, cfg.GP):
         inference += f"-{run.inference.kernel}"
+    elif isinstance(run.inference, cfg.SWAG) and run.inference.members > 1:
+        inference = "multiswag"
     elif run.inference.takes_guide:
         guide = run.guide or run.default_guide()
         changed = [
