@@ -208,21 +208,26 @@ def _read_table(path: Path, dtype) -> np.ndarray:
     return arr
 
 
-def digits() -> Dataset:
+def digits(classes: int = 10) -> Dataset:
     """scikit-learn's bundled 8x8 digits (1797 images, 10 classes, pixels 0..16), rows flattened to 64
-    features, with a fixed stratified split: 1347 training and 450 test images (random_state 0)."""
+    features, with a fixed stratified split: 1347 training and 450 test images (random_state 0).
+    ``classes`` < 10 keeps the digits 0..classes-1 and holds the others' test images out as
+    out-of-distribution examples (``info["ood_x"]``)."""
+    positive("digits classes", classes, integer=True, least=2)
+    if classes > 10:
+        raise BnnZooError(f"digits has 10 classes; asked for {classes}")
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
 
     x, y = load_digits(return_X_y=True)
     x_tr, x_te, y_tr, y_te = train_test_split(x, y, test_size=450, stratify=y, random_state=0)
     t = lambda a, dtype: torch.as_tensor(a, dtype=dtype)  # noqa: E731
+    info = {"image_shape": (1, 8, 8), "classes": classes}
+    if classes < 10:
+        info["ood_x"] = t(x_te[y_te >= classes], torch.float32)
+        (x_tr, y_tr), (x_te, y_te) = ((x[y < classes], y[y < classes]) for x, y in ((x_tr, y_tr), (x_te, y_te)))
+    name = "digits" if classes == 10 else f"digits:0-{classes - 1}"
     return Dataset(
-        "digits",
-        t(x_tr, torch.float32),
-        t(y_tr, torch.long),
-        t(x_te, torch.float32),
-        t(y_te, torch.long),
-        task="classification",
-        info={"image_shape": (1, 8, 8), "classes": 10},
+        name, t(x_tr, torch.float32), t(y_tr, torch.long), t(x_te, torch.float32), t(y_te, torch.long),
+        task="classification", info=info,
     )

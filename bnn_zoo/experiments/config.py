@@ -77,10 +77,13 @@ class ToyCubic(DataConfig):
 class Digits(DataConfig):
     """scikit-learn's 8x8 digits, 10 classes, a fixed stratified split."""
 
+    classes: int = 10
+    """train on the digits 0..classes-1; the other digits' test images are scored as out-of-distribution"""
+
     def load(self, seed):
         from bnn_zoo.data import digits
 
-        return digits()
+        return digits(self.classes)
 
 
 @register("toy-text")
@@ -676,6 +679,8 @@ class Evaluation:
     """diagnostic plots in the result folder (sweeps of many cells may skip them)"""
     training_evidence: bool = True
     """ELBO, PSIS-LOO and evidence on the training data (selection runs may skip them)"""
+    shift: bool = False
+    """image classifiers: score the test images rotated (15-90 degrees) and noised (pixel sd 1-8)"""
 
 
 @dataclass

@@ -92,10 +92,13 @@ def evaluate(
     plots=True,
     progress=False,
     training_evidence=True,
+    shift=False,
 ) -> Result:
     """Score a fitted posterior on the test split and the training data (see :func:`run`) and, with
     ``out_dir``, write its files. ``training_evidence=False`` skips the ELBO, LOO and ``evidence`` on
-    the training data (a protocol's selection runs read only their held-out score)."""
+    the training data (a protocol's selection runs read only their held-out score). ``shift`` scores an
+    image classifier on rotated and noised test images; a dataset holding out-of-distribution
+    examples (``info["ood_x"]``) is scored on detecting them (:mod:`bnn_zoo.evaluation.shift`)."""
     announce(f"scoring {name} on {dataset.name}")
     x = dataset.train[0]
     x_test, y_test = dataset.test
@@ -105,6 +108,7 @@ def evaluate(
     else:
         pred = posterior.predict(x_test, num_samples=predict_samples)
         metrics = _test_metrics(pred, model, y_test, dataset)
+        metrics.update(_shift_metrics(posterior, dataset, pred, shift, predict_samples))
     if hasattr(posterior.guide, "mean"):  # one pass at E_q[w]: standard dropout's weight scaling for the dropout guide
         at_mean = _test_metrics(posterior.predict(x_test, at_mean=True), model, y_test, dataset)
         metrics.update({f"{k}_at_mean": v for k, v in at_mean.items()})
@@ -188,6 +192,7 @@ class Prepared:
             ev.plots,
             progress,
             ev.training_evidence,
+            ev.shift,
         )
         if self.out is not None:
             (self.out / "checkpoint.pt").unlink(missing_ok=True)  # the finished result supersedes it
@@ -208,6 +213,8 @@ def prepare(config: RunConfig, out_dir=None, progress: bool = True, resume: bool
         raise BnnZooError(
             f"the likelihood is for {likelihood.task} but {dataset.name} is a {dataset.task} dataset; use {use}"
         )
+    if config.evaluation.shift and ("image_shape" not in dataset.info or dataset.task != "classification"):
+        raise BnnZooError(f"evaluation.shift scores image classifiers; {dataset.name} is not an image dataset")
     classes = len(dataset.info["vocab"]) if dataset.task == "language-model" else int(dataset.y_train.max()) + 1
     checkpoint = None
     if out is not None:
@@ -250,6 +257,18 @@ def _test_metrics(pred, model, y_test, dataset):
     return (
         language_model_metrics(pred.mean, y_test) if task == "language-model" else classification_metrics(pred, y_test)
     )
+
+
+def _shift_metrics(posterior, dataset, pred, shift: bool, predict_samples) -> dict:
+    from bnn_zoo.evaluation import shift as shifts
+
+    out = {}
+    if shift:
+        out.update(shifts.shifted_metrics(posterior, dataset, predict_samples))
+    if "ood_x" in dataset.info:
+        ood = posterior.predict((dataset.info["ood_x"] - dataset.x_mean) / dataset.x_std, num_samples=predict_samples)
+        out.update(shifts.ood_metrics(pred.draw_probs, ood.draw_probs))
+    return out
 
 
 def _evidence(posterior, idata, elbo_samples):

@@ -1,0 +1,93 @@
+"""Result files from finished UCI sweeps (``bnn-zoo reproduce`` or ``bnn-zoo sweep`` folders).
+
+python benchmarks/uci_tables.py deep-ensembles runs/deep-ensembles   # vs ../shared/reference/uci_deep_ensembles.csv
+python benchmarks/uci_tables.py uci-zoo-baselines runs/uci-guides --methods ensemble swag multiswag
+python benchmarks/uci_tables.py uci-gap runs/uci-gap
+
+Each writes benchmarks/results/NAME.json: mean +- standard error over splits (or gap columns) per dataset
+and method, with the summed fit time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+from results import write
+
+from bnn_zoo.experiments import table
+
+REFERENCE = Path(__file__).parents[1] / ".." / "shared" / "reference" / "uci_deep_ensembles.csv"
+
+
+def cells(folder: Path) -> pd.DataFrame:
+    """Every finished cell of the sweeps in ``folder`` (one sweep, or one per dataset below it)."""
+    sweeps = [folder] if (folder / "cells").is_dir() else sorted(p for p in folder.iterdir() if (p / "cells").is_dir())
+    return pd.concat([table.collect(p) for p in sweeps])
+
+
+def pm(mean: float, se: float, digits: int = 3) -> str:
+    return f"{mean:.{digits}f} ± {se:.{digits}f}"
+
+
+def summary(frame: pd.DataFrame, by: list[str]) -> list[dict]:
+    rows = []
+    for keys, group in frame.groupby(by, sort=True):
+        n = len(group)
+        se = lambda c: group[c].std(ddof=1) / n**0.5 if n > 1 else float("nan")  # noqa: E731
+        row = dict(zip(by, keys if isinstance(keys, tuple) else (keys,)))
+        row |= {"n": n, "RMSE": pm(group.rmse.mean(), se("rmse")), "test LL": pm(group.test_log_likelihood.mean(), se("test_log_likelihood"))}
+        row |= {"coverage 95%": f"{group.coverage_95.mean():.3f}", "fit time": f"{group.runtime_s.sum() / 60:.1f} min"}
+        rows.append(row)
+    return rows
+
+
+def deep_ensembles(frame: pd.DataFrame) -> list[dict]:
+    """Ours beside the paper's, with (ours - published) / sqrt(se_ours^2 + pm_published^2)."""
+    published = pd.read_csv(REFERENCE, comment="#").set_index("dataset")
+    rows = []
+    for dataset, group in frame.groupby("dataset", sort=True):
+        n, ref = len(group), published.loc[dataset]
+        rmse, ll = group.rmse, group.test_log_likelihood
+        rmse_se, ll_se = rmse.std(ddof=1) / n**0.5, ll.std(ddof=1) / n**0.5
+        rows.append(
+            {
+                "dataset": dataset,
+                "splits": n,
+                "RMSE": pm(rmse.mean(), rmse_se),
+                "published RMSE": f"{ref.rmse:.2f} ± {ref.rmse_pm:.2f}",
+                "diff / se (RMSE)": f"{(rmse.mean() - ref.rmse) / (rmse_se**2 + ref.rmse_pm**2) ** 0.5:+.2f}",
+                "NLL": pm(-ll.mean(), ll_se),
+                "published NLL": f"{ref.nll:.2f} ± {ref.nll_pm:.2f}",
+                "diff / se (NLL)": f"{(-ll.mean() - ref.nll) / (ll_se**2 + ref.nll_pm**2) ** 0.5:+.2f}",
+                "fit time": f"{group.runtime_s.sum() / 60:.1f} min",
+            }
+        )
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("name", choices=["deep-ensembles", "uci-zoo-baselines", "uci-gap"])
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("--methods", nargs="*", help="only these inference labels")
+    args = parser.parse_args()
+    frame = cells(args.folder)
+    if args.methods:
+        frame = frame[frame.inference.isin(args.methods)]
+    command = f"python benchmarks/uci_tables.py {args.name} {args.folder}"
+    if args.name == "deep-ensembles":
+        rows = deep_ensembles(frame)
+        command = f"bnn-zoo reproduce deep-ensembles --data ../shared/data/uci; {command}"
+    elif args.name == "uci-gap":
+        rows = summary(frame, ["dataset", "inference"]) + summary(frame, ["dataset", "inference", "data.gap"])
+    else:
+        rows = summary(frame, ["dataset", "inference"])
+    print(write(args.name, rows, command=command))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
