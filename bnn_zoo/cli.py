@@ -133,7 +133,9 @@ def main(argv=None) -> int:
         "mean and a variance, maximum likelihood by Adam (lr 0.01, batch 100, 40 epochs) with adversarial examples at "
         "0.01 x each input's range; the prediction is their mixture. uci-gap: for each input column (--splits picks "
         "columns), the rows sorted by it and the middle third held out, every method of the zoo's UCI table; "
-        "DIR/table.csv overall and DIR/gaps.csv per column. uci-gal: per split, every (p, tau) of the folder's grids trained on the first 80% of the "
+        "DIR/table.csv overall and DIR/gaps.csv per column. digits-shift (embedded data): every method trained on "
+        "the 10 digits and scored on rotated and noised test images (DIR/shift.csv, DIR/shift.png), and trained on "
+        "0-4 and scored on detecting 5-9 (DIR/ood.csv). uci-gal: per split, every (p, tau) of the folder's grids trained on the first 80% of the "
         "training split and "
         "scored on the last 20%, the best refitted on the whole split and tested with T = 10,000 MC dropout passes; "
         "one hidden "
@@ -142,9 +144,9 @@ def main(argv=None) -> int:
         "Writes DIR/table.csv (dataset, rmse, rmse_se, test_ll, test_ll_se), DIR/table.md and every cell's folder (a "
         "re-run resumes).",
     )
-    p.add_argument("protocol", choices=["uci-gal", "deep-ensembles", "uci-gap"], help="the protocol")
+    p.add_argument("protocol", choices=["uci-gal", "deep-ensembles", "uci-gap", "digits-shift"], help="the protocol")
     p.add_argument(
-        "--data", required=True, help="a UCI folder (holding data.txt and the published grids) or a folder of them"
+        "--data", help="the UCI protocols: a UCI folder (holding data.txt and the published grids) or a folder of them"
     )
     p.add_argument(
         "--epochs",
@@ -463,6 +465,10 @@ def _reproduce(args):
     from bnn_zoo.io import writable_folder
 
     out = writable_folder(args.out)
+    if args.protocol == "digits-shift":
+        return _digits_shift(args, out)
+    if args.data is None:
+        raise BnnZooError(f"reproduce {args.protocol} needs --data: a UCI folder or a folder of them")
     splits = protocols.parse_splits(args.splits)
     folders = protocols.uci_folders(args.data)
     # all checked before any runs
@@ -492,6 +498,26 @@ def _reproduce(args):
         print(md.read_text(), end="")
     else:
         print(table.write_uci(table.aggregate(frame, ["dataset"]), out / "table"), end="")
+    return _report(summary, out)
+
+
+def _digits_shift(args, out):
+    import pandas as pd
+
+    from bnn_zoo.evaluation import plots
+    from bnn_zoo.experiments import protocols, table
+    from bnn_zoo.experiments.sweep import run_sweep
+    from bnn_zoo.io import atomic_write
+
+    execution = (args.workers, args.ray, args.ray_address, not args.quiet)
+    summary = run_sweep(protocols.digits_shift(), out, *execution, lockstep=not args.no_lockstep)
+    frame = table.collect(out)
+    rows = protocols.shift_curves(frame)
+    atomic_write(out / "shift.csv", lambda tmp: pd.DataFrame(rows).to_csv(tmp, index=False))
+    plots.shift_curves(rows, out / "shift.png")
+    ood = table.aggregate(frame[frame["data.classes"] == 5], ["inference"])
+    _, md = table.write(ood, ["inference"], out / "ood")
+    print(f"written: {out / 'shift.csv'}, {out / 'shift.png'}, {md}")
     return _report(summary, out)
 
 

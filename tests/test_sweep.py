@@ -16,7 +16,7 @@ from test_bad_input import _uci_folder
 import bnn_zoo as bz
 from bnn_zoo.cli import main
 from bnn_zoo.evaluation import reference
-from bnn_zoo.experiments import protocols, table
+from bnn_zoo.experiments import config, protocols, table
 from bnn_zoo.experiments.sweep import Sweep, override, run_sweep, sweep_status
 
 # a cell of about a second: 30 SVI steps of a 1-4-1 network on the toy data, no plots
@@ -412,3 +412,17 @@ def table_predictions(folder):
     from bnn_zoo.evaluation.compare import load_predictions
 
     return load_predictions(os.path.join(folder, "predictions.nc"))
+
+
+def test_digits_shift_protocol_writes_curves_and_ood_scores(tmp_path, monkeypatch, capsys):
+    quick = [
+        (config.node(config.Ensemble, members=2, steps=30), None),
+        (config.node(config.SWAG, steps=30, snapshots=2, collect_every=2), None),
+    ]
+    monkeypatch.setattr(protocols, "ZOO_METHODS", quick)
+    assert main(["reproduce", "digits-shift", "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    curves = pd.read_csv(tmp_path / "out" / "shift.csv")
+    assert set(curves.inference) == {"ensemble", "swag"} and set(curves["transform"]) == {"rotate", "noise"}
+    assert curves[curves["transform"] == "rotate"].intensity.tolist()[:3] == [0, 15, 30]
+    ood = pd.read_csv(tmp_path / "out" / "ood.csv")
+    assert ood.ood_auroc_entropy.between(0, 1).all() and (tmp_path / "out" / "shift.png").stat().st_size > 0

@@ -142,3 +142,20 @@ def evidence_by_architecture(table, path):
     ax.set(ylabel="log evidence (nats)", title="evidence by architecture (+-2 SE)")
     ax.legend(fontsize=8)
     _save(fig, path)
+
+
+def shift_curves(rows: list[dict], path):
+    """Accuracy and ECE against shift intensity, one line per method, a column per transform (rows as
+    :func:`bnn_zoo.experiments.protocols.shift_curves` gives them)."""
+    transforms = sorted({r["transform"] for r in rows})
+    fig, axes = plt.subplots(2, len(transforms), figsize=(5.5 * len(transforms), 7), squeeze=False)
+    for j, transform in enumerate(transforms):
+        for k, method in enumerate(sorted({r["inference"] for r in rows})):
+            own = [r for r in rows if r["transform"] == transform and r["inference"] == method]
+            for i, metric in enumerate(("accuracy", "ece")):
+                axes[i, j].plot([r["intensity"] for r in own], [r[metric] for r in own], "o-", ms=3, label=method)
+                axes[i, j].set_xlabel("degrees" if transform == "rotate" else "pixel noise sd")
+                axes[i, j].set_ylabel(metric)
+                axes[i, j].set_title(f"{metric} under {transform}")
+    axes[0, -1].legend(fontsize=7)
+    _save(fig, path)

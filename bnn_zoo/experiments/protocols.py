@@ -164,6 +164,43 @@ def uci_gap(folder: str | Path, columns: list[int] | None = None) -> Sweep:
     )
 
 
+def digits_shift() -> Sweep:
+    """Every method of the zoo on scikit-learn's digits (one 50-unit ReLU layer, fan-in prior): trained on
+    all 10 classes and scored on rotated and noised test images (Ovadia et al. 2019's protocol on the
+    data at hand), and trained on the digits 0-4 and scored on detecting 5-9 as out-of-distribution."""
+    base = {
+        "data": cfg.node(cfg.Digits),
+        "model": cfg.node(cfg.MLP, hidden=[50], activation="relu"),
+        "prior": "fanin",
+        "evaluation": {"plots": False, "training_evidence": False, "shift": True},
+    }
+    inference, guide = zip(*ZOO_METHODS)
+    return Sweep(
+        base, grid={"data.classes": [10, 5]}, zip={"inference": list(inference), "guide": list(guide)}, name="digits-shift"
+    )
+
+
+def shift_curves(frame) -> list[dict]:
+    """The shift metrics of a digits-shift sweep's cells as rows (inference, transform, intensity, metric
+    means over the cells), intensity 0 being the clean test set."""
+    from bnn_zoo.evaluation.shift import SHIFT_METRICS
+
+    rows = []
+    clean = {m: m for m in SHIFT_METRICS}
+    for inference, group in frame[frame["data.classes"] == 10].groupby("inference", sort=True):
+        for transform in ("rotate", "noise"):
+            columns = sorted(
+                {c.split("_")[2] for c in group.columns if c.startswith(f"shift_{transform}_")}, key=float
+            )
+            for intensity in ["0", *columns]:
+                names = clean if intensity == "0" else {m: f"shift_{transform}_{intensity}_{m}" for m in SHIFT_METRICS}
+                rows.append(
+                    {"inference": inference, "transform": transform, "intensity": float(intensity)}
+                    | {m: float(group[c].mean()) for m, c in names.items()}
+                )
+    return rows
+
+
 def _checked_splits(folder: Path, count: float, splits: list[int] | None) -> list[int]:
     positive(f"{folder / 'n_splits.txt'}'s value", count, integer=True)
     available = list(range(int(count)))

@@ -25,6 +25,9 @@ SHOWN = [
     "w2",
     "variance_ratio",
     "agreement",
+    "ood_auroc_entropy",
+    "ood_auroc_mutual_information",
+    "ood_fpr95_entropy",
     "total_variation",
     "max_rhat_test_f",
     "min_ess_bulk_test_f",
@@ -61,10 +64,8 @@ def aggregate(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     metrics = [c for c in frame.columns if c not in by and pd.api.types.is_numeric_dtype(frame[c]) and not _is_label(c)]
     grouped = frame.groupby(by, sort=True)[metrics]
     mean, se, n = grouped.mean(), grouped.std(ddof=1) / grouped.count() ** 0.5, frame.groupby(by, sort=True).size()
-    out = pd.DataFrame({"n": n})
-    for m in metrics:
-        out[m], out[f"{m}_se"] = mean[m], se[m]
-    return out.reset_index()
+    columns = {"n": n} | {name: values[m] for m in metrics for name, values in ((m, mean), (f"{m}_se", se))}
+    return pd.DataFrame(columns).reset_index()
 
 
 def _is_label(column: str) -> bool:
