@@ -132,7 +132,7 @@ class SWAG(Ensemble):
         snapshots: iterates collected after the first training (Maddox et al. collect once an epoch).
         collect_every: SGD steps between snapshots (None: one epoch's minibatches).
         swag_lr: the constant SGD learning rate while collecting (None: ``lr``).
-        momentum: the SGD momentum while collecting.
+        momentum: the SGD momentum while collecting (m multiplies the effective step by 1 / (1 - m)).
         optimizer: ``"sgd"`` (Maddox et al.'s constant-rate SGD) or ``"adam"`` iterates.
         rank: the deviation matrix's columns (at least 2; the paper's 20).
         num_draws: draws per member kept for prediction and the InferenceData.
@@ -142,7 +142,7 @@ class SWAG(Ensemble):
     snapshots: int = 40
     collect_every: int | None = None
     swag_lr: float | None = None
-    momentum: float = 0.9
+    momentum: float = 0.0
     optimizer: Literal["sgd", "adam"] = "sgd"
     rank: int = 20
     num_draws: int = 30
