@@ -97,8 +97,7 @@ def test_swags_moments_are_the_running_moments_of_the_collected_iterates():
     post = bz.fit(_linear_model(), x, y, method)
     method = method.resolved(post.model, len(y))
     team = Members(post.model, x, y[:, None], method)  # the same members, stepped again to record every iterate
-    for _ in team.train(torch.optim.Adam(team.leaves.values(), lr=method.lr), method.steps, False):
-        pass
+    team.pretrain()
     iterates = [
         team.flat()
         for i, _ in enumerate(team.train(method.optimiser(list(team.leaves.values())), 36, False), 1)

@@ -102,7 +102,7 @@ class Ensemble:
             return method.run(model, x, y)
         start = time.perf_counter()
         team = Members(model, x, y, self)
-        *_, losses = team.train(torch.optim.Adam(team.leaves.values(), lr=self.lr), self.steps, self.progress)
+        losses = team.pretrain()
         samples = {k: v[:, None] for k, v in team.values().items()}  # member k is chain k's one draw
         return Posterior(
             model,
@@ -126,7 +126,8 @@ class SWAG(Ensemble):
 
         w = w_bar + (1/sqrt 2) diag(w2_bar - w_bar^2)^(1/2) z1 + (1 / sqrt(2 (rank - 1))) D z2,
 
-    z1, z2 standard normal; ``num_draws`` per member, each member a chain.
+    z1, z2 standard normal; ``num_draws`` per member, each member a chain. The fitted posterior carries
+    the statistics as ``moments`` (a :class:`Moments`; a saved folder keeps the draws).
 
     Args:
         snapshots: iterates collected after the first training (Maddox et al. collect once an epoch).
@@ -180,8 +181,7 @@ class SWAG(Ensemble):
             return method.run(model, x, y)
         start = time.perf_counter()
         team = Members(model, x, y, self)
-        for _ in team.train(torch.optim.Adam(team.leaves.values(), lr=self.lr), self.steps, self.progress):
-            pass
+        team.pretrain()
         moments = Moments(team.flat(), self.rank)
         collect = team.train(self.optimiser(list(team.leaves.values())), self.snapshots * self.collect_every, self.progress)
         for i, _ in enumerate(collect, 1):
@@ -325,6 +325,12 @@ class Members:
                 for i, k in torch.nonzero(short).tolist():
                     idx[i, k] = self.streams[k].subsets(self.n, self.m, 1)[0]
             yield from idx
+
+    def pretrain(self) -> torch.Tensor:
+        """Adam on every member for the method's steps (their MAP, or maximum likelihood); the last losses (K,)."""
+        adam = torch.optim.Adam(self.leaves.values(), lr=self.method.lr)
+        *_, losses = self.train(adam, self.method.steps, self.method.progress)
+        return losses
 
     def train(self, optimiser: torch.optim.Optimizer, steps: int, progress: bool) -> Iterator[torch.Tensor]:
         """Step every member ``steps`` times; yields each step's losses (K,) after its update."""
