@@ -127,16 +127,16 @@ def main(argv=None) -> int:
     p = sub.add_parser(
         "reproduce",
         help="run a published protocol (uci-gal: Gal & Ghahramani's MC dropout on UCI; deep-ensembles: "
-        "Lakshminarayanan et al.'s deep ensembles on UCI; uci-gap: Foong et al.'s gap splits, every method) and "
-        "write its table",
+        "Lakshminarayanan et al.'s deep ensembles on UCI; uci-gap: Foong et al.'s gap splits, every method; "
+        "digits-shift: every method under shift and OOD digits) and write its tables",
         description="deep-ensembles: per split, 5 networks of one hidden layer of n_hidden ReLU units predicting a "
         "mean and a variance, maximum likelihood by Adam (lr 0.01, batch 100, 40 epochs) with adversarial examples at "
         "0.01 x each input's range; the prediction is their mixture. uci-gap: for each input column (--splits picks "
         "columns), the rows sorted by it and the middle third held out, every method of the zoo's UCI table; "
         "DIR/table.csv overall and DIR/gaps.csv per column. digits-shift (embedded data): every method trained on "
         "the 10 digits and scored on rotated and noised test images (DIR/shift.csv, DIR/shift.png), and trained on "
-        "0-4 and scored on detecting 5-9 (DIR/ood.csv). uci-gal: per split, every (p, tau) of the folder's grids trained on the first 80% of the "
-        "training split and "
+        "0-4 and scored on detecting 5-9 (DIR/ood.csv). uci-gal: per split, every (p, tau) of the folder's grids "
+        "trained on the first 80% of the training split and "
         "scored on the last 20%, the best refitted on the whole split and tested with T = 10,000 MC dropout passes; "
         "one hidden "
         "layer of n_hidden ReLU units, Adam 1e-3, batch 128, the Keras weight decay with l = 1e-2; tau in original "

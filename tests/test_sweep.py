@@ -355,7 +355,12 @@ def test_deep_ensembles_protocol_writes_the_uci_table_with_the_papers_settings(t
     final = table.collect(tmp_path / "out" / "tiny")
     metrics = json.loads((tmp_path / "out" / "tiny" / "cells" / final.key[0] / "metrics.json").read_text())
     settings = metrics["settings"]
-    assert (settings["method"], settings["members"], settings["batch_size"], settings["steps"]) == ("ensemble", 5, None, 2)
+    assert (settings["method"], settings["members"], settings["batch_size"], settings["steps"]) == (
+        "ensemble",
+        5,
+        None,
+        2,
+    )
     assert settings["adversarial"] == 0.01 and settings["use_prior"] is False
     assert metrics["likelihood"].startswith("Heteroscedastic") and metrics["model"].startswith("MLP(in_features=2")
 

@@ -228,6 +228,11 @@ def digits(classes: int = 10) -> Dataset:
         (x_tr, y_tr), (x_te, y_te) = ((x[y < classes], y[y < classes]) for x, y in ((x_tr, y_tr), (x_te, y_te)))
     name = "digits" if classes == 10 else f"digits:0-{classes - 1}"
     return Dataset(
-        name, t(x_tr, torch.float32), t(y_tr, torch.long), t(x_te, torch.float32), t(y_te, torch.long),
-        task="classification", info=info,
+        name,
+        t(x_tr, torch.float32),
+        t(y_tr, torch.long),
+        t(x_te, torch.float32),
+        t(y_te, torch.long),
+        task="classification",
+        info=info,
     )

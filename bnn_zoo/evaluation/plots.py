@@ -150,7 +150,7 @@ def shift_curves(rows: list[dict], path):
     transforms = sorted({r["transform"] for r in rows})
     fig, axes = plt.subplots(2, len(transforms), figsize=(5.5 * len(transforms), 7), squeeze=False)
     for j, transform in enumerate(transforms):
-        for k, method in enumerate(sorted({r["inference"] for r in rows})):
+        for method in sorted({r["inference"] for r in rows}):
             own = [r for r in rows if r["transform"] == transform and r["inference"] == method]
             for i, metric in enumerate(("accuracy", "ece")):
                 axes[i, j].plot([r["intensity"] for r in own], [r[metric] for r in own], "o-", ms=3, label=method)

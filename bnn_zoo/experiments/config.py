@@ -116,7 +116,7 @@ class UCI(DataConfig):
     allow_overlap: bool = False
     """score a split whose test rows are also training rows (refused otherwise)"""
     gap: int | None = None
-    """instead of the split: Foong et al.'s gap split of this input column (its middle third by value is the test set)"""
+    """instead of the split: Foong et al.'s gap split of this input column (its middle third by value is the test)"""
 
     def load(self, seed):
         from bnn_zoo.data import load_uci

@@ -112,7 +112,13 @@ def deep_ensembles(
         "model": cfg.node(cfg.MLP, hidden=[int(grids["n_hidden"][0])], activation="relu"),
         "likelihood": cfg.node(cfg.Heteroscedastic),
         "inference": cfg.node(
-            cfg.Ensemble, members=members, epochs=epochs, lr=lr, batch_size=100, use_prior=False, adversarial=adversarial
+            cfg.Ensemble,
+            members=members,
+            epochs=epochs,
+            lr=lr,
+            batch_size=100,
+            use_prior=False,
+            adversarial=adversarial,
         ),
         "evaluation": {"plots": False, "training_evidence": False},
     }
@@ -160,7 +166,10 @@ def uci_gap(folder: str | Path, columns: list[int] | None = None) -> Sweep:
     }
     inference, guide = zip(*ZOO_METHODS)
     return Sweep(
-        base, grid={"data.gap": columns}, zip={"inference": list(inference), "guide": list(guide)}, name=f"uci-gap {folder.name}"
+        base,
+        grid={"data.gap": columns},
+        zip={"inference": list(inference), "guide": list(guide)},
+        name=f"uci-gap {folder.name}",
     )
 
 
@@ -176,7 +185,10 @@ def digits_shift() -> Sweep:
     }
     inference, guide = zip(*ZOO_METHODS)
     return Sweep(
-        base, grid={"data.classes": [10, 5]}, zip={"inference": list(inference), "guide": list(guide)}, name="digits-shift"
+        base,
+        grid={"data.classes": [10, 5]},
+        zip={"inference": list(inference), "guide": list(guide)},
+        name="digits-shift",
     )
 
 
@@ -189,9 +201,7 @@ def shift_curves(frame) -> list[dict]:
     clean = {m: m for m in SHIFT_METRICS}
     for inference, group in frame[frame["data.classes"] == 10].groupby("inference", sort=True):
         for transform in ("rotate", "noise"):
-            columns = sorted(
-                {c.split("_")[2] for c in group.columns if c.startswith(f"shift_{transform}_")}, key=float
-            )
+            columns = sorted({c.split("_")[2] for c in group.columns if c.startswith(f"shift_{transform}_")}, key=float)
             for intensity in ["0", *columns]:
                 names = clean if intensity == "0" else {m: f"shift_{transform}_{intensity}_{m}" for m in SHIFT_METRICS}
                 rows.append(
@@ -208,7 +218,8 @@ def _checked_splits(folder: Path, count: float, splits: list[int] | None) -> lis
         return available
     if not set(splits) <= set(available):
         raise BnnZooError(
-            f"{folder.name} has splits {available[0]}..{available[-1]}; asked for {sorted(set(splits) - set(available))}"
+            f"{folder.name} has splits {available[0]}..{available[-1]}; asked for "
+            f"{sorted(set(splits) - set(available))}"
         )
     return splits
 

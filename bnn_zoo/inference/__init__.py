@@ -72,8 +72,8 @@ def fit(
         raise BnnZooError(f"model must be a bnn_zoo.BNN or a bnn_zoo.GP, got {type(model).__name__}")
     if isinstance(model, GP) != isinstance(method, TypeII):
         raise BnnZooError(
-            "a bnn_zoo.GP is fitted by bnn_zoo.TypeII(...), and a BNN by SVI, NUTS, HMC, ChEES, Laplace, SGMCMC, Ensemble or "
-            "SWAG"
+            "a bnn_zoo.GP is fitted by bnn_zoo.TypeII(...), and a BNN by SVI, NUTS, HMC, ChEES, Laplace, SGMCMC, "
+            "Ensemble or SWAG"
         )
     check_seed(getattr(method, "seed", 0))
     x, y = check_data(model, x, y)

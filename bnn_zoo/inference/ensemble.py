@@ -94,7 +94,10 @@ class Ensemble:
         size = defaults.batch_size(self.batch_size, n)
         filled = {} if size == self.batch_size else {"batch_size": size}
         if self.steps is None:
-            filled |= {"steps": 3000 if self.epochs is None else self.epochs * math.ceil(n / (size or n)), "epochs": None}
+            filled |= {
+                "steps": 3000 if self.epochs is None else self.epochs * math.ceil(n / (size or n)),
+                "epochs": None,
+            }
         return dataclasses.replace(self, **filled) if filled else self
 
     def run(self, model: BNN, x: torch.Tensor, y: torch.Tensor) -> Posterior:
@@ -183,7 +186,9 @@ class SWAG(Ensemble):
         team = Members(model, x, y, self)
         team.pretrain()
         moments = Moments(team.flat(), self.rank)
-        collect = team.train(self.optimiser(list(team.leaves.values())), self.snapshots * self.collect_every, self.progress)
+        collect = team.train(
+            self.optimiser(list(team.leaves.values())), self.snapshots * self.collect_every, self.progress
+        )
         for i, _ in enumerate(collect, 1):
             if i % self.collect_every == 0:
                 moments.add(team.flat())
