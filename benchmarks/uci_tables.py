@@ -1,6 +1,6 @@
 """Result files from finished UCI sweeps (``bnn-zoo reproduce`` or ``bnn-zoo sweep`` folders).
 
-python benchmarks/uci_tables.py deep-ensembles runs/deep-ensembles   # vs ../shared/reference/uci_deep_ensembles.csv
+python benchmarks/uci_tables.py deep-ensembles runs/de runs/de-no-at  # vs ../shared/reference/uci_deep_ensembles.csv
 python benchmarks/uci_tables.py uci-zoo-baselines runs/uci-guides --methods ensemble swag multiswag
 python benchmarks/uci_tables.py uci-gap runs/uci-gap
 
@@ -11,6 +11,7 @@ and method, with the summed fit time (uci-gap: and the worst column's test log-l
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -49,14 +50,17 @@ def summary(frame: pd.DataFrame, by: list[str]) -> list[dict]:
 def deep_ensembles(frame: pd.DataFrame) -> list[dict]:
     """Ours beside the paper's, with (ours - published) / sqrt(se_ours^2 + pm_published^2)."""
     published = pd.read_csv(REFERENCE, comment="#").set_index("dataset")
+    settings = [json.loads((Path(f) / "metrics.json").read_text())["settings"] for f in frame.folder]
+    frame = frame.assign(adversarial=[s["adversarial"] for s in settings])
     rows = []
-    for dataset, group in frame.groupby("dataset", sort=True):
+    for (dataset, adversarial), group in frame.groupby(["dataset", "adversarial"], sort=True):
         n, ref = len(group), published.loc[dataset]
         rmse, ll = group.rmse, group.test_log_likelihood
         rmse_se, ll_se = rmse.std(ddof=1) / n**0.5, ll.std(ddof=1) / n**0.5
         rows.append(
             {
                 "dataset": dataset,
+                "adversarial": adversarial,
                 "splits": n,
                 "RMSE": pm(rmse.mean(), rmse_se),
                 "published RMSE": f"{ref.rmse:.2f} ± {ref.rmse_pm:.2f}",
@@ -73,16 +77,16 @@ def deep_ensembles(frame: pd.DataFrame) -> list[dict]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("name", choices=["deep-ensembles", "uci-zoo-baselines", "uci-gap"])
-    parser.add_argument("folder", type=Path)
+    parser.add_argument("folders", type=Path, nargs="+")
     parser.add_argument("--methods", nargs="*", help="only these inference labels")
     args = parser.parse_args()
-    frame = cells(args.folder)
+    frame = pd.concat([cells(folder) for folder in args.folders])
     if args.methods:
         frame = frame[frame.inference.isin(args.methods)]
-    command = f"python benchmarks/uci_tables.py {args.name} {args.folder}"
+    command = f"python benchmarks/uci_tables.py {args.name} {' '.join(map(str, args.folders))}"
     if args.name == "deep-ensembles":
         rows = deep_ensembles(frame)
-        command = f"bnn-zoo reproduce deep-ensembles --data ../shared/data/uci; {command}"
+        command = f"bnn-zoo reproduce deep-ensembles --data ../shared/data/uci [--adversarial 0]; {command}"
     elif args.name == "uci-gap":
         rows = summary(frame, ["dataset", "inference"])
         worst = frame.groupby(["dataset", "inference"], sort=True).test_log_likelihood.min()

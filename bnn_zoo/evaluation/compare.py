@@ -44,6 +44,10 @@ TEST = [
     "rmse_at_mean",
     "accuracy_at_mean",
     "nll_at_mean",
+    "ood_auroc_entropy",
+    "ood_auroc_mutual_information",
+    "ood_auroc_max_probability",
+    "ood_fpr95_entropy",
 ]
 DIAGNOSTICS = ["max_rhat", "min_ess_bulk", "max_rhat_function", "min_ess_bulk_function", "divergences"]
 
