@@ -178,3 +178,17 @@ def test_split_conformal_intervals_cover_at_least_one_minus_alpha_over_repeated_
     assert 0.9 - 0.0065 <= coverage <= 0.91 + 0.0065
     with pytest.raises(BnnZooError, match="cannot certify"):
         SplitConformal.fit(mean[:5], wrong_sd[:5], y[:5], alpha=0.1)
+
+
+def test_a_run_holds_rows_out_to_calibrate_on_and_scores_both(tmp_path, capsys):
+    import json
+
+    from bnn_zoo.cli import main
+
+    argv = ["fit", "--data", "digits", "--inference", "ensemble", "--inference.steps", "100", "--quiet"]
+    assert main([*argv, "--evaluation.calibrate", "0.2", "--out", str(tmp_path / "d")]) == 0
+    metrics = json.loads((tmp_path / "d" / "metrics.json").read_text())
+    assert metrics["n_train"] == 1347 - round(0.2 * 1347) and metrics["temperature"] > 0
+    assert metrics["nll_tempered"] <= metrics["nll"] + 0.05  # fitted on other rows: lower up to sampling noise
+    assert main(["fit", "--evaluation.calibrate", "0.2", "--out", str(tmp_path / "t"), "--quiet"]) == 2
+    assert "need at least 9" in capsys.readouterr().err

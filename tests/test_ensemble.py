@@ -162,3 +162,24 @@ def test_swags_moments_on_linear_regression_match_the_exact_stationary_law_of_sg
     mean = post.moments.mean.double().mean(0)
     assert torch.allclose(variance, cov.diagonal(), rtol=0.1)
     assert ((mean - theta).abs() / cov.diagonal().sqrt()).max() < 4 * math.sqrt(1 / 3000)
+
+
+@pytest.mark.parametrize(
+    "method",
+    [
+        bz.SVI(steps=1500, progress=False),
+        bz.Laplace(map_steps=500, progress=False),
+        bz.Ensemble(members=3, steps=800, progress=False),
+        bz.SWAG(steps=800, snapshots=10, progress=False),
+    ],
+    ids=lambda m: type(m).__name__,
+)
+def test_every_method_learns_a_noise_that_grows_where_the_data_are_noisier(method):
+    """y = sin(2x) + N(0, (0.1 (1 + |x|))^2) on [-3, 3]: the true noise sd is 4x larger at |x| = 3 than at
+    x = 0; each method's predicted noise sd must grow by more than 2x."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.linspace(-3, 3, 300)[:, None]
+    y = torch.sin(2 * x[:, 0]) + 0.1 * (1 + x[:, 0].abs()) * torch.randn(300, generator=g)
+    model = bz.BNN(bz.models.MLP(1, [30], 2), bz.priors.Normal(1.0), Heteroscedastic())
+    noise = bz.fit(model, x, y, method).predict(torch.tensor([[-3.0], [0.0], [3.0]])).noise_variance[:, 0].sqrt()
+    assert noise[0] > 2 * noise[1] and noise[2] > 2 * noise[1], noise

@@ -59,6 +59,24 @@ class Dataset:
         x, y, info = self.x_train, self.y_train, dict(self.info, part="validation")
         return Dataset(f"{self.name}:validation", x[:n], y[:n], x[n:], y[n:], self.task, info, self.scale_inputs)
 
+    @property
+    def calibration(self):
+        """The held-out calibration rows (:meth:`calibration_part`), standardised like the training data."""
+        return self._scaled(*self.info["calibration"])
+
+    def calibration_part(self, fraction: float) -> Dataset:
+        """The last ``fraction`` of the training rows (in their order) held out of training as calibration
+        data (``info["calibration"]``, raw), the test rows kept; statistics from the rows left."""
+        n = self.x_train.shape[0] - round(fraction * self.x_train.shape[0])
+        if not 0 < n < self.x_train.shape[0]:
+            raise BnnZooError(
+                f"{self.name} has {self.x_train.shape[0]} training rows: too few to hold {fraction:.0%} out for "
+                "calibration"
+            )
+        info = dict(self.info, calibration=(self.x_train[n:], self.y_train[n:]))
+        x, y = self.x_train[:n], self.y_train[:n]
+        return Dataset(self.name, x, y, self.x_test, self.y_test, self.task, info, self.scale_inputs)
+
     def _scaled(self, x, y):
         y = (y - self.y_mean) / self.y_std if self.task == "regression" else y
         return (x - self.x_mean) / self.x_std, y

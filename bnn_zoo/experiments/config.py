@@ -681,6 +681,9 @@ class Evaluation:
     """ELBO, PSIS-LOO and evidence on the training data (selection runs may skip them)"""
     shift: bool = False
     """image classifiers: score the test images rotated (15-90 degrees) and noised (pixel sd 1-8)"""
+    calibrate: float = 0.0
+    """hold this fraction of the training rows out of the fit to calibrate on: temperature scaling (classifiers) "
+    "or split-conformal 90% intervals (regression), scored beside the raw predictive"""
 
 
 @dataclass

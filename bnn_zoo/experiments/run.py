@@ -13,7 +13,13 @@ import xarray as xr
 
 from bnn_zoo.bnn import BNN
 from bnn_zoo.errors import BnnZooError
-from bnn_zoo.evaluation import classification_metrics, language_model_metrics, reference, regression_metrics
+from bnn_zoo.evaluation import (
+    calibration,
+    classification_metrics,
+    language_model_metrics,
+    reference,
+    regression_metrics,
+)
 from bnn_zoo.evaluation.collapse import diagnose
 from bnn_zoo.experiments.config import DEFAULT_LIKELIHOOD, Dropout, RunConfig, build_network, to_dict
 from bnn_zoo.inference import fit
@@ -206,6 +212,19 @@ def prepare(config: RunConfig, out_dir=None, progress: bool = True, resume: bool
     config.check()
     out = None if out_dir is None else Path(out_dir)
     dataset = config.data.load(config.seed)
+    if config.evaluation.calibrate:
+        if not 0 < config.evaluation.calibrate < 1 or dataset.task == "language-model":
+            raise BnnZooError(
+                f"evaluation.calibrate is the fraction of training rows held out to calibrate a regressor or "
+                f"classifier, in (0, 1); got {config.evaluation.calibrate} on {dataset.task} data"
+            )
+        dataset = dataset.calibration_part(config.evaluation.calibrate)
+        held = len(dataset.info["calibration"][0])
+        if dataset.task == "regression" and held < 9:  # ceil((n + 1) * 0.9) <= n needs n >= 9
+            raise BnnZooError(
+                f"{dataset.name}: --evaluation.calibrate {config.evaluation.calibrate} holds out {held} training rows; "
+                "split-conformal 90% intervals need at least 9: hold out a larger fraction or use more data"
+            )
     config = config.resolved(dataset)
     likelihood = config.likelihood.build(dataset)
     if likelihood.task != dataset.task:
@@ -268,7 +287,32 @@ def _shift_metrics(posterior, dataset, pred, shift: bool, predict_samples) -> di
     if "ood_x" in dataset.info:
         ood = posterior.predict((dataset.info["ood_x"] - dataset.x_mean) / dataset.x_std, num_samples=predict_samples)
         out.update(shifts.ood_metrics(pred.draw_probs, ood.draw_probs))
+    if "calibration" in dataset.info:
+        out.update(_calibrated_metrics(posterior, dataset, pred, predict_samples))
     return out
+
+
+def _calibrated_metrics(posterior, dataset, pred, predict_samples) -> dict:
+    """Temperature scaling (classifiers) or split-conformal 90% intervals (regression), fitted on the
+    calibration rows the fit did not see and scored on the test rows."""
+    x_cal, y_cal = dataset.calibration
+    cal = posterior.predict(x_cal, num_samples=predict_samples)
+    y_test = dataset.test[1]
+    if dataset.task == "classification":
+        t = calibration.fit_temperature(cal.draw_probs.mean(0), y_cal)
+        probs = calibration.temper(pred.draw_probs.mean(0), t)
+        nll = -probs.gather(-1, y_test.long()[:, None]).clamp_min(1e-30).log().mean().item()
+        return {
+            "temperature": t,
+            "nll_tempered": nll,
+            "ece_tempered": calibration.expected_calibration_error(probs, y_test),
+        }
+    y_cal, y_test = (y.reshape(len(y), -1) for y in (y_cal, y_test))
+    conformal = calibration.SplitConformal.fit(cal.mean, cal.variance.sqrt(), y_cal, alpha=0.1)
+    lower, upper = conformal.interval(pred.mean, pred.variance.sqrt())
+    covered = ((y_test >= lower) & (y_test <= upper)).to(y_test.dtype).mean().item()
+    width = ((upper - lower) * torch.as_tensor(dataset.y_std)).mean().item()
+    return {"conformal_coverage_90": covered, "conformal_width_90": width}
 
 
 def _evidence(posterior, idata, elbo_samples):
