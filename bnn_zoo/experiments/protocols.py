@@ -3,8 +3,8 @@
 ``deep-ensembles``: Lakshminarayanan, Pritzel & Blundell (2017), Table 1 (../shared/reference/
 uci_deep_ensembles.csv and its header): per split, M = 5 networks of one hidden layer of n_hidden.txt
 ReLU units, each predicting a mean and a variance (the heteroscedastic Gaussian NLL), trained by
-maximum likelihood with Adam (batch 100, 40 epochs, a fixed rate of 0.01) and fast-gradient-sign adversarial
-examples at epsilon = 0.01 x each input's range; the prediction is the mixture of the 5 Gaussians.
+maximum likelihood with Adam (batch 100, 40 epochs, a fixed rate of 0.01) and fast-gradient-sign
+adversarial examples at epsilon = 0.01 x each input's range; the prediction is the mixture of the 5 Gaussians.
 
 ``uci-gal``: Gal & Ghahramani's MC dropout on the UCI regression suite (their DropoutUncertaintyExps
 repository, "Grid Search (new)" columns; ../shared/reference/uci_mc_dropout_gal.csv and its header).
@@ -99,8 +99,8 @@ def deep_ensembles(
         splits: the splits to run (default all n_splits.txt).
         members: M, the networks per ensemble.
         adversarial: epsilon of the adversarial examples as a fraction of each input's range (0: none).
-        lr: Adam's fixed learning rate (the paper names none per dataset; 0.1 diverges on bostonHousing split 0,
-            test RMSE 87.5; 0.01 gives 2.33).
+        lr: Adam's fixed learning rate (the paper names none; 0.1 diverges on Boston and protein, see
+            docs/benchmarks.md).
     """
     folder = Path(folder)
     grids = {name: _numbers(folder / f"{name}.txt") for name in ("n_hidden", "n_splits")}
