@@ -1,7 +1,7 @@
 """Result files from finished UCI sweeps (``bnn-zoo reproduce`` or ``bnn-zoo sweep`` folders).
 
 python benchmarks/uci_tables.py deep-ensembles runs/de runs/de-no-at  # vs ../shared/reference/uci_deep_ensembles.csv
-python benchmarks/uci_tables.py uci-zoo-baselines runs/uci-guides --methods ensemble swag multiswag
+python benchmarks/uci_tables.py uci-zoo-baselines runs/uci-guides --methods ensemble swag multiswag --splits 10
 python benchmarks/uci_tables.py uci-gap runs/uci-gap
 
 Each writes benchmarks/results/NAME.json: mean +- standard error over splits (or gap columns) per dataset
@@ -79,10 +79,13 @@ def main() -> int:
     parser.add_argument("name", choices=["deep-ensembles", "uci-zoo-baselines", "uci-gap"])
     parser.add_argument("folders", type=Path, nargs="+")
     parser.add_argument("--methods", nargs="*", help="only these inference labels")
+    parser.add_argument("--splits", type=int, help="only the splits below this number")
     args = parser.parse_args()
     frame = pd.concat([cells(folder) for folder in args.folders])
     if args.methods:
         frame = frame[frame.inference.isin(args.methods)]
+    if args.splits is not None:
+        frame = frame[frame["data.split"] < args.splits]
     command = f"python benchmarks/uci_tables.py {args.name} {' '.join(map(str, args.folders))}"
     if args.name == "deep-ensembles":
         rows = deep_ensembles(frame)

@@ -154,7 +154,15 @@ def test_swags_moments_on_linear_regression_match_the_exact_stationary_law_of_sg
     x = (x - x.mean(0)) / x.std(0)
     lr, m = 0.1, 8
     method = bz.SWAG(
-        members=8, steps=300, batch_size=m, snapshots=500, collect_every=20, swag_lr=lr, momentum=0.0, progress=False
+        members=8,
+        steps=300,
+        batch_size=m,
+        snapshots=500,
+        collect_every=20,
+        optimizer="sgd",
+        swag_lr=lr,
+        momentum=0.0,
+        progress=False,
     )
     post = bz.fit(_linear_model(scale=1.0), x, y, method)
     theta, cov = _stationary_sgd_covariance(x, y, 1.0, 1.0, lr, m)

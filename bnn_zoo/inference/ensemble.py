@@ -122,8 +122,8 @@ class Ensemble:
 class SWAG(Ensemble):
     """SWA-Gaussian (Maddox et al. 2019), and MultiSWAG (Wilson & Izmailov 2020) with ``members`` > 1.
 
-    Each member is first trained as an :class:`Ensemble` member; then SGD at a constant learning rate
-    runs on, and every ``collect_every`` steps its iterate w_i is added to the running moments
+    Each member is first trained as an :class:`Ensemble` member; then the optimiser runs on at a constant
+    learning rate, and every ``collect_every`` steps its iterate w_i is added to the running moments
     w_bar = mean w_i and w2_bar = mean w_i^2, and w_i - w_bar (at that snapshot) to a deviation matrix
     D holding the last ``rank`` of them. Draws are (Maddox et al. eq. 1)
 
@@ -137,7 +137,9 @@ class SWAG(Ensemble):
         collect_every: SGD steps between snapshots (None: one epoch's minibatches).
         swag_lr: the constant SGD learning rate while collecting (None: ``lr``).
         momentum: the SGD momentum while collecting (m multiplies the effective step by 1 / (1 - m)).
-        optimizer: ``"sgd"`` (Maddox et al.'s constant-rate SGD) or ``"adam"`` iterates.
+        optimizer: ``"adam"`` iterates, or ``"sgd"`` (Maddox et al.'s constant-rate SGD, whose step must stay
+            below 2 / curvature: with a learned noise sigma the curvature grows as 1 / sigma^2, so a fixed
+            SGD step diverges on nearly noiseless data, where Adam's scale-free step does not).
         rank: the deviation matrix's columns (at least 2; the paper's 20).
         num_draws: draws per member kept for prediction and the InferenceData.
     """
@@ -147,7 +149,7 @@ class SWAG(Ensemble):
     collect_every: int | None = None
     swag_lr: float | None = None
     momentum: float = 0.0
-    optimizer: Literal["sgd", "adam"] = "sgd"
+    optimizer: Literal["adam", "sgd"] = "adam"
     rank: int = 20
     num_draws: int = 30
 
