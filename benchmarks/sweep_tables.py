@@ -1,11 +1,13 @@
-"""Result files from finished UCI sweeps (``bnn-zoo reproduce`` or ``bnn-zoo sweep`` folders).
+"""Result files from finished sweeps (``bnn-zoo reproduce`` or ``bnn-zoo sweep`` folders).
 
-python benchmarks/uci_tables.py deep-ensembles runs/de runs/de-no-at  # vs ../shared/reference/uci_deep_ensembles.csv
-python benchmarks/uci_tables.py uci-zoo-baselines runs/uci-guides --methods ensemble swag multiswag --splits 10
-python benchmarks/uci_tables.py uci-gap runs/uci-gap
+python benchmarks/sweep_tables.py deep-ensembles runs/de runs/de-no-at  # vs ../shared/reference/uci_deep_ensembles.csv
+python benchmarks/sweep_tables.py uci-zoo-baselines runs/uci-guides --methods ensemble swag multiswag --splits 10
+python benchmarks/sweep_tables.py uci-gap runs/uci-gap
+python benchmarks/sweep_tables.py digits-shift runs/digits-shift     # and digits-ood from the same folder
 
 Each writes benchmarks/results/NAME.json: mean +- standard error over splits (or gap columns) per dataset
-and method, with the summed fit time (uci-gap: and the worst column's test log-likelihood).
+and method, with the summed fit time (uci-gap: and the worst column's test log-likelihood); for digits the
+shift curves at a few intensities and the OOD scores.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 from results import write
 
-from bnn_zoo.experiments import table
+from bnn_zoo.experiments import protocols, table
 
 REFERENCE = Path(__file__).parents[1] / ".." / "shared" / "reference" / "uci_deep_ensembles.csv"
 
@@ -74,9 +76,41 @@ def deep_ensembles(frame: pd.DataFrame) -> list[dict]:
     return rows
 
 
+def digits_shift(frame: pd.DataFrame) -> list[dict]:
+    """Accuracy, NLL and ECE on the clean test set and at every other shift intensity."""
+    rows = protocols.shift_curves(frame)
+    keep = {("rotate", 0.0), ("rotate", 30.0), ("rotate", 60.0), ("rotate", 90.0), ("noise", 2.0), ("noise", 8.0)}
+    return [
+        {
+            "inference": r["inference"],
+            "shift": "none" if r["intensity"] == 0 else f"{r['transform']} {r['intensity']:g}",
+        }
+        | {m: round(r[m], 3) for m in ("accuracy", "nll", "ece")}
+        for r in rows
+        if (r["transform"], r["intensity"]) in keep
+    ]
+
+
+def digits_ood(frame: pd.DataFrame) -> list[dict]:
+    """Per method trained on the digits 0-4: accuracy and the AUROC and FPR at 95% TPR of each score."""
+    rows = []
+    for inference, group in frame[frame["data.classes"] == 5].groupby("inference", sort=True):
+        rows.append(
+            {"inference": inference, "accuracy": round(group.accuracy.mean(), 3)}
+            | {
+                f"{kind} {score}": round(group[f"ood_{kind}_{score}"].mean(), 3)
+                for score in ("entropy", "mutual_information", "max_probability")
+                for kind in ("auroc", "fpr95")
+            }
+        )
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("name", choices=["deep-ensembles", "uci-zoo-baselines", "uci-gap"])
+    parser.add_argument(
+        "name", choices=["deep-ensembles", "uci-zoo-baselines", "uci-gap", "digits-shift", "digits-ood"]
+    )
     parser.add_argument("folders", type=Path, nargs="+")
     parser.add_argument("--methods", nargs="*", help="only these inference labels")
     parser.add_argument("--splits", type=int, help="only the splits below this number")
@@ -86,7 +120,7 @@ def main() -> int:
         frame = frame[frame.inference.isin(args.methods)]
     if args.splits is not None:
         frame = frame[frame["data.split"] < args.splits]
-    command = f"python benchmarks/uci_tables.py {args.name} {' '.join(map(str, args.folders))}"
+    command = f"python benchmarks/sweep_tables.py {args.name} {' '.join(map(str, args.folders))}"
     if args.name == "deep-ensembles":
         rows = deep_ensembles(frame)
         command = f"bnn-zoo reproduce deep-ensembles --data ../shared/data/uci [--adversarial 0]; {command}"
@@ -95,6 +129,9 @@ def main() -> int:
         worst = frame.groupby(["dataset", "inference"], sort=True).test_log_likelihood.min()
         for row in rows:
             row["worst column's test LL"] = f"{worst[row['dataset'], row['inference']]:.3f}"
+    elif args.name.startswith("digits"):
+        rows = (digits_shift if args.name == "digits-shift" else digits_ood)(frame)
+        command = f"bnn-zoo reproduce digits-shift; {command}"
     else:
         rows = summary(frame, ["dataset", "inference"])
     print(write(args.name, rows, command=command))
