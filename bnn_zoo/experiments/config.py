@@ -614,7 +614,7 @@ class Ensemble(InferenceConfig):
 @dataclass
 @options(inference.SWAG)
 class SWAG(InferenceConfig):
-    """SWAG (members=1) or MultiSWAG: a Gaussian from the moments of SGD iterates after training."""
+    """SWAG (members=1) or MultiSWAG: a Gaussian from the moments of the iterates after training."""
 
     method = inference.SWAG
 
