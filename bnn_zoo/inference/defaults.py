@@ -5,6 +5,7 @@ the run's ``config.yaml`` records the filled values. docs/guide/defaults.md give
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from bnn_zoo.models import Architecture
 
@@ -18,6 +19,20 @@ def batch_size(given: int | None, n: int) -> int | None:
     if given is None:
         return None if n <= FULL_BATCH else MINIBATCH
     return None if given >= n else given
+
+
+STEPS = 3000  # SVI's and the ensembles' optimisation steps when neither steps nor epochs is given
+
+
+def optimisation_budget(method, n: int) -> dict:
+    """The fields of an optimiser's ``method`` (``batch_size``, ``steps``, ``epochs``) that n training rows
+    fill in: the minibatch size by :func:`batch_size`, the steps from epochs or STEPS."""
+    size = batch_size(method.batch_size, n)
+    filled = {} if size == method.batch_size else {"batch_size": size}
+    if method.steps is None:
+        steps = STEPS if method.epochs is None else method.epochs * math.ceil(n / (size or n))
+        filled |= {"steps": steps, "epochs": None}
+    return filled
 
 
 def chain_length(arch: Architecture) -> int:

@@ -91,13 +91,7 @@ class Ensemble:
 
     def resolved(self, model: BNN, n: int):
         """This method with its minibatch size and steps for n training rows filled in."""
-        size = defaults.batch_size(self.batch_size, n)
-        filled = {} if size == self.batch_size else {"batch_size": size}
-        if self.steps is None:
-            filled |= {
-                "steps": 3000 if self.epochs is None else self.epochs * math.ceil(n / (size or n)),
-                "epochs": None,
-            }
+        filled = defaults.optimisation_budget(self, n)
         return dataclasses.replace(self, **filled) if filled else self
 
     def run(self, model: BNN, x: torch.Tensor, y: torch.Tensor) -> Posterior:

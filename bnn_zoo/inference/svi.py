@@ -170,13 +170,7 @@ class SVI:
     def resolved(self, model, n: int) -> SVI:
         """This SVI with its defaults for ``model`` and n training rows filled in (:mod:`~bnn_zoo.inference.defaults`):
         the guide by the architecture, the minibatch size by n, the steps from epochs or 3,000."""
-        size = defaults.batch_size(self.batch_size, n)
-        filled = {} if size == self.batch_size else {"batch_size": size}
-        if self.steps is None:
-            filled |= {
-                "steps": 3000 if self.epochs is None else self.epochs * math.ceil(n / (size or n)),
-                "epochs": None,
-            }
+        filled = defaults.optimisation_budget(self, n)
         if self.guide is None:
             filled["guide"] = "dropout" if architecture(model.net) == "recurrent" else "mean-field"
         return dataclasses.replace(self, **filled) if filled else self
