@@ -110,6 +110,24 @@ class Gaussian(Likelihood):
     def learned(cls, scale_prior: dist.Distribution | None = None) -> Gaussian:
         return cls(scale=None, scale_prior=scale_prior)
 
+    @classmethod
+    def fixed_or_learned(cls, scale: float | None = None, precision: float | None = None, y_std: float = 1.0):
+        """The noise a run states: fixed by ``scale`` or by ``precision``, else learned (HalfNormal(1) prior).
+
+        Args:
+            scale: fixed noise sd in standardised units (None: learned, unless precision is given).
+            precision: fixed noise precision tau = 1 / sigma^2 in the targets' original units (None: learned,
+                unless scale is given); see :meth:`from_precision`.
+            y_std: the targets' standard deviation, which turns a precision into standardised units.
+        """
+        if scale is not None and precision is not None:
+            raise BnnZooError(
+                "give the Gaussian likelihood a scale (standardised units) or a precision (original units), not both"
+            )
+        if precision is not None:
+            return cls.from_precision(precision, y_std)
+        return cls.learned() if scale is None else cls(scale)
+
     def latent_prior(self):
         return {} if self.scale is not None else {self.site: self.scale_prior}
 

@@ -21,8 +21,8 @@ NOISE = 0.5
 
 @contextlib.contextmanager
 def torch_threads(n: int):
-    """torch's thread count set to n for the block (forked MCMC chains run one per thread: "
-    "bnn_zoo.inference.mcmc._workers)."""
+    """torch's thread count set to n for the block (forked MCMC chains run one per thread:
+    bnn_zoo.inference.mcmc._workers)."""
     before = torch.get_num_threads()
     torch.set_num_threads(n)
     try:

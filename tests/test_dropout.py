@@ -29,8 +29,8 @@ def _setup(masks):
 
 
 def _standard_dropout_loss(guide, x, y, e1, e2):
-    """Gal's eq. 3.11: (1/N) sum 1/2 ||y - f||^2 with inputs and hidden units masked (no rescaling), plus weight "
-    "decay."""
+    """Gal's eq. 3.11: (1/N) sum 1/2 ||y - f||^2 with inputs and hidden units masked (no rescaling), plus weight
+    decay."""
     m1, b1, m2, b2 = (guide.loc(k) for k in ("layers.0.weight", "layers.0.bias", "layers.1.weight", "layers.1.bias"))
     out = (torch.tanh((x * e1) @ m1.T + b1) * e2) @ m2.T + b2
     lam1, lam2 = (dropout.weight_decay(p, L, TAU, N) for p in P)

@@ -13,7 +13,8 @@ import pyro
 import pytest
 
 import bnn_zoo as bz
-from bnn_zoo import baselines, guides, inference, priors
+from bnn_zoo import baselines, data, guides, inference, likelihoods, priors
+from bnn_zoo.data import text
 from bnn_zoo.experiments import config
 
 LIBRARY = {  # (kind, command-line name) -> the library callables whose parameters are its options
@@ -23,6 +24,8 @@ LIBRARY = {  # (kind, command-line name) -> the library callables whose paramete
     },
     **{("inference", kind): (inference.SGMCMC,) for kind in ("sgld", "sghmc", "cyclical")},
     ("inference", "laplace"): (inference.Laplace,),
+    ("inference", "ensemble"): (inference.Ensemble,),
+    ("inference", "swag"): (inference.SWAG,),
     ("inference", "gp"): (baselines.GP, baselines.TypeII),
     **{("guide", name): (guides.GUIDES[name],) for name in ("mean-field", "matrix-normal", "flow", "dropout")},
     ("prior", "fanin"): (priors.FanInNormal,),
@@ -31,7 +34,23 @@ LIBRARY = {  # (kind, command-line name) -> the library callables whose paramete
     ("prior", "gal-keras"): (priors.Normal.gal_keras,),
     ("model", "mlp"): (bz.models.MLP,),
     ("model", "cnn"): (bz.models.LeNet,),
+    **{("model", name): (bz.models.TextRNN,) for name in ("lstm-tied", "lstm-untied", "embedding-rnn")},
+    ("likelihood", "gaussian"): (likelihoods.Gaussian.fixed_or_learned,),
+    ("likelihood", "heteroscedastic"): (likelihoods.Heteroscedastic,),
+    ("data", "toy-cubic"): (data.toy_cubic,),
+    ("data", "digits"): (data.digits,),
+    ("data", "toy-text"): (text.toy_text,),
+    ("data", "uci"): (data.load_uci,),
+    ("data", "text"): (text.load_text,),
 }
+
+
+def test_every_choice_with_options_is_checked_against_the_library():
+    """A new registered data set, model, prior, likelihood, guide or method cannot skip the check below."""
+    with_options = {
+        (k, n) for k, names in config.REGISTRY.items() for n, cls in names.items() if dataclasses.fields(cls)
+    }
+    assert with_options == set(LIBRARY)
 
 
 def _words(text: str) -> str:
@@ -67,7 +86,10 @@ def test_every_option_is_a_library_parameter_with_its_default_and_help(kind, nam
     for option in options:
         assert option.name in params, f"--{kind}.{option.name} is not a parameter of {targets}"
         default = option.default if option.default is not dataclasses.MISSING else option.default_factory()
-        same = [list(v) if isinstance(v, tuple) else v for v in (default, params[option.name].default)]
+        library_default = params[option.name].default
+        if library_default is inspect.Parameter.empty:  # required of the user (a data path): "" until given
+            library_default = ""
+        same = [list(v) if isinstance(v, tuple) else v for v in (default, library_default)]
         assert same[0] == same[1], option.name  # a command line gives lists where the library has tuples
         assert docs.get(option.name), f"{targets} does not document {option.name}"
         assert docs[option.name] in help_text, f"--{kind}.{option.name}'s help is not the library's"

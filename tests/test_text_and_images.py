@@ -90,8 +90,8 @@ def test_large_fits_are_thinned_in_the_inference_data():
             ["cnn", "--model.channels", "[4]", "--model.dense", "8", "--model.dropout", "dense"],
             ["--prior", "normal"],
         ),
-        ("toy-text", ["lstm-tied", "--model.embed", "4", "--model.hidden", "6"], []),
-        ("toy-text", ["embedding-rnn", "--model.embed", "4", "--model.hidden", "6"], []),
+        ("toy-text", ["lstm-tied", "--model.embed_dim", "4", "--model.hidden", "6"], []),
+        ("toy-text", ["embedding-rnn", "--model.embed_dim", "4", "--model.hidden", "6"], []),
     ],
 )
 def test_fit_architectures_from_the_command_line(tmp_path, data, model, extra):
@@ -120,7 +120,7 @@ def test_language_model_from_the_command_line(tmp_path):
     (corpus / "input.txt").write_text("to be or not to be, that is the question. " * 40)
     out = tmp_path / "lm"
     data = ["--data", "text", "--data.path", str(corpus), "--data.seq_len", "16"]
-    model = ["--model", "lstm-untied", "--model.embed", "4", "--model.hidden", "8"]
+    model = ["--model", "lstm-untied", "--model.embed_dim", "4", "--model.hidden", "8"]
     assert (
         main(
             [

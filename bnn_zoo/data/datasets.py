@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -88,8 +89,14 @@ def _moments(t):
 
 
 def toy_cubic(n_train: int = 20, n_test: int = 200, seed: int = 0) -> Dataset:
-    """Heek's toy regression (thesis sec. 3.2, after Hernandez-Lobato & Adams): x ~ U[-4, 4], y = x^3 + e, e ~ N(0, "
-    "3^2)."""
+    """Heek's toy regression (thesis sec. 3.2, after Hernandez-Lobato & Adams): x ~ U[-4, 4], y = x^3 + e,
+    e ~ N(0, 3^2), drawn from ``seed``.
+
+    Args:
+        n_train: training points.
+        n_test: test points, drawn like the training points.
+        seed: the draw's seed.
+    """
     positive("toy-cubic n_train (training points)", n_train, integer=True, least=2)
     positive("toy-cubic n_test (test points)", n_test, integer=True)
     g = torch.Generator().manual_seed(seed)
@@ -102,15 +109,32 @@ def toy_cubic(n_train: int = 20, n_test: int = 200, seed: int = 0) -> Dataset:
     return Dataset("toy-cubic", xtr, ytr, xte, yte, info={"noise_scale": 3.0, "seed": seed})
 
 
-def load_uci(path: str | Path, split: int = 0, allow_overlap: bool = False, gap: int | None = None) -> Dataset:
+def load_uci(
+    path: str | Path,
+    split: int = 0,
+    allow_overlap: bool = False,
+    gap: int | None = None,
+    part: Literal["test", "validation"] = "test",
+) -> Dataset:
     """A UCI regression folder in the standard MC-dropout/PBP format (see ../shared/data/README.md).
 
-    Reads data.txt, index_features.txt, index_target.txt and index_{train,test}_{split}.txt. A split
-    whose test rows are also training rows is refused unless ``allow_overlap`` (its test metrics would
-    not be held out), as are repeated training rows, fewer than two training rows and a constant target.
-    ``gap=d`` replaces the split by Foong et al.'s (2019) gap split of input column d: every row, sorted
-    by that column (ties in file order), the middle third held out as test data.
+    A split whose test rows are also training rows is refused unless ``allow_overlap`` (its test metrics
+    would not be held out), as are repeated training rows, fewer than MIN_TRAIN_ROWS training rows and a constant
+    target.
+
+    Args:
+        path: the dataset's folder (data.txt, index_features.txt, index_target.txt, index_train_K.txt,
+            index_test_K.txt).
+        split: which of the folder's train/test splits (K in index_train_K.txt).
+        allow_overlap: score a split whose test rows are also training rows (refused otherwise).
+        gap: instead of the split, Foong et al.'s (2019) gap split of this input column: every row, sorted
+            by it (ties in file order), the middle third held out as test data.
+        part: test: train on the split's training rows and score its test rows; validation: Gal &
+            Ghahramani's selection split, the first 80% of the training rows (file order) against the last
+            20%, standardised with the 80% part's statistics.
     """
+    if part not in ("test", "validation"):
+        raise BnnZooError(f"UCI part must be test or validation, not {part!r}")
     root = Path(path)
     if root.is_file():
         raise BnnZooError(
@@ -166,7 +190,8 @@ def load_uci(path: str | Path, split: int = 0, allow_overlap: bool = False, gap:
     _check_split(root, split, train, test, data[train, target[0]], allow_overlap)
     x = as_tensor(f"{root / 'data.txt'} features", torch.from_numpy(data[:, features]).float())
     y = as_tensor(f"{root / 'data.txt'} target", torch.from_numpy(data[:, target[0]]).float())
-    return Dataset(f"uci:{root.name}", x[train], y[train], x[test], y[test], info=info)
+    data = Dataset(f"uci:{root.name}", x[train], y[train], x[test], y[test], info=info)
+    return data.validation_part() if part == "validation" else data
 
 
 MIN_TRAIN_ROWS = 5
@@ -229,8 +254,11 @@ def _read_table(path: Path, dtype) -> np.ndarray:
 def digits(classes: int = 10) -> Dataset:
     """scikit-learn's bundled 8x8 digits (1797 images, 10 classes, pixels 0..16), rows flattened to 64
     features, with a fixed stratified split: 1347 training and 450 test images (random_state 0).
-    ``classes`` < 10 keeps the digits 0..classes-1 and holds the others' test images out as
-    out-of-distribution examples (``info["ood_x"]``)."""
+
+    Args:
+        classes: train on the digits 0..classes-1; the other digits' test images are kept as
+            out-of-distribution examples (``info["ood_x"]``).
+    """
     positive("digits classes", classes, integer=True, least=2)
     if classes > 10:
         raise BnnZooError(f"digits has 10 classes; asked for {classes}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from pathlib import Path
+from typing import Literal
 
 import torch
 
@@ -117,7 +118,13 @@ _FILLER = ["the", "a", "this", "that", "was", "is", "and", "very", "quite", "not
 
 def toy_text(n: int = 400, seed: int = 0) -> tuple[list[str], list[int]]:
     """A generated sentiment corpus (shipped with the package, for tests and the demo): each sentence
-    mixes filler, nouns and sentiment words; its label is 1 when positive words outnumber negative."""
+    mixes filler, nouns and sentiment words; its label is 1 when positive words outnumber negative.
+
+    Args:
+        n: sentences (a quarter of them, at random, held out as the test set).
+        seed: the draw's seed.
+    """
+    positive("toy-text n (sentences)", n, integer=True, least=8)
     g = torch.Generator().manual_seed(seed)
     pick = lambda words: words[int(torch.randint(len(words), (), generator=g))]  # noqa: E731
     texts, labels = [], []
@@ -138,8 +145,17 @@ def toy_text(n: int = 400, seed: int = 0) -> tuple[list[str], list[int]]:
     return texts, labels
 
 
-def load_text(path: str | Path, level: str = "char", seq_len: int = 64, max_vocab: int | None = None) -> Dataset:
-    """A plain-text corpus (e.g. tiny Shakespeare) as next-token windows."""
+def load_text(
+    path: str | Path, level: Literal["char", "word"] = "char", seq_len: int = 64, max_vocab: int | None = None
+) -> Dataset:
+    """A plain-text corpus (e.g. tiny Shakespeare) as next-token windows (first 90% train, last 10% test).
+
+    Args:
+        path: a UTF-8 text file, or a folder holding input.txt.
+        level: tokens are characters or whitespace-separated words.
+        seq_len: tokens of context per window; the model predicts the next one.
+        max_vocab: keep the most frequent tokens, the rest as one unknown token (at least 3; None: all).
+    """
     path = Path(path)
     if path.is_dir():
         path = path / "input.txt"

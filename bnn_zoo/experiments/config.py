@@ -24,6 +24,7 @@ from typing import ClassVar, Literal, Union
 import torch
 
 from bnn_zoo import baselines, guides, inference, likelihoods, models, priors
+from bnn_zoo.data import digits, load_uci, text, toy_cubic
 from bnn_zoo.errors import BnnZooError, check_seed, first_line, positive
 from bnn_zoo.experiments.options import options
 
@@ -60,93 +61,56 @@ class DataConfig:
 
 @register("toy-cubic")
 @dataclass
+@options(toy_cubic)
 class ToyCubic(DataConfig):
     """Heek's cubic toy regression, y = x^3 + N(0, 3^2), x ~ U[-4, 4] (embedded; drawn from the run's seed)."""
 
-    n_train: int = 20
-    """training points (the test set is 200 points on U[-4, 4])"""
-
     def load(self, seed):
-        from bnn_zoo.data import toy_cubic
-
-        return toy_cubic(self.n_train, seed=seed)
+        return toy_cubic(**dataclasses.asdict(self), seed=seed)
 
 
 @register("digits")
 @dataclass
+@options(digits)
 class Digits(DataConfig):
     """scikit-learn's 8x8 digits, 10 classes, a fixed stratified split."""
 
-    classes: int = 10
-    """train on the digits 0..classes-1; the other digits' test images are scored as out-of-distribution"""
-
     def load(self, seed):
-        from bnn_zoo.data import digits
-
         return digits(self.classes)
 
 
 @register("toy-text")
 @dataclass
+@options(text.toy_text)
 class ToyText(DataConfig):
     """Generated sentiment sentences, 2 classes, word level (embedded; drawn from the run's seed)."""
 
     def load(self, seed):
-        from bnn_zoo.data import text
-
-        return text.classification(*text.toy_text(seed=seed), name="toy-text")
+        return text.classification(*text.toy_text(**dataclasses.asdict(self), seed=seed), name="toy-text")
 
 
 @register("uci")
 @dataclass
+@options(load_uci, required=("path",))
 class UCI(DataConfig):
-    """A UCI regression folder in the standard format (data.txt, index_train_K.txt, ...) at one split.
-
-    ``part="validation"`` trains on the first 80% of the training split (file order) and tests on the
-    last 20%, standardised with the 80% part's statistics: Gal & Ghahramani's hyper-parameter selection.
-    """
-
-    path: str = ""
-    """the dataset's folder (data.txt, index_features.txt, index_target.txt, index_train_K.txt, index_test_K.txt)"""
-    split: int = 0
-    """which of the folder's train/test splits (K in index_train_K.txt)"""
-    part: Literal["test", "validation"] = "test"
-    """test: train on the split's training rows, score its test rows; validation: Gal & Ghahramani's 80/20 selection "
-    "split of the training rows"""
-    allow_overlap: bool = False
-    """score a split whose test rows are also training rows (refused otherwise)"""
-    gap: int | None = None
-    """instead of the split: Foong et al.'s gap split of this input column (its middle third by value is the test)"""
+    """A UCI regression folder in the standard format (data.txt, index_train_K.txt, ...) at one split."""
 
     def load(self, seed):
-        from bnn_zoo.data import load_uci
-
         if not self.path:
             raise BnnZooError("the uci data needs a folder: --data uci --data.path ../shared/data/uci/yacht")
-        data = load_uci(self.path, self.split, self.allow_overlap, self.gap)
-        return data.validation_part() if self.part == "validation" else data
+        return load_uci(**dataclasses.asdict(self))
 
 
 @register("text")
 @dataclass
+@options(text.load_text, required=("path",))
 class Text(DataConfig):
     """A text corpus as next-token windows (first 90% train, last 10% test)."""
 
-    path: str = ""
-    """a UTF-8 text file, or a folder holding input.txt"""
-    level: Literal["char", "word"] = "char"
-    """tokens are characters or whitespace-separated words"""
-    seq_len: int = 64
-    """tokens of context per window; the model predicts the next one"""
-    max_vocab: int | None = None
-    """keep the most frequent tokens, the rest as one unknown token (at least 3; null: all)"""
-
     def load(self, seed):
-        from bnn_zoo.data import text
-
         if not self.path:
             raise BnnZooError("the text data needs a file: --data text --data.path corpus.txt")
-        return text.load_text(self.path, self.level, self.seq_len, self.max_vocab)
+        return text.load_text(**dataclasses.asdict(self))
 
 
 # ---------------------------------------------------------------------------- models
@@ -194,12 +158,9 @@ class CNN(ModelConfig):
         return models.LeNet(shape, list(self.channels), self.kernel, self.pool, self.dense, out_features, self.dropout)
 
 
-@dataclass
 class _Recurrent(ModelConfig):
-    embed: int = 32
-    """embedding size"""
-    hidden: int = 64
-    """LSTM hidden units"""
+    """Embedding + LSTM + head on token ids: ``models.TextRNN`` with its gates and word-type dropout fixed
+    by the model's name."""
 
     text = True
     gates = "untied"
@@ -209,12 +170,13 @@ class _Recurrent(ModelConfig):
         head = "lm" if dataset.task == "language-model" else "classify"
         vocab = len(dataset.info["vocab"])
         return models.TextRNN(
-            vocab, self.embed, self.hidden, self.gates, head, out_features, embedding_dropout=self.embedding_dropout
+            vocab, self.embed_dim, self.hidden, self.gates, head, out_features, self.embedding_dropout
         )
 
 
 @register("lstm-tied")
 @dataclass
+@options(models.TextRNN, only=("embed_dim", "hidden"))
 class LSTMTied(_Recurrent):
     """Embedding + LSTM with one (4K, D+K) gate matrix + head (one dropout mask for all gates)."""
 
@@ -223,17 +185,17 @@ class LSTMTied(_Recurrent):
 
 @register("lstm-untied")
 @dataclass
+@options(models.TextRNN, only=("embed_dim", "hidden"))
 class LSTMUntied(_Recurrent):
     """Embedding + LSTM with separate W_g, U_g per gate (independent dropout masks per gate) + head."""
 
 
 @register("embedding-rnn")
 @dataclass
+@options(models.TextRNN, only=("embed_dim", "hidden", "gates"))
 class EmbeddingRNN(_Recurrent):
     """An LSTM whose embedding also takes word-type dropout (Gal & Ghahramani 2016b)."""
 
-    gates: Literal["tied", "untied"] = "untied"
-    """one gate matrix with one dropout mask (tied) or one per gate (untied)"""
     embedding_dropout = True
 
 
@@ -333,25 +295,15 @@ class LikelihoodConfig:
 
 @register("gaussian")
 @dataclass
+@options(likelihoods.Gaussian.fixed_or_learned, skip=("y_std",))
 class Gaussian(LikelihoodConfig):
     """y ~ N(f, sigma^2): sigma learned (HalfNormal(1) prior), or fixed by scale (standardised units) or
     by precision tau = 1 / sigma^2 in the targets' original units (Gal & Ghahramani's tau)."""
 
-    scale: float | None = None
-    """fixed noise sd in standardised units (null: learned, unless precision is given)"""
-    precision: float | None = None
-    """fixed noise precision tau = 1 / sigma^2 in the targets' original units (null: learned, unless scale is given)"""
-
     task = "regression"
 
     def build(self, dataset):
-        if self.scale is not None and self.precision is not None:
-            raise BnnZooError(
-                "give the Gaussian likelihood a scale (standardised units) or a precision (original units), not both"
-            )
-        if self.precision is not None:
-            return likelihoods.Gaussian.from_precision(self.precision, y_std=float(dataset.y_std))
-        return likelihoods.Gaussian(self.scale) if self.scale is not None else likelihoods.Gaussian.learned()
+        return likelihoods.Gaussian.fixed_or_learned(self.scale, self.precision, y_std=float(dataset.y_std))
 
 
 @register("heteroscedastic")
@@ -682,8 +634,8 @@ class Evaluation:
     shift: bool = False
     """image classifiers: score the test images rotated (15-90 degrees) and noised (pixel sd 1-8)"""
     calibrate: float = 0.0
-    """hold this fraction of the training rows out of the fit to calibrate on: temperature scaling (classifiers) "
-    "or split-conformal 90% intervals (regression), scored beside the raw predictive"""
+    """hold this fraction of the training rows out of the fit to calibrate on: temperature scaling (classifiers)
+    or split-conformal 90% intervals (regression), scored beside the raw predictive"""
 
 
 @dataclass
@@ -695,8 +647,8 @@ class RunConfig:
     model: Union[ModelConfig, UserNetwork] = field(default_factory=MLP)
     """the network: a registered model or your own torch.nn.Module class"""
     prior: PriorConfig | None = None
-    """null: normal for the dropout guide, the scale mixture on the recurrent models, fanin otherwise "
-    "(docs/guide/defaults.md)"""
+    """null: normal for the dropout guide, the scale mixture on the recurrent models, fanin otherwise
+    (docs/guide/defaults.md)"""
     likelihood: LikelihoodConfig | None = None
     """null: the data's task decides"""
     inference: InferenceConfig = field(default_factory=SVI)
@@ -828,8 +780,8 @@ def node(cls: type, **init_args) -> dict:
 def config_hash(config: RunConfig) -> str:
     """A short stable key of a config (sweep cells are named by it). Fields at their defaults are left
     out, so a field added later with a default that keeps the old behaviour does not change old keys."""
-    text = json.dumps(_non_default(config), sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
+    payload = json.dumps(_non_default(config), sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 
 def _non_default(value):

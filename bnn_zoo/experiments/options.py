@@ -14,10 +14,19 @@ import docstring_parser
 RUNTIME = ("seed", "progress", "checkpoint")  # set by the run itself, never an option
 
 
-def options(target, *, skip: tuple[str, ...] = (), only: tuple[str, ...] | None = None, types: dict | None = None):
+def options(
+    target,
+    *,
+    skip: tuple[str, ...] = (),
+    only: tuple[str, ...] | None = None,
+    types: dict | None = None,
+    required: tuple[str, ...] = (),
+):
     """Class decorator (under ``@dataclass``): give the config class ``target``'s parameters, in its order,
     with their defaults and types (``types`` narrows a type to what a command line can say, e.g. a
-    Literal), and append their help texts to its docstring's ``Args:``. ``skip``/``only`` pick them."""
+    Literal), and append their help texts to its docstring's ``Args:``. ``skip``/``only`` pick them.
+    Parameters without a default are filled from the data, except those ``required`` of the user: these
+    become ``str`` options defaulting to "" (the config's ``load`` names the missing option)."""
 
     def decorate(cls):
         hints = _hints(target)
@@ -32,10 +41,13 @@ def options(target, *, skip: tuple[str, ...] = (), only: tuple[str, ...] | None 
                 or param.kind is param.VAR_KEYWORD
             ):
                 continue
-            if param.default is inspect.Parameter.empty:
+            if name in required:
+                annotations[name], default = str, ""
+            elif param.default is inspect.Parameter.empty:
                 continue  # filled from the data (in_features, ...), not an option
-            annotations[name] = (types or {}).get(name, hints.get(name, typing.Any))
-            default = param.default
+            else:
+                annotations[name] = (types or {}).get(name, hints.get(name, typing.Any))
+                default = param.default
             if isinstance(default, tuple) and typing.get_origin(annotations[name]) is list:
                 default = list(default)  # a command line gives lists
             if isinstance(default, list | dict):

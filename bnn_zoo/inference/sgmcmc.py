@@ -172,8 +172,8 @@ class SGMCMC:
         return self.adapted and any(step + 1 == math.floor(f * self.burn_in) for f in WINDOWS)
 
     def resolved(self, model: BNN, n: int) -> SGMCMC:
-        """This sampler with its minibatch size for n training rows filled in "
-        "(:func:`~bnn_zoo.inference.defaults.batch_size`)."""
+        """This sampler with its minibatch size for n training rows filled in
+        (:func:`~bnn_zoo.inference.defaults.batch_size`)."""
         size = defaults.batch_size(self.batch_size, n)
         return self if size == self.batch_size else dataclasses.replace(self, batch_size=size)
 

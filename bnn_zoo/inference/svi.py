@@ -379,8 +379,8 @@ def _loss_and_grads(objective, kl_weight: float, model, guide, *args) -> float:
 
 
 def validation_log_lik(guide, model, x, y, num_draws: int = 64) -> float:
-    """Mean over points of log (1/S) sum_s p(y_n | x_n, w_s), w_s ~ q (Gal eq. 3.18), without touching the RNG "
-    "stream."""
+    """Mean over points of log (1/S) sum_s p(y_n | x_n, w_s), w_s ~ q (Gal eq. 3.18), without touching the RNG
+    stream."""
     with torch.no_grad(), torch.random.fork_rng(device_type="cuda"):
         draws = sample_guide(guide, model, num_draws, x, y)
         weights = {k: draws[k] for k in model.params}

@@ -10,6 +10,7 @@ with ``masks=example`` one mask per sequence) is reused at every time step.
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import torch
 from torch import nn
@@ -150,10 +151,17 @@ def word_type_mask(ids: torch.Tensor, keep: float, like: torch.Tensor) -> torch.
 class TextRNN(nn.Module):
     """Embedding -> LSTM -> linear head, on token ids (N, T) with 0 as padding (padding at the end).
 
-    ``head="classify"``: logits (N, classes) from the output at each sequence's last real token.
-    ``head="lm"``: next-token logits (N, T, vocab) at every position (pair with ``likelihoods.Tokens``).
-    ``embedding_dropout``: whether a dropout guide also drops word types (:attr:`dropout_layers`);
-    inputs, recurrent connections and outputs always take the guide's dropout.
+    Args:
+        vocab_size: token ids run over 0..vocab_size-1 (0 is padding).
+        embed_dim: embedding size.
+        hidden: LSTM hidden units.
+        gates: separate W_g, U_g per gate with independent dropout masks (untied), or one (4K, D+K) gate
+            matrix with one mask for all gates (tied: fewer, larger matrix products).
+        head: classify: logits (N, classes) from the output at each sequence's last real token; lm:
+            next-token logits (N, T, vocab) at every position (pair with ``likelihoods.Tokens``).
+        num_classes: outputs of the classify head.
+        embedding_dropout: whether a dropout guide also drops word types (:attr:`dropout_layers`; Gal &
+            Ghahramani 2016b); inputs, recurrent connections and outputs always take the guide's dropout.
     """
 
     def __init__(
@@ -161,8 +169,8 @@ class TextRNN(nn.Module):
         vocab_size: int,
         embed_dim: int = 32,
         hidden: int = 64,
-        gates: str = "tied",
-        head: str = "classify",
+        gates: Literal["tied", "untied"] = "untied",
+        head: Literal["classify", "lm"] = "classify",
         num_classes: int = 2,
         embedding_dropout: bool = False,
     ):
