@@ -12,7 +12,7 @@ A run whose early iterations are dearer than the rest names the iteration where 
 (``settle``): the first mass-matrix update, for ChEES and Pyro's HMC (Stan's schedule: iteration 100
 of a 500-iteration warm-up). Before it the chains move in unwhitened coordinates at small step sizes,
 and both spend a trajectory of fixed length in steps of that size, so those iterations can be several
-times dearer than the rest (docs/guide/inference.md). Until ``settle`` the projection therefore
+times dearer than the rest (docs/benchmarks-defaults.md, "MCMC time limit"). Until ``settle`` the projection therefore
 assumes the rest may run up to ``SETTLED_SPEEDUP`` times faster, which stops only runs too slow even
 then; after it, the pace since ``settle`` is projected. NUTS projects from its start: its trees grow
 until they turn back, so the same update barely makes its iterations cheaper.

@@ -70,7 +70,7 @@ class ChEES:
             starts stands for scales the chains have not yet crossed. ``"within"``: the mean of each
             chain's variance about its own mean, so chains in different modes of a BNN's posterior
             (hidden units permuted, signs flipped) do not add the distance between modes; it cannot see a
-            scale the chains have not crossed (docs/guide/inference.md).
+            scale the chains have not crossed (docs/benchmarks-speed.md).
         compile: compile the potential and its gradient with ``torch.compile`` (needs a C++ compiler on
             the CPU): the first step pays the compile, each leapfrog step is then cheaper (benchmarks/chees.py).
         checkpoint: a path written every ``checkpoint_every`` iterations and on Ctrl-C (the chains, the

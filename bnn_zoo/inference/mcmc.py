@@ -97,7 +97,7 @@ def _recorder(stats: list, limit: TimeLimit):
 
 class _NUTSKernel(_TransitionValues, pyro_mcmc.NUTS):
     # Its trees grow until they turn back, so a larger step size buys longer moves, not cheaper
-    # iterations (measured in docs/guide/inference.md).
+    # iterations (docs/benchmarks-defaults.md, "MCMC time limit").
     cheaper_after_mass_update = False
 
     def _build_basetree(self, *args, **kwargs):
