@@ -4,14 +4,13 @@ A fit allocates the same activation-sized temporaries at every step and frees th
 gives memory back to the kernel in two ways: it returns the top of the heap once more than a
 threshold lies free there, and it serves every allocation above the mmap threshold (128 KiB, raised
 on its own up to 32 MiB as blocks are freed) with a fresh ``mmap`` that ``free`` unmaps. Either way the
-next step's temporaries are written to freshly mapped pages; on the 2-core VMs of docs/benchmarks.md a
-first write costs 0.6-1.5 us per 4 KiB page, several times the arithmetic of a small network.
+next step's temporaries are written to freshly mapped pages, whose first write costs several times the
+arithmetic of a small network.
 ``M_TOP_PAD`` keeps that much free memory at the top of the heap, and ``M_MMAP_THRESHOLD`` at glibc's
 largest, 32 MiB, serves the blocks up to that size from the heap too. (Setting ``M_TOP_PAD`` alone
-fixes the mmap threshold at 128 KiB, which sent every larger tensor to ``mmap``: 16 chains of the
-digits CNN took 2.2x as long a gradient. Serving every block from the heap, ``M_MMAP_MAX = 0``, was
-faster still where tensors pass 32 MiB, but a loop of allocations of varying size grew the process
-to 2.7 GB where glibc's defaults held 0.7 GB and this setting 0.9 GB; docs/benchmarks.md.) No library
+fixes the mmap threshold at 128 KiB, which sends every larger tensor to ``mmap``. Serving every block
+from the heap, ``M_MMAP_MAX = 0``, lets a loop of allocations of varying size grow the process several
+fold; docs/benchmarks-speed.md.) No library
 does this for torch on the CPU (jemalloc or tcmalloc through ``LD_PRELOAD`` serve too, but must be
 installed and set before Python starts).
 
@@ -33,11 +32,8 @@ def keep_freed_memory(mib: int = 64) -> bool:
     """Ask glibc to keep ``mib`` MiB of freed memory at the top of the heap (``mallopt(M_TOP_PAD)``) and
     to serve blocks up to 32 MiB from the heap (``mallopt(M_MMAP_THRESHOLD)``), in this process and,
     through ``MALLOC_TOP_PAD_`` and ``MALLOC_MMAP_THRESHOLD_``, in the processes it starts. Numbers do
-    not change, only time: ChEES on Boston 13-50-1 (16 chains, 300 + 20 iterations, 69,072 batched
-    gradients) took 382 s instead of 646 s, 5.4 ms a gradient instead of 8.8; one gradient of 16 chains
-    of the digits CNN (in ChEES's chunks) 0.43 s instead of 0.83 with ``M_TOP_PAD`` alone
-    (docs/benchmarks.md). The process keeps up to ``mib`` MiB more resident after a peak, and freed
-    blocks of up to 32 MiB inside the heap stay resident for reuse.
+    not change, only time (docs/benchmarks-speed.md). The process keeps up to ``mib`` MiB more resident
+    after a peak, and freed blocks of up to 32 MiB inside the heap stay resident for reuse.
 
     Args:
         mib: the free memory to keep, in MiB.

@@ -147,8 +147,7 @@ class Posterior:
 
     BLOCK_FLOATS, BLOCK_DRAWS = 5e6, 1000  # at most 5e6 weight numbers (20 MB in float32) and 1,000 draws a block
     # One forward call evaluates at most ROWS_PER_CALL inputs for DRAW_ROWS_PER_CALL // rows draws, so its
-    # activations stay a few MB. Measured (docs/benchmarks.md): on protein's 8,232 validation rows
-    # (9-100-1), 1,000 draws x all rows in one call took 9.7 ms a draw, 32 draws x 512 rows 1.7 ms.
+    # activations stay a few MB: calls that overflow the caches cost several times more per draw.
     ROWS_PER_CALL, DRAW_ROWS_PER_CALL = 512, 2**14
 
     def __init__(self, model, x, y, samples, settings, sample_stats=None, guide=None, runtime_s=0.0, info=None):

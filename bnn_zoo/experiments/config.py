@@ -855,8 +855,8 @@ def with_names_resolved(data: dict) -> dict:
 
 @functools.cache
 def _object_parser():
-    """One parser for every ``from_dict`` (building it is half the cost of reading a config: 560 sweep
-    cells took 114 s to check with a parser each); the command line builds its own, as it adds options."""
+    """One parser for every ``from_dict`` (building it is half the cost of reading a config, which a
+    sweep does per cell); the command line builds its own, as it adds options."""
     return parser()
 
 

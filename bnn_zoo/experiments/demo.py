@@ -3,11 +3,9 @@ Laplace and by NUTS side by side, with a GP baseline; each approximation scored 
 posterior of the same network (W2 and variance ratio), and the Laplace evidence choosing between that
 network and a linear model.
 
-Why NUTS fits in minutes (benchmarks/nuts_toy.py, docs/benchmarks.md): a fan-in scaled prior keeps
-the output's prior sd O(1) for standardised targets; with N(0, 1) on all 151 weights the posterior is
-a thin ridge (step size 0.006, tree depth 9.4) and costs 3.3x more time per effective sample. Pyro's
-jit-compiled potential (0.42 ms vs 1.56 ms per gradient) is worth another 2.7x. Starting NUTS from
-the SVI fit costs nothing here (SVI runs anyway) but measured no faster than the network's own init.
+NUTS fits in minutes because the fan-in scaled prior keeps the output's prior sd O(1) (N(0, 1) on every
+weight makes the posterior a thin ridge) and Pyro's potential is jit-compiled
+(docs/benchmarks-speed.md, benchmarks/nuts_toy.py).
 """
 
 from __future__ import annotations
@@ -45,7 +43,7 @@ def demo(
     out = Path(out_dir)
     data = toy_cubic(seed=seed)
     # The noise sd is the generating one (3, here in standardised units): with 20 points a learned
-    # noise lets both SVI and NUTS explain the cubic away as noise (measured: test RMSE 24 and 12).
+    # noise lets both SVI and NUTS explain the cubic away as noise (docs/guide/defaults.md).
     noise = data.info["noise_scale"] / float(data.y_std)
     model = BNN(MLP(1, [50], 1, activation="tanh"), FanInNormal(), Gaussian(noise))
     svi = run(

@@ -40,10 +40,8 @@ def uci_gal(
 
     Args:
         folder: a UCI folder (data.txt, index_*_K.txt and the published grids).
-        epochs: training epochs (default 100 x n_epochs.txt, the budget of the repository's earlier "10x
-            epochs" script, which is the one that reproduces the published table: measured on yacht,
-            400 epochs (its current ``--epochx 10``) give RMSE 1.99 against the published 0.67,
-            4,000 give 0.63; docs/benchmarks.md).
+        epochs: training epochs (default 100 x n_epochs.txt, the budget of the published repository's
+            "10x epochs" script, the one that reproduces its table; docs/benchmarks.md).
         splits: the splits to run (default all n_splits.txt).
         mc_passes: T, the MC dropout passes per test prediction.
         device: where the fits are stepped (None: the CPU; "cuda": a GPU, its own random streams).

@@ -1,9 +1,8 @@
 """A time limit for full-batch MCMC, checked as the run goes.
 
 NUTS, HMC and ChEES evaluate the log posterior and its gradient on every training row at every
-leapfrog step. On a small BNN that is minutes; on the digits CNN or a text LSTM a gradient takes 40-70 ms
-and a NUTS iteration hundreds of them, so the command line's 2 x 1,000 iterations take 3-18 hours
-(docs/guide/defaults.md). A run with ``max_hours`` projects its duration from its own pace once it
+leapfrog step. On a small BNN that is minutes; on the digits CNN or a text LSTM it can be hours
+(docs/benchmarks-defaults.md). A run with ``max_hours`` projects its duration from its own pace once it
 has run ``GRACE_S`` seconds, and stops with one clear error, rather than leaving a newcomer at an
 hours-long progress bar. The pace is the run's own, not a model of it; ChEES's trajectories grow
 through warm-up, so its check keeps running to the last iteration.
@@ -26,9 +25,7 @@ import time
 from bnn_zoo.errors import BnnZooError
 
 GRACE_S = 60.0
-SETTLED_SPEEDUP = (
-    10.0  # how much cheaper an iteration after `settle` may be (measured: 6.9x ChEES on the CNN, 8x HMC on the MLP)
-)
+SETTLED_SPEEDUP = 10.0  # how much cheaper an iteration after `settle` may be (docs/benchmarks-defaults.md)
 
 
 class TimeLimitExceeded(BnnZooError):

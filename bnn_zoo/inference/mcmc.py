@@ -343,7 +343,7 @@ class NUTS(_MCMC):
         seed: chain c is seeded with ``seed + c``, so its draws do not depend on ``chain_method``.
         target_accept: the acceptance probability step-size adaptation aims at.
         dense_mass: adapt a dense mass matrix instead of a diagonal one.
-        jit_compile: compile the potential with ``torch.jit.trace`` (about 3x faster per gradient).
+        jit_compile: compile the potential with ``torch.jit.trace`` (cheaper per gradient on small networks).
         chain_method: ``"parallel"``: each chain in a forked process, as many at once as this process has
             torch threads (``torch.set_num_threads``; a sweep worker has its share of the cores) and usable
             cores, the threads shared among them (on Linux; where ``fork`` is not

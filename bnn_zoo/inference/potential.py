@@ -145,9 +145,9 @@ class LogPosterior:
         self, weights: dict, f: torch.Tensor, y: torch.Tensor
     ) -> tuple[torch.Tensor, dict, torch.Tensor] | None:
         """(log posterior, the priors' gradients, the likelihood's gradient in f) written out, when every
-        weight's prior and the likelihood (with a fixed noise) are Normal: a hundred small autograd
-        operations per call cost 1.1 ms, more than a 13-50-1 network's whole gradient for one chain.
-        The priors' parts are taken once, in ``__init__``. None otherwise."""
+        weight's prior and the likelihood (with a fixed noise) are Normal: on a small network the hundred
+        small autograd operations per call cost more than the network's own gradient. The priors' parts
+        are taken once, in ``__init__``. None otherwise."""
         if self.transforms or self._normal_priors is None or not isinstance(self.model.likelihood, Gaussian):
             return None  # (a heteroscedastic Normal's scale depends on f: not this closed form)
         likelihood = _normal_log_density_and_score(self.model.likelihood.distribution(f, {}), y)

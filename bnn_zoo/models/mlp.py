@@ -103,10 +103,9 @@ class MLP(nn.Module):
     ) -> torch.Tensor:
         """B weight draws at once (:class:`~bnn_zoo.protocols.ForwardsDraws`): (B, N, out).
 
-        Batched matrix products instead of ``vmap`` over ``forward``: 3x faster for 9-100-1 at 32
-        draws x 512 rows, and half of a lockstep step (docs/benchmarks.md). A layer with one output is a
-        broadcast product and sum, whose backward is elementwise (bmm's matrix-vector backward took
-        3x as long on the same network).
+        Batched matrix products instead of ``vmap`` over ``forward``, which is slower on small layers
+        (docs/benchmarks-speed.md). A layer with one output is a broadcast product and sum, whose
+        backward is elementwise (bmm's matrix-vector backward is slower there).
 
         Args:
             weights: ``layers.{i}.weight`` (B, out, in) and ``layers.{i}.bias`` (B, out).
