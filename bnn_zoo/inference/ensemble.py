@@ -188,7 +188,7 @@ class SWAG(Ensemble):
         for i, _ in enumerate(collect, 1):
             if i % self.collect_every == 0:
                 moments.add(team.flat())
-        with torch.random.fork_rng():
+        with torch.random.fork_rng(device_type="cuda"):
             torch.manual_seed(self.seed)
             draws = team.unflatten(moments.sample(self.num_draws))
         post = Posterior(
