@@ -39,7 +39,7 @@ LIBRARY = {  # (kind, command-line name) -> the library callables whose paramete
     ("likelihood", "heteroscedastic"): (likelihoods.Heteroscedastic,),
     ("data", "toy-cubic"): (data.toy_cubic,),
     ("data", "digits"): (data.digits,),
-    ("data", "toy-text"): (text.toy_text,),
+    ("data", "toy-text"): (text.load_toy_text,),
     ("data", "uci"): (data.load_uci,),
     ("data", "text"): (text.load_text,),
 }

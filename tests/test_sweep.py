@@ -431,3 +431,16 @@ def test_digits_shift_protocol_writes_curves_and_ood_scores(tmp_path, monkeypatc
     assert curves[curves["transform"] == "rotate"].intensity.tolist()[:3] == [0, 15, 30]
     ood = pd.read_csv(tmp_path / "out" / "ood.csv")
     assert ood.ood_auroc_entropy.between(0, 1).all() and (tmp_path / "out" / "shift.png").stat().st_size > 0
+
+
+def test_the_heartbeat_counts_the_cells_a_resumed_sweep_skips(tmp_path, monkeypatch):
+    """With the bar hidden (output not a terminal), the line every half minute still counts done cells."""
+    from bnn_zoo.experiments import sweep as sweep_module
+
+    lines = []
+    monkeypatch.setattr(sweep_module, "announce", lines.append)
+    spec = {"base": BASE | FIXED_NOISE, "grid": {"seed": [0, 1]}}
+    run_sweep(Sweep.from_dict(spec), tmp_path, workers=1, show_progress=False)
+    assert lines[-1] == "running sweep cells: 2 of 2 done"
+    run_sweep(Sweep.from_dict(spec), tmp_path, workers=1, show_progress=False)
+    assert lines[-1] == "running sweep cells: 2 of 2 done"

@@ -18,6 +18,7 @@ from bnn_zoo.errors import BnnZooError, positive
 
 PAD, UNK = 0, 1
 LEVELS = ("word", "char")
+TEST_FRACTION = 0.25  # of a classification corpus, held out at random
 
 
 def tokenize(text: str, level: str) -> list[str]:
@@ -83,21 +84,24 @@ def classification(
     labels,
     level: str = "word",
     max_len: int = 40,
-    test_fraction: float = 0.25,
+    test_fraction: float = TEST_FRACTION,
     seed: int = 0,
     name: str = "text",
+    ood_texts: list[str] | None = None,
 ) -> Dataset:
-    """Padded sequences (0 at the end) with one label each, split at random into train and test."""
+    """Padded sequences (0 at the end) with one label each, split at random into train and test;
+    ``ood_texts`` are encoded with the training vocabulary as out-of-distribution inputs (``info["ood_x"]``)."""
     tokenized = [tokenize(t, level)[:max_len] for t in texts]
     order = torch.randperm(len(texts), generator=torch.Generator().manual_seed(seed))
     n_test = int(test_fraction * len(texts))
     train_idx = order[n_test:].tolist()
     vocab = Vocabulary([tok for i in train_idx for tok in tokenized[i]])
-    x = torch.zeros(len(texts), max(len(t) for t in tokenized), dtype=torch.long)
-    for i, toks in enumerate(tokenized):
-        x[i, : len(toks)] = vocab.encode(toks)
+    x = _padded([vocab.encode(toks) for toks in tokenized])
     y = torch.as_tensor(labels, dtype=torch.long)
     test_idx = order[:n_test]
+    info = {"vocab": vocab, "level": level}
+    if ood_texts:
+        info["ood_x"] = _padded([vocab.encode(tokenize(t, level)[:max_len]) for t in ood_texts]).float()
     return Dataset(
         name,
         x[train_idx].float(),
@@ -106,8 +110,15 @@ def classification(
         y[test_idx],
         task="classification",
         scale_inputs=False,
-        info={"vocab": vocab, "level": level},
+        info=info,
     )
+
+
+def _padded(sequences: list[torch.Tensor]) -> torch.Tensor:
+    out = torch.zeros(len(sequences), max(len(s) for s in sequences), dtype=torch.long)
+    for i, ids in enumerate(sequences):
+        out[i, : len(ids)] = ids
+    return out
 
 
 _POSITIVE = ["good", "great", "fine", "lovely", "brilliant", "warm", "happy", "bright"]
@@ -145,6 +156,37 @@ def toy_text(n: int = 400, seed: int = 0) -> tuple[list[str], list[int]]:
     return texts, labels
 
 
+def load_toy_text(n: int = 400, ood: str | None = None, seed: int = 0) -> Dataset:
+    """The generated sentiment corpus (:func:`toy_text`) as a classification dataset, word level.
+
+    Args:
+        n: sentences (a quarter of them, at random, held out as the test set).
+        ood: a second corpus (a UTF-8 text file, or a folder holding input.txt) scored as out-of-distribution:
+            its first lines of at least 4 words that are not speaker names (ending in ":"), as many as
+            there are test sentences, encoded with the training vocabulary.
+        seed: the draw's seed.
+    """
+    texts, labels = toy_text(n, seed)
+    ood_texts = None
+    if ood:
+        lines = (line.strip() for line in _read_text(_corpus_file(ood)).splitlines())
+        ood_texts = [t for t in lines if len(tokenize(t, "word")) >= 4 and not t.endswith(":")][
+            : int(TEST_FRACTION * n)
+        ]
+        if not ood_texts:
+            raise BnnZooError(f"{ood} has no line of 4 or more words to score as out-of-distribution")
+    return classification(texts, labels, name="toy-text", ood_texts=ood_texts)
+
+
+def _corpus_file(path: str | Path) -> Path:
+    path = Path(path)
+    if path.is_dir():
+        path = path / "input.txt"
+    if not path.is_file():
+        raise BnnZooError(f"no text file at {path}; give the corpus file (or a folder holding input.txt)")
+    return path
+
+
 def load_text(
     path: str | Path, level: Literal["char", "word"] = "char", seq_len: int = 64, max_vocab: int | None = None
 ) -> Dataset:
@@ -156,11 +198,7 @@ def load_text(
         seq_len: tokens of context per window; the model predicts the next one.
         max_vocab: keep the most frequent tokens, the rest as one unknown token (at least 3; None: all).
     """
-    path = Path(path)
-    if path.is_dir():
-        path = path / "input.txt"
-    if not path.is_file():
-        raise BnnZooError(f"no text file at {path}; give the corpus file (or a folder holding input.txt)")
+    path = _corpus_file(path)
     return language_model(_read_text(path), level, seq_len, max_vocab, name=f"text:{path.parent.name}")
 
 

@@ -81,12 +81,12 @@ class Digits(DataConfig):
 
 @register("toy-text")
 @dataclass
-@options(text.toy_text)
+@options(text.load_toy_text)
 class ToyText(DataConfig):
     """Generated sentiment sentences, 2 classes, word level (embedded; drawn from the run's seed)."""
 
     def load(self, seed):
-        return text.classification(*text.toy_text(**dataclasses.asdict(self), seed=seed), name="toy-text")
+        return text.load_toy_text(**dataclasses.asdict(self), seed=seed)
 
 
 @register("uci")

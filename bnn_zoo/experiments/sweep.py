@@ -579,7 +579,8 @@ def run_sweep(
     summary = {"done": 0, "skipped": 0, "failed": []}
     with tqdm(
         total=len(inner) + len(outer), desc=f"sweep {sweep.name}", unit="cell", disable=bar_disabled(show_progress)
-    ) as bar:
+    ) as shown:
+        bar = _Progress(shown)
         if sweep.select is not None:
             selection = _run_stage(inner, out, executor, bar, summary)
             chosen = [_selected(sweep, c, [i for i in inner if i.parent == c.key], selection) for c in outer]
@@ -592,7 +593,19 @@ def run_sweep(
     return summary
 
 
-def _run_stage(cells: list[Cell], out: Path, executor: _Executor, bar, summary) -> dict[str, dict]:
+class _Progress:
+    """Cells done, counted here: a hidden tqdm bar (output not a terminal) counts nothing, and the
+    heartbeat line reads the count."""
+
+    def __init__(self, bar):
+        self.bar, self.n, self.total = bar, 0, bar.total
+
+    def update(self, done: int) -> None:
+        self.n += done
+        self.bar.update(done)
+
+
+def _run_stage(cells: list[Cell], out: Path, executor: _Executor, bar: _Progress, summary) -> dict[str, dict]:
     """Run the cells not yet done; returns every cell's status by key."""
     statuses, jobs, keys = {}, [], []
     for cell in cells:
