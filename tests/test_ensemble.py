@@ -66,10 +66,29 @@ def test_an_ensemble_of_one_is_a_hand_written_adam_map_fit():
         assert torch.allclose(post.samples[name][0, 0], p.detach(), atol=2e-5), name
 
 
-def test_an_ensemble_members_fit_does_not_depend_on_its_neighbours():
-    x, y = _data(n=64)
-    model = bz.BNN(bz.models.MLP(2, [8], 2), bz.priors.Normal(1.0), bz.likelihoods.Heteroscedastic())
-    fits = {k: bz.fit(model, x, y, bz.Ensemble(members=k, steps=200, batch_size=16, progress=False)) for k in (1, 3)}
+def _tokens(n=64, vocab=9, length=5):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(1, vocab, (n, length), generator=g).float()
+    return x, (x[:, 0] > vocab / 2).long()
+
+
+NETWORKS = {  # the MLP runs its members through forward_draws; the LSTM, whose input check reads token ids, one by one
+    "mlp": lambda: (
+        bz.BNN(bz.models.MLP(2, [8], 2), bz.priors.Normal(1.0), bz.likelihoods.Heteroscedastic()),
+        _data(64),
+    ),
+    "lstm": lambda: (
+        bz.BNN(bz.models.TextRNN(9, 3, 4), bz.priors.Normal(1.0), bz.likelihoods.Categorical()),
+        _tokens(),
+    ),
+}
+
+
+@pytest.mark.parametrize("network", sorted(NETWORKS))
+def test_an_ensemble_members_fit_does_not_depend_on_its_neighbours(network):
+    model, (x, y) = NETWORKS[network]()
+    steps = 200 if network == "mlp" else 20
+    fits = {k: bz.fit(model, x, y, bz.Ensemble(members=k, steps=steps, batch_size=16, progress=False)) for k in (1, 3)}
     for name in model.params:
         assert torch.allclose(fits[3].samples[name][:1], fits[1].samples[name], atol=1e-5)
         assert not torch.allclose(fits[3].samples[name][1], fits[3].samples[name][2])  # own starts, own batches

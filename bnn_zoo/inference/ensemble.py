@@ -260,6 +260,7 @@ class Members:
         self.streams = [Stream(s) for s in seeds]
         self.priors = {k: model.site_prior(k) for k in model.params}  # built once: a tenth of a step each
         self.epsilon = method.adversarial * (x.max(0).values - x.min(0).values) if method.adversarial else None
+        self.vmaps = True  # until the network branches on its inputs' values (a token-range check)
 
     def values(self) -> dict[str, torch.Tensor]:
         """The members' sites in their own coordinates, (K, *shape)."""
@@ -299,7 +300,15 @@ class Members:
         net = self.model.net
         if isinstance(net, ForwardsDraws):
             return net.forward_draws(weights, xb)
-        return vmap(lambda w, xk: functional_call(net, w, (xk,)))(weights, xb)
+        if self.vmaps:
+            try:
+                return vmap(lambda w, xk: functional_call(net, w, (xk,)))(weights, xb)
+            except RuntimeError as exc:
+                if "data-dependent control flow" not in str(exc):
+                    raise
+                self.vmaps = False
+        members = range(xb.shape[0])
+        return torch.stack([functional_call(net, {k: w[i] for k, w in weights.items()}, (xb[i],)) for i in members])
 
     def log_prior(self) -> torch.Tensor:
         total = sum(prior.log_prob(self.leaves[k]) for k, prior in self.priors.items())
