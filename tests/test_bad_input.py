@@ -2,6 +2,7 @@
 
 import os
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -773,3 +774,31 @@ def test_a_full_disk_leaves_no_result_that_compare_or_table_accepts(tmp_path, mo
     assert not (tmp_path / "run" / "metrics.json").exists() and not list((tmp_path / "run").glob(".*.tmp"))
     assert main(["compare", str(tmp_path / "run"), "--out", str(tmp_path / "cmp")]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_an_out_folder_without_write_permission_is_one_line(tmp_path, monkeypatch, capsys):
+    """Root may write anywhere, so where the tests run as root the kernel's refusal is stood in for at the
+    probe every result folder passes (a temporary file); as another user the folder is made read-only."""
+    import errno
+    import tempfile
+
+    from bnn_zoo import io
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    if os.geteuid() == 0:
+        real = tempfile.TemporaryFile
+
+        def refuse(*args, dir=None, **kwargs):
+            if dir is not None and locked in (Path(dir), *Path(dir).parents):
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+            return real(*args, dir=dir, **kwargs)
+
+        monkeypatch.setattr(io.tempfile, "TemporaryFile", refuse)
+    else:
+        locked.chmod(0o500)
+    code = main(["fit", *QUICK_FIT, "--out", str(locked / "run")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"cannot write to --out {locked / 'run'} (Permission denied); choose a folder you can write to" in err
+    assert not any(locked.rglob("*.json"))
