@@ -4,6 +4,7 @@ python benchmarks/sweep_tables.py deep-ensembles runs/de runs/de-no-at  # vs ../
 python benchmarks/sweep_tables.py uci-zoo-baselines runs/uci-guides --methods ensemble swag multiswag --splits 10
 python benchmarks/sweep_tables.py uci-gap runs/uci-gap
 python benchmarks/sweep_tables.py digits-shift runs/digits-shift     # and digits-ood from the same folder
+python benchmarks/sweep_tables.py text-ood runs/toy-text-ood
 
 Each writes benchmarks/results/NAME.json: mean +- standard error over splits (or gap columns) per dataset
 and method, with the summed fit time (uci-gap: and the worst column's test log-likelihood); for digits the
@@ -91,10 +92,11 @@ def digits_shift(frame: pd.DataFrame) -> list[dict]:
     ]
 
 
-def digits_ood(frame: pd.DataFrame) -> list[dict]:
-    """Per method trained on the digits 0-4: accuracy and the AUROC and FPR at 95% TPR of each score."""
+def ood(frame: pd.DataFrame) -> list[dict]:
+    """Per method, over the cells scored on out-of-distribution inputs (digits: those trained on 0-4):
+    accuracy and the AUROC and FPR at 95% TPR of each score."""
     rows = []
-    for inference, group in frame[frame["data.classes"] == 5].groupby("inference", sort=True):
+    for inference, group in frame[frame["ood_auroc_entropy"].notna()].groupby("inference", sort=True):
         rows.append(
             {"inference": inference, "accuracy": round(group.accuracy.mean(), 3)}
             | {
@@ -109,7 +111,7 @@ def digits_ood(frame: pd.DataFrame) -> list[dict]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "name", choices=["deep-ensembles", "uci-zoo-baselines", "uci-gap", "digits-shift", "digits-ood"]
+        "name", choices=["deep-ensembles", "uci-zoo-baselines", "uci-gap", "digits-shift", "digits-ood", "text-ood"]
     )
     parser.add_argument("folders", type=Path, nargs="+")
     parser.add_argument("--methods", nargs="*", help="only these inference labels")
@@ -130,8 +132,11 @@ def main() -> int:
         for row in rows:
             row["worst column's test LL"] = f"{worst[row['dataset'], row['inference']]:.3f}"
     elif args.name.startswith("digits"):
-        rows = (digits_shift if args.name == "digits-shift" else digits_ood)(frame)
+        rows = (digits_shift if args.name == "digits-shift" else ood)(frame)
         command = f"bnn-zoo reproduce digits-shift; {command}"
+    elif args.name == "text-ood":
+        rows = ood(frame)
+        command = f"bnn-zoo sweep examples/sweeps/toy-text-ood.yaml --workers 2 --out DIR; {command}"
     else:
         rows = summary(frame, ["dataset", "inference"])
     print(write(args.name, rows, command=command))
