@@ -1,6 +1,7 @@
 """Deep ensembles, SWAG and the heteroscedastic likelihood, against hand-written loops and exact laws."""
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -117,11 +118,8 @@ def test_swags_moments_are_the_running_moments_of_the_collected_iterates():
     method = method.resolved(post.model, len(y))
     team = Members(post.model, x, y[:, None], method)  # the same members, stepped again to record every iterate
     team.pretrain()
-    iterates = [
-        team.flat()
-        for i, _ in enumerate(team.train(method.optimiser(list(team.leaves.values())), 36, False), 1)
-        if i % 3 == 0
-    ]
+    iterates = []
+    team.train("collect", method.optimiser(list(team.leaves.values())), 36, SimpleNamespace(add=iterates.append), 3)
     w = torch.stack(iterates)
     assert torch.allclose(post.moments.mean, w.mean(0), atol=1e-6)
     assert torch.allclose(post.moments.sq_mean, (w**2).mean(0), atol=1e-6)
@@ -210,3 +208,36 @@ def test_every_method_learns_a_noise_that_grows_where_the_data_are_noisier(metho
     model = bz.BNN(bz.models.MLP(1, [30], 2), bz.priors.Normal(1.0), Heteroscedastic())
     noise = bz.fit(model, x, y, method).predict(torch.tensor([[-3.0], [0.0], [3.0]])).noise_variance[:, 0].sqrt()
     assert noise[0] > 2 * noise[1] and noise[2] > 2 * noise[1], noise
+
+
+@pytest.mark.parametrize(
+    "method, at",
+    [
+        (bz.Ensemble(members=3, steps=60, batch_size=16, checkpoint_every=20, progress=False), 45),  # mid-block
+        (bz.SWAG(members=2, steps=30, batch_size=16, snapshots=6, collect_every=5, checkpoint_every=10), 52),
+    ],
+    ids=["ensemble", "swag-collecting"],
+)
+def test_an_interrupted_fit_resumes_to_the_same_members(method, at, tmp_path, interrupting_mlp):
+    """Ctrl-C at the network's ``at``-th forward call (Ensemble: between checkpoints, inside a block of
+    minibatches; SWAG: while collecting), then the same fit again: the uninterrupted fit's draws, bit for bit."""
+    import dataclasses
+
+    x, y = _data(64)
+    model = bz.BNN(interrupting_mlp(2, [6], 2), bz.priors.Normal(1.0), bz.likelihoods.Heteroscedastic())
+    method = dataclasses.replace(method, progress=False)
+    full = bz.fit(model, x, y, method)
+    checkpointed = dataclasses.replace(method, checkpoint=tmp_path / "ck.pt")
+    interrupting_mlp.calls, interrupting_mlp.at = 0, at
+    with pytest.raises(KeyboardInterrupt):
+        bz.fit(model, x, y, checkpointed)
+    assert (tmp_path / "ck.pt").exists()
+    interrupting_mlp.at = 0
+    resumed = bz.fit(model, x, y, checkpointed)
+    assert all(torch.equal(resumed.samples[k], full.samples[k]) for k in full.samples)
+    assert not (tmp_path / "ck.pt").exists()  # the result supersedes it
+    with pytest.raises(KeyboardInterrupt):
+        interrupting_mlp.calls, interrupting_mlp.at = 0, at
+        bz.fit(model, x, y, checkpointed)
+    with pytest.raises(BnnZooError, match="belongs to a different fit"):
+        bz.fit(model, x, y, dataclasses.replace(checkpointed, lr=0.02))

@@ -263,8 +263,9 @@ def prepare(config: RunConfig, out_dir=None, progress: bool = True, resume: bool
 
 def execute(config: RunConfig, out_dir=None, progress: bool = True, resume: bool = False) -> Result:
     """Fit and score the run ``config`` describes. With ``out_dir``: the result files of :func:`run` and
-    the resolved ``config.yaml`` that re-runs it (``bnn-zoo fit --config DIR/config.yaml``). SVI and
-    SG-MCMC and ChEES checkpoint to out_dir/checkpoint.pt; ``resume`` continues from it, otherwise it is discarded."""
+    the resolved ``config.yaml`` that re-runs it (``bnn-zoo fit --config DIR/config.yaml``). SVI,
+    SG-MCMC, ChEES, ensembles and SWAG checkpoint to out_dir/checkpoint.pt; ``resume`` continues from it,
+    otherwise it is discarded."""
     run = prepare(config, out_dir, progress, resume)
     return run.evaluate(run.fit())
 

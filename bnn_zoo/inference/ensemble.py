@@ -19,6 +19,7 @@ import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -31,9 +32,11 @@ from bnn_zoo.bnn import BNN
 from bnn_zoo.errors import BnnZooError, check_field_types
 from bnn_zoo.inference import defaults
 from bnn_zoo.inference.lockstep import Stream, first_distinct
-from bnn_zoo.io import bar_disabled
+from bnn_zoo.io import atomic_torch_save, bar_disabled, check_identity, fingerprint, safe_torch_load, say_resumed
 from bnn_zoo.posterior import Posterior
 from bnn_zoo.protocols import ForwardsDraws
+
+PHASES = ("pretrain", "collect")  # an ensemble's training, then SWAG's collection
 
 
 def member_seed(seed: int, k: int) -> int:
@@ -61,6 +64,9 @@ class Ensemble:
             the NLL at x plus the NLL at x + epsilon sign(grad_x NLL).
         seed: seeds the members' initial weights and minibatches (:func:`member_seed`).
         progress: show a progress bar.
+        checkpoint: a path written every ``checkpoint_every`` steps and on Ctrl-C; an existing one is resumed
+            and the fit ends bit for bit where an uninterrupted one ends.
+        checkpoint_every: steps between checkpoints.
     """
 
     members: int = 5
@@ -72,12 +78,14 @@ class Ensemble:
     adversarial: float = 0.0
     seed: int = 0
     progress: bool = True
+    checkpoint: str | Path | None = None
+    checkpoint_every: int = 500
 
     name = "ensemble"
 
     def __post_init__(self):
         check_field_types(self)
-        for name in ("members", "steps", "epochs", "batch_size"):
+        for name in ("members", "steps", "epochs", "batch_size", "checkpoint_every"):
             value = getattr(self, name)
             if not ((value is None and name != "members") or (isinstance(value, int) and value > 0)):
                 raise BnnZooError(f"{type(self).__name__} {name} must be a positive whole number, got {value!r}")
@@ -87,7 +95,8 @@ class Ensemble:
             raise BnnZooError(f"need a finite lr > 0 and adversarial >= 0, got {self.lr}, {self.adversarial}")
 
     def settings(self) -> dict:
-        return {"method": self.name, **{k: getattr(self, k) for k in self.__dataclass_fields__ if k != "progress"}}
+        unsettled = ("progress", "checkpoint", "checkpoint_every")  # they change no number
+        return {"method": self.name, **{k: getattr(self, k) for k in self.__dataclass_fields__ if k not in unsettled}}
 
     def resolved(self, model: BNN, n: int):
         """This method with its minibatch size and steps for n training rows filled in."""
@@ -100,6 +109,7 @@ class Ensemble:
         start = time.perf_counter()
         team = Members(model, x, y, self)
         losses = team.pretrain()
+        team.finished()
         samples = {k: v[:, None] for k, v in team.values().items()}  # member k is chain k's one draw
         return Posterior(
             model,
@@ -182,12 +192,9 @@ class SWAG(Ensemble):
         team = Members(model, x, y, self)
         team.pretrain()
         moments = Moments(team.flat(), self.rank)
-        collect = team.train(
-            self.optimiser(list(team.leaves.values())), self.snapshots * self.collect_every, self.progress
-        )
-        for i, _ in enumerate(collect, 1):
-            if i % self.collect_every == 0:
-                moments.add(team.flat())
+        optimiser = self.optimiser(list(team.leaves.values()))
+        team.train("collect", optimiser, self.snapshots * self.collect_every, moments, self.collect_every)
+        team.finished()
         with torch.random.fork_rng(device_type="cuda"):
             torch.manual_seed(self.seed)
             draws = team.unflatten(moments.sample(self.num_draws))
@@ -218,6 +225,13 @@ class Moments:
         self.mean += (w - self.mean) / self.count
         self.sq_mean += (w * w - self.sq_mean) / self.count
         self.deviations = [*self.deviations, w - self.mean][-self.rank :]
+
+    def state(self) -> dict:
+        return {"count": self.count, "mean": self.mean, "sq_mean": self.sq_mean, "deviations": self.deviations}
+
+    def restore(self, state: dict) -> None:
+        self.count, self.mean, self.sq_mean = state["count"], state["mean"], state["sq_mean"]
+        self.deviations = list(state["deviations"])
 
     @property
     def variance(self) -> torch.Tensor:
@@ -258,6 +272,13 @@ class Members:
             for k in model.latent_shapes()
         }
         self.streams = [Stream(s) for s in seeds]
+        self.block_states = [stream.state for stream in self.streams]  # where the current minibatch block began
+        self.checkpoint = None if method.checkpoint is None else Path(method.checkpoint)
+        self.identity = fingerprint(method.settings(), model.describe(), x, y)
+        self.saved = None
+        if self.checkpoint is not None and self.checkpoint.exists():
+            self.saved = safe_torch_load(self.checkpoint)
+            check_identity(self.saved, self.identity, self.checkpoint, type(method).__name__)
         self.priors = {k: model.site_prior(k) for k in model.params}  # built once: a tenth of a step each
         self.epsilon = method.adversarial * (x.max(0).values - x.min(0).values) if method.adversarial else None
         self.vmaps = True  # until the network branches on its inputs' values (a token-range check)
@@ -319,41 +340,109 @@ class Members:
             total = total + prior.log_prob(value) + t.log_abs_det_jacobian(u, value)
         return total
 
-    def batches(self, steps: int) -> Iterator[torch.Tensor]:
-        """Each member's minibatch rows for ``steps`` steps, (K, M), from its own stream."""
+    def batches(self, steps: int, first: int = 0) -> Iterator[torch.Tensor]:
+        """Each member's minibatch rows for steps ``first`` .. ``steps`` - 1, (K, M), from its own stream;
+        a resumed run restarts the block of 16 steps it stopped in, from the streams' ``block_states``."""
         if self.m >= self.n:
             rows = torch.arange(self.n).expand(len(self.streams), self.n)
-            for _ in range(steps):
+            for _ in range(first, steps):
                 yield rows
             return
         block = 16
-        for first in range(0, steps, block):
-            count = min(block, steps - first)
+        if first:
+            for stream, state in zip(self.streams, self.block_states):
+                stream.state = state
+        for start in range(first - first % block, steps, block):
+            self.block_states = [stream.state for stream in self.streams]
+            count = min(block, steps - start)
             idx = torch.stack([s.subset_candidates(self.n, self.m, count) for s in self.streams], 1)
             if idx.shape[-1] > self.m:
                 idx, short = first_distinct(idx, self.m)
                 for i, k in torch.nonzero(short).tolist():
                     idx[i, k] = self.streams[k].subsets(self.n, self.m, 1)[0]
-            yield from idx
+            yield from idx[max(first - start, 0) :]
 
     def pretrain(self) -> torch.Tensor:
         """Adam on every member for the method's steps (their MAP, or maximum likelihood); the last losses (K,)."""
         adam = torch.optim.Adam(self.leaves.values(), lr=self.method.lr)
-        *_, losses = self.train(adam, self.method.steps, self.method.progress)
+        return self.train("pretrain", adam, self.method.steps)
+
+    def train(
+        self, phase: str, optimiser: torch.optim.Optimizer, steps: int, moments: Moments | None = None, every: int = 1
+    ) -> torch.Tensor:
+        """Step every member ``steps`` times; returns the last step's losses (K,). With ``moments``, the
+        iterate is added to them every ``every`` steps (SWAG). With a checkpoint, the state is saved every
+        ``checkpoint_every`` steps and on Ctrl-C, and a saved phase resumes at its step."""
+        first, losses = 0, None
+        if self.saved is not None:
+            if PHASES.index(self.saved["phase"]) > PHASES.index(phase):
+                return self.saved["losses"]  # finished before the checkpoint, which holds what followed
+            if self.saved["phase"] == phase:
+                first, losses = self._restore(optimiser, moments)
+                say_resumed(self.checkpoint, first, steps, self.method.progress)
+            self.saved = None
+        label = f"{type(self.method).__name__} x{len(self.streams)}"
+        bar = tqdm(
+            self.batches(steps, first),
+            initial=first,
+            total=steps,
+            desc=label,
+            disable=bar_disabled(self.method.progress),
+        )
+        step = first
+        try:
+            for rows in bar:
+                losses = self._step(optimiser, rows)
+                step += 1
+                if moments is not None and step % every == 0:
+                    moments.add(self.flat())
+                if self.checkpoint is not None and step % self.method.checkpoint_every == 0 and step < steps:
+                    self._save(phase, step, optimiser, moments, losses)
+        except KeyboardInterrupt:
+            if self.checkpoint is not None:
+                self._save(phase, step, optimiser, moments, losses)
+                print(f"interrupted: checkpoint at step {step} saved to {self.checkpoint}; run again to resume")
+            raise
         return losses
 
-    def train(self, optimiser: torch.optim.Optimizer, steps: int, progress: bool) -> Iterator[torch.Tensor]:
-        """Step every member ``steps`` times; yields each step's losses (K,) after its update."""
-        label = f"{type(self.method).__name__} x{len(self.streams)}"
-        for rows in tqdm(self.batches(steps), total=steps, desc=label, disable=bar_disabled(progress)):
-            optimiser.zero_grad()
-            loss = self.loss(rows)
-            if not torch.isfinite(loss).all():
-                bad = torch.nonzero(~torch.isfinite(loss)).flatten().tolist()
-                raise BnnZooError(
-                    f"{type(self.method).__name__} member(s) {bad} reached a non-finite loss; lower lr or give the "
-                    "inputs a standard scale"
-                )
-            loss.sum().backward()
-            optimiser.step()
-            yield loss.detach()
+    def _step(self, optimiser: torch.optim.Optimizer, rows: torch.Tensor) -> torch.Tensor:
+        optimiser.zero_grad()
+        loss = self.loss(rows)
+        if not torch.isfinite(loss).all():
+            bad = torch.nonzero(~torch.isfinite(loss)).flatten().tolist()
+            raise BnnZooError(
+                f"{type(self.method).__name__} member(s) {bad} reached a non-finite loss; lower lr or give the "
+                "inputs a standard scale"
+            )
+        loss.sum().backward()
+        optimiser.step()
+        return loss.detach()
+
+    def _save(self, phase, step, optimiser, moments, losses) -> None:
+        state = {
+            "identity": self.identity,
+            "phase": phase,
+            "step": step,
+            "leaves": {k: v.detach() for k, v in self.leaves.items()},
+            "optimiser": optimiser.state_dict(),
+            "streams": self.block_states,
+            "moments": moments.state() if moments is not None else None,
+            "losses": losses,
+        }
+        atomic_torch_save(state, self.checkpoint)
+
+    def _restore(self, optimiser, moments) -> tuple[int, torch.Tensor | None]:
+        saved = self.saved
+        with torch.no_grad():
+            for k, v in self.leaves.items():
+                v.copy_(saved["leaves"][k])
+        optimiser.load_state_dict(saved["optimiser"])
+        self.block_states = list(saved["streams"])
+        if moments is not None:
+            moments.restore(saved["moments"])
+        return int(saved["step"]), saved["losses"]
+
+    def finished(self) -> None:
+        """The fit is done: its result supersedes the checkpoint."""
+        if self.checkpoint is not None:
+            self.checkpoint.unlink(missing_ok=True)
