@@ -170,9 +170,8 @@ def load_toy_text(n: int = 400, ood: str | None = None, seed: int = 0) -> Datase
     ood_texts = None
     if ood:
         lines = (line.strip() for line in _read_text(_corpus_file(ood)).splitlines())
-        ood_texts = [t for t in lines if len(tokenize(t, "word")) >= 4 and not t.endswith(":")][
-            : int(TEST_FRACTION * n)
-        ]
+        sentences = [t for t in lines if len(tokenize(t, "word")) >= 4 and not t.endswith(":")]
+        ood_texts = sentences[: int(TEST_FRACTION * n)]
         if not ood_texts:
             raise BnnZooError(f"{ood} has no line of 4 or more words to score as out-of-distribution")
     return classification(texts, labels, name="toy-text", ood_texts=ood_texts)
