@@ -385,14 +385,17 @@ def test_execution_options_refuse_nonsense(capsys):
 
 
 def test_table_scores_each_cell_against_its_reference_cell(tmp_path, capsys):
-    """Each seed's SVI cell is scored against the ChEES cell of its own seed, which matches nothing else."""
+    """Each seed's SVI cell is scored against the ChEES cell of its own seed, which matches nothing else;
+    the references are a sweep of their own, as examples/sweeps/uci-reference.yaml runs them."""
     chees = {
         "class_path": "ChEES",
         "init_args": {"num_chains": 8, "num_warmup": 100, "num_samples": 250, "backend": "torch"},
     }
-    spec = {"base": BASE | FIXED_NOISE, "grid": {"seed": [0, 1]}, "zip": {"inference": ["svi", chees]}}
-    run_sweep(Sweep.from_dict(spec), tmp_path, workers=1, show_progress=False)
-    cells = table.with_posterior_reference(table.collect(tmp_path), "chees")
+    folders = [str(tmp_path / name) for name in ("guides", "reference")]
+    for inference, folder in zip((BASE["inference"], chees), folders):
+        spec = {"base": BASE | FIXED_NOISE | {"inference": inference}, "grid": {"seed": [0, 1]}}
+        run_sweep(Sweep.from_dict(spec), folder, workers=1, show_progress=False)
+    cells = table.with_posterior_reference(pd.concat([table.collect(f) for f in folders]), "chees")
     assert cells["reference_converged"].sum() == 2
     for _, svi in cells[cells.inference == "svi-mean-field"].iterrows():
         truth = cells[(cells.inference == "chees") & (cells.seed == svi.seed)].folder.item()
@@ -402,11 +405,11 @@ def test_table_scores_each_cell_against_its_reference_cell(tmp_path, capsys):
         )
     assert (cells[cells.inference == "chees"].w2 == 0).all()
     assert (
-        main(["table", str(tmp_path), "--by", "inference", "--reference-method", "chees", "--out", str(tmp_path / "t")])
+        main(["table", *folders, "--by", "inference", "--reference-method", "chees", "--out", str(tmp_path / "t")])
         == 0
     )
     assert "w2" in capsys.readouterr().out
-    assert main(["table", str(tmp_path), "--reference-method", "nuts"]) == 2
+    assert main(["table", *folders, "--reference-method", "nuts"]) == 2
     assert (
         "no finished cell has inference 'nuts'; the cells' inference labels are chees, svi-mean-field"
         in capsys.readouterr().err

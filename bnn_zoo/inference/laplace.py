@@ -58,7 +58,8 @@ class Laplace:
             (MacKay's iteration, secant steps); the round with the most evidence is kept. For a
             linear model this is type-II maximum likelihood exactly.
         rounds: MAP and prior-precision rounds when ``optimize_prior``.
-        map_steps: Adam steps for the MAP (then full-batch L-BFGS polishes it).
+        map_steps: Adam steps for the first round's MAP (then full-batch L-BFGS polishes it; later
+            rounds start at the last MAP and use L-BFGS alone).
         lr: Adam's learning rate.
         batch_size: Adam's minibatch size (default: full batch).
         num_draws: draws kept for prediction and the InferenceData.
@@ -135,7 +136,8 @@ class Laplace:
             torch.manual_seed(self.seed)
             previous, best = None, None  # (log scale, evidence gradient) of the last round; the best round
             for r in range(self.rounds if self.optimize_prior or noise else 1):
-                values = _map(model, values, precision, scale, xd, yd, self, hold={noise} - {None})
+                # a later round starts at the last MAP: L-BFGS alone follows it to the new prior's
+                values = _map(model, values, precision, scale, xd, yd, self, {noise} - {None}, adam=r == 0)
                 curvature = _curvature(target, values, xd, yd, names, self.hessian)
                 # Post-hoc type II at this MAP (laplace-torch's optimize_prior_precision): never below the start.
                 posthoc = scale
@@ -267,11 +269,19 @@ def _log_likelihood(
 
 
 def _map(
-    model: BNN, values: dict, precision: dict, scale: float, x, y, settings: Laplace, hold: set = frozenset()
+    model: BNN,
+    values: dict,
+    precision: dict,
+    scale: float,
+    x,
+    y,
+    settings: Laplace,
+    hold: set = frozenset(),
+    adam: bool = True,
 ) -> dict:
     """The MAP of log p(y | w) + log p(w) (the prior on the Laplace sites scaled by ``scale``; the
-    point estimates have none), by Adam and then full-batch L-BFGS, in unconstrained coordinates. The
-    sites in ``hold`` (a noise fitted by type II) keep their values."""
+    point estimates have none), by Adam (unless ``adam`` is false) and then full-batch L-BFGS, in
+    unconstrained coordinates. The sites in ``hold`` (a noise fitted by type II) keep their values."""
     transforms = {k: biject_to(d.support) for k, d in model.likelihood.latent_prior().items() if k not in hold}
     free = {
         k: (transforms[k].inv(v) if k in transforms else v).detach().clone().requires_grad_(True)
@@ -295,7 +305,8 @@ def _map(
     optim = torch.optim.Adam(free.values(), lr=settings.lr)
     n = x.shape[0]
     batch = settings.batch_size if settings.batch_size and settings.batch_size < n else None
-    for _ in tqdm(range(settings.map_steps), desc="Laplace MAP", disable=bar_disabled(settings.progress)):
+    steps = settings.map_steps if adam else 0
+    for _ in tqdm(range(steps), desc="Laplace MAP", disable=bar_disabled(settings.progress)):
         optim.zero_grad()
         loss(None if batch is None else torch.randint(n, (batch,))).backward()
         optim.step()
