@@ -405,8 +405,7 @@ def test_table_scores_each_cell_against_its_reference_cell(tmp_path, capsys):
         )
     assert (cells[cells.inference == "chees"].w2 == 0).all()
     assert (
-        main(["table", *folders, "--by", "inference", "--reference-method", "chees", "--out", str(tmp_path / "t")])
-        == 0
+        main(["table", *folders, "--by", "inference", "--reference-method", "chees", "--out", str(tmp_path / "t")]) == 0
     )
     assert "w2" in capsys.readouterr().out
     assert main(["table", *folders, "--reference-method", "nuts"]) == 2
