@@ -1,4 +1,7 @@
-"""Files: written atomically (temp file + rename), read back with clear errors, never unpickled unsafely."""
+"""Files: written atomically (temp file + rename), read back with clear errors, never unpickled unsafely.
+
+torch is imported where a tensor is handled, so that the command line's heartbeat and ``--version``
+start without it."""
 
 from __future__ import annotations
 
@@ -11,8 +14,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-import torch
 
 from bnn_zoo.errors import BnnZooError
 
@@ -254,6 +255,8 @@ def read_json_mapping(path) -> dict | None:
 def fingerprint(*parts) -> str:
     """A short hash of what a computation depends on: tensors by their bytes, the rest by its JSON form
     (a checkpoint stores it and refuses to resume a different fit)."""
+    import torch
+
     h = hashlib.sha256()
     for part in parts:
         if isinstance(part, torch.Tensor):
@@ -265,11 +268,15 @@ def fingerprint(*parts) -> str:
 
 
 def atomic_torch_save(obj, path):
+    import torch
+
     atomic_write(path, lambda tmp: torch.save(obj, tmp))
 
 
 def safe_torch_load(path, what: str = "checkpoint"):
     """torch.load with weights_only=True: tensors and plain containers only, no arbitrary unpickling."""
+    import torch
+
     if not Path(path).is_file():
         raise BnnZooError(f"{what} {path} does not exist")
     try:

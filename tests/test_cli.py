@@ -352,6 +352,14 @@ def test_help_and_import_defer_torch_pyro_and_arviz():
     before, after = out.strip().splitlines()[-2:]
     assert before == "[]", f"--help imported {before}"
     assert "torch" in after and "pyro" in after
+    # as a command with its output piped (CI, nohup), where the heartbeat starts before the arguments are read
+    as_command = (
+        "import sys\nfrom bnn_zoo import cli\nsys.argv = ['bnn-zoo', '--version']\n"
+        "try:\n    cli.main()\nexcept SystemExit:\n    pass\n"
+        f"print(sorted(m for m in {heavy!r} if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", as_command], capture_output=True, text=True, env=env, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]", f"--version imported {out}"
 
 
 def test_a_recurrent_fit_reproduces_whatever_the_global_generator_did(tmp_path, capsys):

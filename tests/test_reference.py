@@ -100,18 +100,27 @@ def runs(tmp_path_factory):
     """A converged ChEES reference, an unconverged one and a mean-field fit of the toy problem."""
     root = tmp_path_factory.mktemp("runs")
     quick = ["--quiet", "--evaluation.plots", "false"]
-    chees = [
-        "--inference",
-        "chees",
-        "--inference.backend",
-        "torch",
-        "--inference.num_warmup",
-        "200",
-        "--inference.num_samples",
-        "400",
-    ]
-    assert main(["fit", *quick, *chees, "--inference.num_chains", "8", "--out", str(root / "ref")]) == 0
-    assert main(["fit", *quick, *chees, "--inference.num_chains", "2", "--out", str(root / "short")]) == 0
+    chees = ["--inference", "chees", "--inference.backend", "torch"]
+    long, short = ["--inference.num_warmup", "200", "--inference.num_samples", "400"], ["--inference.num_warmup", "20"]
+    assert main(["fit", *quick, *chees, *long, "--inference.num_chains", "8", "--out", str(root / "ref")]) == 0
+    # refused for its chain count whatever its length
+    assert (
+        main(
+            [
+                "fit",
+                *quick,
+                *chees,
+                *short,
+                "--inference.num_samples",
+                "20",
+                "--inference.num_chains",
+                "2",
+                "--out",
+                str(root / "short"),
+            ]
+        )
+        == 0
+    )
     assert main(["fit", *quick, "--inference.steps", "500", "--out", str(root / "svi")]) == 0
     return root
 
