@@ -46,15 +46,25 @@ class InputDropout(LocalNoise):
 
     For a dense layer the mask is one per example, shared over any middle dims (time steps: one weight
     draw per sequence); for a convolution it is per input pixel, as in Gal's convolutional dropout.
+    With a ``temperature`` the masks are concrete relaxations (:func:`relaxed_keep_mask`), through which
+    a learned ``keep`` (a tensor) gets its gradient.
     """
 
-    def __init__(self, centre, keep: float):
+    def __init__(self, centre, keep: float | torch.Tensor, temperature: float | None = None):
         super().__init__(centre)
-        self.keep = keep
+        self.keep, self.temperature = keep, temperature
 
     def inputs(self, module, x):
         shape = (x.shape[0], *[1] * (x.dim() - 2), x.shape[-1]) if isinstance(module, nn.Linear) else x.shape
+        if self.temperature is not None:
+            return x * relaxed_keep_mask(shape, self.keep, self.temperature, x)
         return x * keep_mask(shape, self.keep, x)  # multiplied as bool: a cast less per layer and step
+
+    def draw(self, shape, like: torch.Tensor) -> torch.Tensor:
+        """A mask of ``shape`` in ``like``'s dtype, 1 = kept (relaxed with a temperature)."""
+        if self.temperature is not None:
+            return relaxed_keep_mask(shape, self.keep, self.temperature, like)
+        return bernoulli_mask(shape, self.keep, like)
 
 
 def keep_mask(shape, keep: float, like: torch.Tensor) -> torch.Tensor:
@@ -65,6 +75,14 @@ def keep_mask(shape, keep: float, like: torch.Tensor) -> torch.Tensor:
 def bernoulli_mask(shape, keep: float, like: torch.Tensor) -> torch.Tensor:
     """1 with probability ``keep``, else 0, in ``like``'s dtype."""
     return keep_mask(shape, keep, like).to(like.dtype)
+
+
+def relaxed_keep_mask(shape, keep: torch.Tensor, temperature: float, like: torch.Tensor) -> torch.Tensor:
+    """Concrete dropout's mask (Gal, Hron & Kendall 2017, eq. 5): 1 - sigmoid((logit p + logit u) / t) with
+    p = 1 - keep and u ~ U(0, 1); as t -> 0 it is Bernoulli(keep), and it is differentiable in keep."""
+    u = torch.rand(shape, dtype=like.dtype, device=like.device).clamp(1e-7, 1 - 1e-7)
+    drop = 1 - torch.as_tensor(keep, dtype=like.dtype, device=like.device)
+    return torch.sigmoid(-(torch.logit(drop) + torch.logit(u)) / temperature)
 
 
 class GaussianWeights(LocalNoise):
@@ -122,24 +140,22 @@ class collect(Messenger):
             self.noise[msg["name"]] = msg["infer"]["local_noise"]
 
 
-def dropout_keep(module: nn.Module, weight: str) -> float | None:
+def input_dropout(module: nn.Module, weight: str) -> InputDropout | None:
     """For modules that apply their own noise (``handles_local_noise = True``: recurrent layers, embeddings):
-    the keep probability of the per-example dropout on ``weight``'s input units, or None without noise."""
+    the per-example dropout on ``weight``'s input units, or None without noise."""
     noise = getattr(module, "_local_noise", {}).get(weight)
-    if noise is None:
-        return None
-    if not isinstance(noise, InputDropout):
-        raise BnnZooError(
-            f"{type(module).__name__} takes per-example dropout masks only: local reparameterisation would draw new "
-            "weight noise at every step of a sequence; set local_reparam=false"
-        )
-    return noise.keep
+    if noise is None or isinstance(noise, InputDropout):
+        return noise
+    raise BnnZooError(
+        f"{type(module).__name__} takes per-example dropout masks only: local reparameterisation would draw new "
+        "weight noise at every step of a sequence; set local_reparam=false"
+    )
 
 
 def input_mask(module: nn.Module, weight: str, shape, like: torch.Tensor) -> torch.Tensor | None:
     """A per-example dropout mask of ``shape`` for ``weight``'s input units, or None without noise."""
-    keep = dropout_keep(module, weight)
-    return None if keep is None else bernoulli_mask(shape, keep, like)
+    noise = input_dropout(module, weight)
+    return None if noise is None else noise.draw(shape, like)
 
 
 _SUBMODULES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

@@ -96,7 +96,7 @@ def test_word_type_dropout_drops_every_occurrence_together_and_equals_the_naive_
     ids = torch.randint(0, V, (50, 20), generator=torch.Generator().manual_seed(3))
     like = torch.zeros(())
     torch.manual_seed(4)
-    mask = word_type_mask(ids, 0.5, like)
+    mask = word_type_mask(ids, InputDropout(None, 0.5), like)
     for n in range(50):
         for v in ids[n].unique():
             assert len(mask[n][ids[n] == v].unique()) == 1  # all occurrences of a type share its fate

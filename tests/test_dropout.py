@@ -10,6 +10,7 @@ import torch
 from pyro.infer import TraceMeanField_ELBO
 
 import bnn_zoo as bz
+from bnn_zoo import local_noise
 from bnn_zoo.guides import dropout
 from bnn_zoo.local_noise import InputDropout
 
@@ -81,6 +82,87 @@ def test_per_example_masks_gradient_is_ordinary_dropout_eq_3_9():
     assert e1.shape == (N, 3) and e2.shape == (N, 16)
     assert len({tuple(r) for r in e2.tolist()}) > N // 2, "per-example masks must differ between data points"
     _check_relation(ours, _grads(_standard_dropout_loss(guide, x, y, e1, e2), guide))
+
+
+def test_a_learned_p_follows_concrete_dropouts_objective():
+    """Gal, Hron & Kendall (2017), eqs. 3-5: with p learned, the negative ELBO / (N tau) is the dropout loss of
+    eq. 3.11 with relaxed masks z = 1 - sigmoid((logit p + logit u) / t), plus (1-p) weight decay on M and
+    -K H(p) / (N tau) per weight matrix (K its input units); the gradients in M and in logit p agree."""
+    torch.manual_seed(0)
+    x, y = torch.randn(N, 3), torch.randn(N, 1)
+    model = bz.BNN(
+        bz.models.MLP(3, [16], 1), bz.priors.Normal.from_length_scale(L), bz.likelihoods.Gaussian(1 / math.sqrt(TAU))
+    )
+    guide = bz.guides.build("dropout", model, model.network_init(0), p=P, masks="example", learn_p=True)
+    guide(x, y)
+    uniforms, original = [], local_noise.relaxed_keep_mask
+
+    def recording(shape, keep, temperature, like):  # the uniforms the mask was drawn from, drawn again
+        state = torch.get_rng_state()
+        mask = original(shape, keep, temperature, like)
+        after = torch.get_rng_state()
+        torch.set_rng_state(state)
+        uniforms.append(torch.rand(shape, dtype=like.dtype).clamp(1e-7, 1 - 1e-7))
+        torch.set_rng_state(after)
+        return mask
+
+    with mock.patch.object(local_noise, "relaxed_keep_mask", recording):
+        loss = TraceMeanField_ELBO().differentiable_loss(model, guide, x, y) / (N * TAU)
+    params = [guide.loc("layers.0.weight"), guide.loc("layers.1.weight"), *guide.logits.parameters()]
+    ours = torch.autograd.grad(loss, params)
+
+    p1, p2 = (guide.rate(k) for k in ("layers.0.weight", "layers.1.weight"))
+    z1, z2 = (
+        1 - torch.sigmoid((p.log() - torch.log1p(-p) + u.log() - torch.log1p(-u)) / dropout.TEMPERATURE)
+        for p, u in zip((p1, p2), uniforms)
+    )
+    m1, b1, m2, b2 = (guide.loc(k) for k in ("layers.0.weight", "layers.0.bias", "layers.1.weight", "layers.1.bias"))
+    out = (torch.tanh((x * z1) @ m1.T + b1) * z2) @ m2.T + b2
+    entropy = lambda p: -(p * p.log() + (1 - p) * torch.log1p(-p))  # noqa: E731
+    theirs = (
+        0.5 * (y - out).pow(2).sum(-1).mean()
+        + (1 - p1) * L**2 / (2 * N * TAU) * m1.pow(2).sum()
+        + (1 - p2) * L**2 / (2 * N * TAU) * m2.pow(2).sum()
+        + dropout.weight_decay(0.0, L, TAU, N) * (b1.pow(2).sum() + b2.pow(2).sum())
+        - (3 * entropy(p1) + 16 * entropy(p2)) / (N * TAU)
+    )
+    assert [u.shape for u in uniforms] == [(N, 3), (N, 16)]
+    for a, b in zip(ours, torch.autograd.grad(theirs, params)):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-7)
+    assert all(g.abs() > 0 for g in ours[2:])
+
+
+def test_a_relaxed_mask_keeps_a_unit_above_one_half_with_probability_keep():
+    """P(z > 1/2) = P(logit u < logit(1 - p)) = 1 - p at any temperature; 40,000 draws: 4 se = 0.006."""
+    keep = torch.tensor(0.7, requires_grad=True)
+    z = local_noise.relaxed_keep_mask((40_000,), keep, 0.1, torch.zeros(()))
+    assert float((z > 0.5).float().mean()) == pytest.approx(0.7, abs=0.006)
+    assert float(((z < 0.01) | (z > 0.99)).float().mean()) > 0.8  # near Bernoulli at t = 0.1
+    z.sum().backward()
+    assert keep.grad > 0
+
+
+def test_a_learned_p_is_fitted_reported_and_saved(tmp_path):
+    """The fitted p lands in metrics and the saved folder; a fit with learned p runs alone, not in lockstep."""
+    torch.manual_seed(0)
+    x = torch.randn(100, 2)
+    y = x[:, :1] + 0.1 * torch.randn(100, 1)
+    model = bz.BNN(bz.models.MLP(2, [8], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.1))
+    svi = bz.SVI(guide="dropout", guide_options={"learn_p": True}, steps=200, progress=False)
+    post = bz.fit(model, x, y, svi)
+    rates = post.info["dropout_p"]
+    assert set(rates) == {"layers.0.weight", "layers.1.weight"} and all(0 < r < 1 and r != 0.01 for r in rates.values())
+    assert post.guide.rates() == rates and post.guide.mean()["layers.0.weight"].equal(
+        (1 - rates["layers.0.weight"]) * post.guide.loc("layers.0.weight")
+    )
+    post.save(tmp_path / "run")
+    loaded = bz.load(tmp_path / "run")
+    assert loaded.guide.rates() == rates
+    from bnn_zoo.inference import lockstep
+
+    assert lockstep.why_not(lockstep.Job(model, x, y, svi)) == "a learned p is not in the lockstep ELBO"
+    with pytest.raises(bz.BnnZooError, match="learn_p is true or false"):
+        bz.guides.build("dropout", model, model.network_init(0), learn_p="yes")
 
 
 def test_masks_are_shared_per_draw_or_drawn_per_example():

@@ -33,7 +33,7 @@ from torch.distributions import kl_divergence, register_kl
 from bnn_zoo.errors import BnnZooError
 from bnn_zoo.guides.mean_field import MeanField
 from bnn_zoo.guides.registry import register
-from bnn_zoo.local_noise import InputDropout
+from bnn_zoo.local_noise import InputDropout, relaxed_keep_mask
 from bnn_zoo.protocols import PlacesDropout
 from bnn_zoo.variational import LocalParamModule, sample_sites
 
@@ -44,9 +44,17 @@ class DropoutMixture(TorchDistribution):
     arg_constraints = {}
     has_rsample = True
 
-    def __init__(self, loc: torch.Tensor, p: float, event_dim: int | None = None, validate_args=None):
+    def __init__(
+        self,
+        loc: torch.Tensor,
+        p: float | torch.Tensor,
+        event_dim: int | None = None,
+        temperature: float | None = None,
+        validate_args=None,
+    ):
         event_dim = loc.dim() if event_dim is None else event_dim
-        self.loc, self.p = loc, float(p)
+        # a tensor p is learned (concrete dropout): its masks are relaxed with the temperature in training
+        self.loc, self.p, self.temperature = loc, p if isinstance(p, torch.Tensor) else float(p), temperature
         super().__init__(
             loc.shape[: loc.dim() - event_dim], loc.shape[loc.dim() - event_dim :], validate_args=validate_args
         )
@@ -57,7 +65,8 @@ class DropoutMixture(TorchDistribution):
 
     def expand(self, batch_shape, _instance=None):
         batch_shape = torch.Size(batch_shape)
-        return DropoutMixture(self.loc.expand(batch_shape + self.event_shape), self.p, len(self.event_shape))
+        loc = self.loc.expand(batch_shape + self.event_shape)
+        return DropoutMixture(loc, self.p, len(self.event_shape), self.temperature)
 
     @property
     def mean(self):
@@ -67,6 +76,8 @@ class DropoutMixture(TorchDistribution):
         """M with whole input columns zeroed: one mask per draw, shared by every output unit."""
         shape = torch.Size(sample_shape) + self.batch_shape
         mask_shape = shape + (1,) + self.event_shape[1:]
+        if self.temperature is not None:
+            return self.loc * relaxed_keep_mask(mask_shape, 1 - self.p, self.temperature, self.loc)
         keep = torch.rand(mask_shape, dtype=self.loc.dtype, device=self.loc.device) >= self.p
         return self.loc * keep.to(self.loc.dtype)
 
@@ -75,20 +86,25 @@ class DropoutMixture(TorchDistribution):
         is infinite, so this is log q only up to that infinite constant (the KL above never uses it)."""
         event_dims = tuple(range(-len(self.event_shape), 0))
         kept = value.abs().amax(dim=-len(self.event_shape)) > 0  # (..., *in): was column j kept?
-        lp = torch.where(
-            kept, math.log1p(-self.p) if self.p < 1 else -math.inf, math.log(self.p) if self.p > 0 else -math.inf
-        )
+        p = torch.as_tensor(self.p, dtype=value.dtype, device=value.device)
+        lp = torch.where(kept, torch.log1p(-p), torch.log(p))
         return lp.sum(event_dims[1:]) if len(event_dims) > 1 else lp
 
 
 @register_kl(DropoutMixture, dist.Independent)
 def _kl_dropout_normal(q, p):
-    """Gal's KL approximation to a zero-mean Normal prior: sum (1-p) M^2 / (2 sigma^2), constants dropped."""
+    """Gal's KL approximation to a zero-mean Normal prior: sum (1-p) M^2 / (2 sigma^2) - K H(p) + const,
+    K the input units and H(p) the Bernoulli entropy (Gal, Hron & Kendall 2017, eq. 3). With p fixed
+    -K H(p) is a constant and left out; a learned p needs it."""
     terms = _zero_mean_normal(p, q.event_shape)
     if terms is None:
         raise NotImplementedError
     half_precision, _ = terms
-    return (q.loc.pow(2) * half_precision).sum(_event_dims(q)) * (1 - q.p)
+    kl = (q.loc.pow(2) * half_precision).sum(_event_dims(q)) * (1 - q.p)
+    if isinstance(q.p, torch.Tensor):
+        entropy = -(q.p * q.p.log() + (1 - q.p) * torch.log1p(-q.p))
+        kl = kl - q.event_shape[1:].numel() * entropy
+    return kl
 
 
 @register_kl(dist.Delta, dist.Independent)
@@ -141,14 +157,18 @@ class DropoutGuide(LocalParamModule):
     to those weights; the others get p = 0, a point mass whose KL is the prior's weight decay.
     ``masks="step"`` draws one mask per weight draw (shared by the minibatch); ``masks="example"``
     gives every data point its own mask during training, as ordinary dropout does. Left as None, both
-    follow the task (:func:`default_options`).
+    follow the task (:func:`default_options`). ``learn_p`` makes each weight matrix's p a variational
+    parameter started at ``p``: concrete dropout (Gal, Hron & Kendall 2017), whose masks are relaxed
+    at temperature ``TEMPERATURE`` in training and Bernoulli at prediction.
     """
 
     has_density = False
 
-    def __init__(self, model, init_values, p=None, masks: str | None = None):
+    def __init__(self, model, init_values, p=None, masks: str | None = None, learn_p: bool = False):
         super().__init__()
         p, masks = default_options(model.likelihood.task, p, masks)
+        if not isinstance(learn_p, bool):
+            raise BnnZooError(f"dropout learn_p is true or false, got {learn_p!r}")
         if masks not in ("step", "example"):
             raise BnnZooError(
                 f"unknown dropout masks {masks!r}; choose step (one per draw) or example (one per data point)"
@@ -161,6 +181,11 @@ class DropoutGuide(LocalParamModule):
         placed = model.net.dropout_layers if isinstance(model.net, PlacesDropout) else None
         dropped = [k for k in self.weights if placed is None or k in placed]
         self.p = {k: 0.0 for k in self.weights} | dict(zip(dropped, _per_layer(p, len(dropped))))
+        self.learned = [k for k in dropped if self.p[k] > 0] if learn_p else []
+        self.logits = LocalParamModule()  # each learned p as logit p
+        for name in self.learned:
+            logit = math.log(self.p[name] / (1 - self.p[name]))
+            setattr(self.logits, name.replace(".", "__"), PyroParam(torch.tensor(logit, dtype=init_values[name].dtype)))
         self.locs = LocalParamModule()
         for name in self.order:
             setattr(self.locs, name.replace(".", "__"), PyroParam(init_values[name].detach().clone()))
@@ -177,12 +202,20 @@ class DropoutGuide(LocalParamModule):
     def loc(self, name: str) -> torch.Tensor:
         return getattr(self.locs, name.replace(".", "__"))
 
+    def rate(self, name: str) -> float | torch.Tensor:
+        """Weight ``name``'s drop probability: a tensor where it is learned, else a float."""
+        return torch.sigmoid(getattr(self.logits, name.replace(".", "__"))) if name in self.learned else self.p[name]
+
+    def rates(self) -> dict[str, float]:
+        """Every dropped weight's drop probability now (the learned ones' fitted values)."""
+        return {k: float(torch.as_tensor(self.rate(k)).detach()) for k in self.weights if self.p[k] > 0}
+
     def site_distributions(self) -> dict[str, tuple[dist.Distribution, dict]]:
         locs = [getattr(self.locs, name.replace(".", "__")) for name in self.order]
         # Every site is a function of its loc tensor alone, which Adam updates in place, so the same
         # tensors give the same distributions: built again only when a loc or the mode changes.
         key = (self.training, *map(id, locs))
-        if self._sites_key != key:
+        if self._sites_key != key or self.learned:  # a learned p changes at every step
             self._sites, self._sites_key = self._build_sites(locs), key
         return self._sites | self.rest.site_distributions()
 
@@ -196,10 +229,12 @@ class DropoutGuide(LocalParamModule):
         sites = {}
         for name, m in zip(self.order, locs):  # the model's order, which Pyro's mean-field check expects
             if name in self.p:
+                p = self.rate(name)
+                relax = TEMPERATURE if self.training and isinstance(p, torch.Tensor) else None
                 per_example = self.masks == "example" and self.training and self.p[name] > 0
                 sites[name] = (
-                    DropoutMixture(m, self.p[name]),
-                    {"local_noise": InputDropout(m, 1 - self.p[name])} if per_example else {},
+                    DropoutMixture(m, p, temperature=relax),
+                    {"local_noise": InputDropout(m, 1 - p, relax)} if per_example else {},
                 )
             else:
                 sites[name] = (dist.Delta(m, event_dim=m.dim()), {})
@@ -210,10 +245,14 @@ class DropoutGuide(LocalParamModule):
 
     def mean(self) -> dict[str, torch.Tensor]:
         """E_q[w]: (1-p) M for weights (standard dropout's weight scaling), biases as they are."""
-        means = {name: (1 - self.p[name]) * self.loc(name) for name in self.weights}
+        rates = self.rates()
+        means = {name: (1 - rates.get(name, 0.0)) * self.loc(name) for name in self.weights}
         means.update({name: self.loc(name) for name in self.biases})
         means.update(self.rest.mean())
         return means
+
+
+TEMPERATURE = 0.1  # of a learned p's relaxed masks in training (Gal, Hron & Kendall 2017)
 
 
 def _per_layer(p, count: int) -> list[float]:
@@ -264,14 +303,22 @@ def default_options(task: str, p=None, masks: str | None = None) -> tuple:
 
 
 @register(
-    "dropout", "Gal's dropout mixture (MC dropout as VI); p (drop probability, one or per layer), masks=step|example"
+    "dropout",
+    "Gal's dropout mixture (MC dropout as VI); p (drop probability, one or per layer), masks=step|example, learn_p",
 )
-def dropout(model, init_values, p: float | list[float] | None = None, masks: Literal["step", "example"] | None = None):
+def dropout(
+    model,
+    init_values,
+    p: float | list[float] | None = None,
+    masks: Literal["step", "example"] | None = None,
+    learn_p: bool = False,
+):
     """Gal's dropout mixture (MC dropout as variational inference), its means started at ``init_values``.
 
     Args:
         p: drop probability, one or one per weight matrix (None: 0.01 for regression, 0.1 otherwise).
         masks: one mask per draw (step) or one per data point (example); None: example for regression,
             step otherwise.
+        learn_p: fit each weight matrix's p by the ELBO, started at ``p`` (concrete dropout).
     """
-    return DropoutGuide(model, init_values, p=p, masks=masks)
+    return DropoutGuide(model, init_values, p=p, masks=masks, learn_p=learn_p)

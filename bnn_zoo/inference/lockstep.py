@@ -84,6 +84,7 @@ def why_not(job: Job) -> str | None:
             isinstance(m, SVI) and bool(m.guide_options.get("local_reparam")),
             "local reparameterisation is not in the lockstep ELBO",
         ),
+        (isinstance(m, SVI) and bool(m.guide_options.get("learn_p")), "a learned p is not in the lockstep ELBO"),
         (
             isinstance(m, SVI) and (m.num_particles != 1 or m.objective != "elbo"),
             "lockstep fits take one particle and the ELBO",

@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 
 from bnn_zoo import guides
 from bnn_zoo.errors import BnnZooError, check_field_types
+from bnn_zoo.guides.dropout import DropoutGuide
 from bnn_zoo.inference import defaults, elbo
 from bnn_zoo.io import atomic_torch_save, bar_disabled, check_identity, fingerprint, safe_torch_load, say_resumed
 from bnn_zoo.models import architecture
@@ -275,6 +276,8 @@ class SVI:
                 stacklevel=2,
             )
         info = {"stop_reason": stop_reason or "", **({"resumed_at_step": first} if first else {})}
+        if isinstance(guide, DropoutGuide) and guide.learned:
+            info["dropout_p"] = guide.rates()
         if best is not None:
             _load_state(guide, point, best["state"])
             info.update(best_step=best["step"], best_validation_log_lik=best["score"], steps_run=len(losses))

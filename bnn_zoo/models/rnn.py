@@ -17,7 +17,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from bnn_zoo.errors import BnnZooError
-from bnn_zoo.local_noise import bernoulli_mask, dropout_keep, input_mask
+from bnn_zoo.local_noise import InputDropout, input_dropout, input_mask
 
 GATES = ("i", "f", "o", "g")  # input, forget, output gates and the candidate cell
 
@@ -134,18 +134,18 @@ class Embedding(nn.Module):
         # not weight.T[ids]: on more than one thread that index's backward adds the rows of repeated ids
         # in a varying order, so a text fit did not reproduce to the last digit (F.embedding's does)
         vectors = F.embedding(ids, self.weight.T)
-        keep = dropout_keep(self, "weight")
-        return vectors if keep is None else vectors * word_type_mask(ids, keep, vectors)[..., None]
+        noise = input_dropout(self, "weight")
+        return vectors if noise is None else vectors * word_type_mask(ids, noise, vectors)[..., None]
 
     def extra_repr(self):
         return f"vocab_size={self.vocab_size}, dim={self.dim}"
 
 
-def word_type_mask(ids: torch.Tensor, keep: float, like: torch.Tensor) -> torch.Tensor:
-    """(N, T) mask, 1 = kept: one Bernoulli(keep) draw per (sequence, word type present), gathered to tokens."""
+def word_type_mask(ids: torch.Tensor, noise: InputDropout, like: torch.Tensor) -> torch.Tensor:
+    """(N, T) mask, 1 = kept: one draw of ``noise``'s mask per (sequence, word type present), gathered to tokens."""
     key = torch.arange(ids.shape[0], device=ids.device)[:, None] * (int(ids.max()) + 1) + ids
     types, where = torch.unique(key, return_inverse=True)
-    return bernoulli_mask(types.shape, keep, like)[where]
+    return noise.draw(types.shape, like)[where]
 
 
 class TextRNN(nn.Module):
