@@ -5,6 +5,8 @@ python benchmarks/sweep_tables.py uci-zoo-baselines runs/uci-guides --methods en
 python benchmarks/sweep_tables.py uci-gap runs/uci-gap
 python benchmarks/sweep_tables.py digits-shift runs/digits-shift     # and digits-ood from the same folder
 python benchmarks/sweep_tables.py text-ood runs/toy-text-ood
+python benchmarks/sweep_tables.py dropout-learned runs/uci-dropout-learned  # vs mean-field in dropout-default.json
+python benchmarks/sweep_tables.py uci-reference runs/uci-guides runs/uci-reference  # every guide against NUTS
 
 Each writes benchmarks/results/NAME.json: mean +- standard error over splits (or gap columns) per dataset
 and method, with the summed fit time (uci-gap: and the worst column's test log-likelihood); for digits the
@@ -19,7 +21,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-from results import write
+from results import RESULTS, write
 
 from bnn_zoo.experiments import protocols, table
 
@@ -108,10 +110,61 @@ def ood(frame: pd.DataFrame) -> list[dict]:
     return rows
 
 
+def uci_reference(frame: pd.DataFrame) -> list[dict]:
+    """The zoo's UCI table with each split's NUTS reference: per dataset and method the test scores, the
+    W2 distance to the reference's predictive and the variance ratio (splits whose reference converged),
+    and for NUTS how many splits converged with the median R-hat and bulk ESS of f."""
+    scored = table.with_posterior_reference(frame, "nuts")
+    rows = summary(scored, ["dataset", "inference"])
+    for row, (_, group) in zip(rows, scored.groupby(["dataset", "inference"], sort=True)):
+        if row["inference"] == "nuts":
+            row["converged"] = f"{int(group.reference_converged.sum())} of {len(group)}"
+            row["R-hat of f"] = f"{group.max_rhat_test_f.median():.3f}"
+            row["ESS of f"] = f"{group.min_ess_bulk_test_f.median():.0f}"
+            continue
+        w2 = group["w2"].dropna() if "w2" in group else pd.Series(dtype=float)
+        row["W2 to NUTS"] = mean_se(w2) if len(w2) > 1 else "-"
+        row["variance ratio"] = f"{group.variance_ratio.dropna().median():.2f}" if len(w2) else "-"
+    return rows
+
+
+def dropout_learned(frame: pd.DataFrame) -> list[dict]:
+    """Per dataset and prior, the fit with a learned p: its RMSE against mean-field's at the same settings
+    (dropout-default.json, split 0), test LL, coverage and the fitted p of each weight matrix."""
+    default = json.loads((RESULTS / "dropout-default.json").read_text())["rows"]
+    meanfield = {r["dataset"]: r["rmse"] for r in default if r["method"] == "svi-mean-field"}
+    rows = []
+    for _, cell in frame.sort_values(["dataset", "prior"]).iterrows():
+        rates = json.loads((Path(cell.folder) / "metrics.json").read_text())["dropout_p"]
+        rows.append(
+            {
+                "dataset": cell.dataset,
+                "prior": cell.prior,
+                "rmse": cell.rmse,
+                "rmse / mean-field's": cell.rmse / meanfield[cell.dataset],
+                "test_ll": cell.test_log_likelihood,
+                "coverage_95": cell.coverage_95,
+                "fitted p": ", ".join(f"{r:.1e}" for r in rates.values()),
+                "runtime_s": cell.runtime_s,
+            }
+        )
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "name", choices=["deep-ensembles", "uci-zoo-baselines", "uci-gap", "digits-shift", "digits-ood", "text-ood"]
+        "name",
+        choices=[
+            "deep-ensembles",
+            "uci-zoo-baselines",
+            "uci-gap",
+            "digits-shift",
+            "digits-ood",
+            "text-ood",
+            "dropout-learned",
+            "uci-reference",
+        ],
     )
     parser.add_argument("folders", type=Path, nargs="+")
     parser.add_argument("--methods", nargs="*", help="only these inference labels")
@@ -137,6 +190,15 @@ def main() -> int:
     elif args.name == "text-ood":
         rows = ood(frame)
         command = f"bnn-zoo sweep examples/sweeps/toy-text-ood.yaml --workers 2 --out DIR; {command}"
+    elif args.name == "uci-reference":
+        rows = uci_reference(frame)
+        command = (
+            "bnn-zoo sweep examples/sweeps/uci-guides.yaml --out A; "
+            f"bnn-zoo sweep examples/sweeps/uci-reference.yaml --out B; {command}"
+        )
+    elif args.name == "dropout-learned":
+        rows = dropout_learned(frame)
+        command = f"bnn-zoo sweep examples/sweeps/uci-dropout-learned.yaml --out DIR; {command}"
     else:
         rows = summary(frame, ["dataset", "inference"])
     print(write(args.name, rows, command=command))

@@ -266,19 +266,25 @@ def test_gal_keras_prior_makes_the_elbo_the_published_keras_objective():
 
 
 def test_the_defaults_follow_the_task_alike_from_python_and_the_command_line():
-    """Regression: p = 0.01 with a mask per data point (p = 0.1 swamped a 50-unit regression network);
-    classification: p = 0.1, one mask per draw. The command line resolves the same values into its
-    config.yaml, so both routes fit the same guide."""
+    """Regression: p learned from 0.01 with a mask per data point, under the fan-in prior on the command
+    line; a given p stays fixed. Classification: p = 0.1 fixed, one mask per draw, under N(0, 1). The
+    command line resolves the same values into its config.yaml, so both routes fit the same guide."""
     from bnn_zoo.data import digits, toy_cubic
     from bnn_zoo.experiments import config as cfg
 
     reg = bz.BNN(bz.models.MLP(1, [8], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.5))
     clf = bz.BNN(bz.models.MLP(64, [8], 10), bz.priors.Normal(1.0), bz.likelihoods.Categorical())
-    for model, p, masks in ((reg, 0.01, "example"), (clf, 0.1, "step")):
+    for model, p, masks, learned in ((reg, 0.01, "example", 2), (clf, 0.1, "step", 0)):
         guide = bz.guides.build("dropout", model, model.network_init(0))
-        assert set(guide.p.values()) == {p} and guide.masks == masks
-    for dataset, p, masks in ((toy_cubic(), 0.01, "example"), (digits(), 0.1, "step")):
+        assert set(guide.p.values()) == {p} and guide.masks == masks and len(guide.learned) == learned
+    fixed = bz.guides.build("dropout", reg, reg.network_init(0), p=0.05)
+    assert fixed.learned == [] and set(fixed.rates().values()) == {0.05}
+    for dataset, p, masks, learn_p, prior in (
+        (toy_cubic(), 0.01, "example", True, cfg.FanIn),
+        (digits(), 0.1, "step", False, cfg.Normal),
+    ):
         run = cfg.RunConfig(guide=cfg.Dropout()).resolved(dataset)
-        assert (run.guide.p, run.guide.masks) == (p, masks)
+        assert (run.guide.p, run.guide.masks, run.guide.learn_p) == (p, masks, learn_p)
+        assert isinstance(run.prior, prior)
     explicit = cfg.RunConfig(guide=cfg.Dropout(p=0.2, masks="step")).resolved(toy_cubic())
-    assert (explicit.guide.p, explicit.guide.masks) == (0.2, "step")
+    assert (explicit.guide.p, explicit.guide.masks, explicit.guide.learn_p) == (0.2, "step", False)

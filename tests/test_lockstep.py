@@ -20,9 +20,10 @@ Y = X @ torch.tensor([1.0, -0.5, 0.3]) + 0.2 * torch.randn(48)
 
 def _job(seed=0, guide="dropout", options=None, steps=40, batch_size=16, lr=0.01, prior_scale=2.0, noise=0.3):
     model = bz.BNN(bz.models.MLP(3, [8], 1, "relu"), bz.priors.Normal(prior_scale), bz.likelihoods.Gaussian(noise))
+    fixed_p = {"p": 0.01} if guide == "dropout" else {}  # a p left to its default is learned, which lockstep refuses
     method = bz.SVI(
         guide=guide,
-        guide_options=options or {},
+        guide_options=fixed_p if options is None else options,
         steps=steps,
         lr=lr,
         batch_size=batch_size,
@@ -118,6 +119,11 @@ def test_what_cannot_run_in_lockstep_says_why():
     assert why_not(_job()) is None
     assert "local reparameterisation" in why_not(_job(guide="mean-field", options={"local_reparam": True}))
     assert "dropout and mean-field" in why_not(_job(guide="matrix-normal"))
+    assert (
+        why_not(_job(options={}))
+        == why_not(_job(options={"learn_p": True}))
+        == "a learned p is not in the lockstep ELBO"
+    )
     learned = _job()
     learned.model = bz.BNN(bz.models.MLP(3, [8], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian.learned())
     assert "fixed scale" in why_not(learned)

@@ -27,6 +27,7 @@ from bnn_zoo import baselines, guides, inference, likelihoods, models, priors
 from bnn_zoo.data import digits, load_uci, text, toy_cubic
 from bnn_zoo.errors import BnnZooError, check_seed, first_line, positive
 from bnn_zoo.experiments.options import options
+from bnn_zoo.guides.dropout import default_options
 
 REGISTRY: dict[str, dict[str, type]] = {}  # kind -> {command-line name -> config class}
 
@@ -414,10 +415,8 @@ class Dropout(GuideConfig):
 
     def for_task(self, task: str) -> Dropout:
         """These options with the task's defaults written out (bnn_zoo.guides.dropout.default_options)."""
-        from bnn_zoo.guides.dropout import default_options
-
-        p, masks = default_options(task, self.p, self.masks)
-        return dataclasses.replace(self, p=p, masks=masks)
+        p, masks, learn_p = default_options(task, self.p, self.masks, self.learn_p)
+        return dataclasses.replace(self, p=p, masks=masks, learn_p=learn_p)
 
 
 # ---------------------------------------------------------------------------- inference
@@ -669,7 +668,7 @@ class RunConfig:
         likelihood = self.likelihood or default_likelihood(dataset, known_noise=self.inference.bnn)
         guide = self.guide or (self.default_guide() if self.inference.takes_guide else None)
         guide = guide.for_task(dataset.task) if isinstance(guide, Dropout) else guide
-        prior = self.prior or self.default_prior(guide)
+        prior = self.prior or self.default_prior(guide, dataset.task)
         return dataclasses.replace(self, likelihood=likelihood, guide=guide, prior=prior)
 
     def for_model(self, model, n: int) -> RunConfig:
@@ -678,12 +677,14 @@ class RunConfig:
         guide = self.guide and self.guide.resolved(model)
         return dataclasses.replace(self, guide=guide, inference=self.inference.resolved(model, n))
 
-    def default_prior(self, guide: GuideConfig | None) -> PriorConfig:
-        """Normal for the dropout guide: Gal's KL is a weight decay (1 - p) / (2 N s^2) per weight, which
-        under the fan-in prior (s^2 = 1 / fan_in) is hundreds of times the usual and collapses a CNN to
-        chance. For the recurrent models the method's ``recurrent_prior`` (a scale mixture but for Laplace).
-        The fan-in Normal elsewhere (docs/guide/defaults.md)."""
-        if isinstance(guide, Dropout):
+    def default_prior(self, guide: GuideConfig | None, task: str) -> PriorConfig:
+        """Normal for the dropout guide on classifiers and language models: Gal's KL is a weight decay
+        (1 - p) / (2 N s^2) per weight, which under the fan-in prior (s^2 = 1 / fan_in) is hundreds of
+        times the usual and collapses a CNN to chance. For the recurrent models the method's
+        ``recurrent_prior`` (a scale mixture but for Laplace). The fan-in Normal elsewhere, dropout on
+        regression included: a learned p falls to 1e-4 there, and under N(0, 1) the network overfits
+        (docs/guide/defaults.md)."""
+        if isinstance(guide, Dropout) and task != "regression":
             return Normal()
         return self.inference.recurrent_prior() if getattr(self.model, "text", False) else FanIn()
 
@@ -700,7 +701,11 @@ class RunConfig:
         return (
             isinstance(inf, SVI)
             and isinstance(self.model, MLP | Linear)
-            and (isinstance(guide, Dropout) or (isinstance(guide, MeanField) and not guide.local_reparam))
+            and (
+                # a Gaussian likelihood: regression, where p is learned unless given
+                (isinstance(guide, Dropout) and not default_options("regression", guide.p, learn_p=guide.learn_p)[2])
+                or (isinstance(guide, MeanField) and not guide.local_reparam)
+            )
             and isinstance(lik, Gaussian)
             and (lik.scale is not None or lik.precision is not None)
             and inf.num_particles == 1

@@ -158,15 +158,16 @@ class DropoutGuide(LocalParamModule):
     ``masks="step"`` draws one mask per weight draw (shared by the minibatch); ``masks="example"``
     gives every data point its own mask during training, as ordinary dropout does. Left as None, both
     follow the task (:func:`default_options`). ``learn_p`` makes each weight matrix's p a variational
-    parameter started at ``p``: concrete dropout (Gal, Hron & Kendall 2017), whose masks are relaxed
-    at temperature ``TEMPERATURE`` in training and Bernoulli at prediction.
+    parameter started at ``p`` (None: learned for regression when p is not given): concrete dropout
+    (Gal, Hron & Kendall 2017), whose masks are relaxed at temperature ``TEMPERATURE`` in training and
+    Bernoulli at prediction.
     """
 
     has_density = False
 
-    def __init__(self, model, init_values, p=None, masks: str | None = None, learn_p: bool = False):
+    def __init__(self, model, init_values, p=None, masks: str | None = None, learn_p: bool | None = None):
         super().__init__()
-        p, masks = default_options(model.likelihood.task, p, masks)
+        p, masks, learn_p = default_options(model.likelihood.task, p, masks, learn_p)
         if not isinstance(learn_p, bool):
             raise BnnZooError(f"dropout learn_p is true or false, got {learn_p!r}")
         if masks not in ("step", "example"):
@@ -208,7 +209,9 @@ class DropoutGuide(LocalParamModule):
 
     def rates(self) -> dict[str, float]:
         """Every dropped weight's drop probability now (the learned ones' fitted values)."""
-        return {k: float(torch.as_tensor(self.rate(k)).detach()) for k in self.weights if self.p[k] > 0}
+        return {
+            k: float(self.rate(k).detach()) if k in self.learned else self.p[k] for k in self.weights if self.p[k] > 0
+        }
 
     def site_distributions(self) -> dict[str, tuple[dist.Distribution, dict]]:
         locs = [getattr(self.locs, name.replace(".", "__")) for name in self.order]
@@ -291,15 +294,17 @@ def precision(p: float, length_scale: float, weight_decay: float, n: int, invert
     return (1 - p) * length_scale**2 / (2 * n * lam)
 
 
-def default_options(task: str, p=None, masks: str | None = None) -> tuple:
-    """(p, masks) with None filled in by the task. Regression: p = 0.01 with a mask per data point, the
-    small rates Gal & Ghahramani's UCI grids select (0.005-0.01 on most datasets), since larger ones'
-    dropout noise swamps a 50-unit regression network (docs/guide/defaults.md). Classification and
-    language models: p = 0.1, one mask per draw."""
+def default_options(task: str, p=None, masks: str | None = None, learn_p: bool | None = None) -> tuple:
+    """(p, masks, learn_p) with None filled in by the task. Regression: p learned (concrete dropout) from
+    0.01 with a mask per data point, when p is not given; a fixed p swamps a 50-unit network whose
+    noise is small (naval: 60% above mean-field's RMSE at p = 0.01; docs/guide/defaults.md). A given p
+    stays fixed unless ``learn_p``. Classification and language models: p = 0.1, fixed, one mask per draw."""
     regression = task == "regression"
-    return (0.01 if regression else 0.1) if p is None else p, (
-        "example" if regression else "step"
-    ) if masks is None else masks
+    return (
+        (0.01 if regression else 0.1) if p is None else p,
+        ("example" if regression else "step") if masks is None else masks,
+        (regression and p is None) if learn_p is None else learn_p,
+    )
 
 
 @register(
@@ -311,7 +316,7 @@ def dropout(
     init_values,
     p: float | list[float] | None = None,
     masks: Literal["step", "example"] | None = None,
-    learn_p: bool = False,
+    learn_p: bool | None = None,
 ):
     """Gal's dropout mixture (MC dropout as variational inference), its means started at ``init_values``.
 
@@ -319,6 +324,7 @@ def dropout(
         p: drop probability, one or one per weight matrix (None: 0.01 for regression, 0.1 otherwise).
         masks: one mask per draw (step) or one per data point (example); None: example for regression,
             step otherwise.
-        learn_p: fit each weight matrix's p by the ELBO, started at ``p`` (concrete dropout).
+        learn_p: fit each weight matrix's p by the ELBO, started at ``p`` (concrete dropout); None:
+            learned for regression when ``p`` is not given, fixed otherwise.
     """
     return DropoutGuide(model, init_values, p=p, masks=masks, learn_p=learn_p)

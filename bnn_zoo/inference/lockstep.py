@@ -84,7 +84,7 @@ def why_not(job: Job) -> str | None:
             isinstance(m, SVI) and bool(m.guide_options.get("local_reparam")),
             "local reparameterisation is not in the lockstep ELBO",
         ),
-        (isinstance(m, SVI) and bool(m.guide_options.get("learn_p")), "a learned p is not in the lockstep ELBO"),
+        (isinstance(m, SVI) and m.guide == "dropout" and _learns_p(job), "a learned p is not in the lockstep ELBO"),
         (
             isinstance(m, SVI) and (m.num_particles != 1 or m.objective != "elbo"),
             "lockstep fits take one particle and the ELBO",
@@ -102,6 +102,11 @@ def why_not(job: Job) -> str | None:
         ),
     ]
     return next((reason for failed, reason in checks if failed), None)
+
+
+def _learns_p(job: Job) -> bool:
+    options = job.method.guide_options
+    return default_options(job.model.likelihood.task, options.get("p"), learn_p=options.get("learn_p"))[2]
 
 
 def signature(job: Job) -> tuple:
