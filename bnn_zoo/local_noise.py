@@ -56,9 +56,9 @@ class InputDropout(LocalNoise):
 
     def inputs(self, module, x):
         shape = (x.shape[0], *[1] * (x.dim() - 2), x.shape[-1]) if isinstance(module, nn.Linear) else x.shape
-        if self.temperature is not None:
-            return x * relaxed_keep_mask(shape, self.keep, self.temperature, x)
-        return x * keep_mask(shape, self.keep, x)  # multiplied as bool: a cast less per layer and step
+        if self.temperature is None:
+            return x * keep_mask(shape, self.keep, x)  # multiplied as bool: a cast less per layer and step
+        return x * self.draw(shape, x)
 
     def draw(self, shape, like: torch.Tensor) -> torch.Tensor:
         """A mask of ``shape`` in ``like``'s dtype, 1 = kept (relaxed with a temperature)."""
