@@ -98,20 +98,22 @@ def test_every_option_is_a_library_parameter_with_its_default_and_help(kind, nam
     )
 
 
-def test_the_same_run_from_python_and_from_the_command_line_gives_the_same_metrics(tmp_path):
-    """`bnn-zoo fit` with every default against bz.fit with every default on the same data and model."""
+@pytest.mark.parametrize("guide", [None, "dropout"])
+def test_the_same_run_from_python_and_from_the_command_line_gives_the_same_metrics(tmp_path, guide):
+    """`bnn-zoo fit` with every default against bz.fit with every default on the same data and model; the
+    dropout guide's too (p learned, under the fan-in prior the README's Python example uses)."""
     from bnn_zoo.cli import main
 
     out = tmp_path / "run"
-    main(
-        ["fit", "--out", str(out), "--quiet", "--evaluation.plots", "false", "--evaluation.training_evidence", "false"]
-    )
+    chosen = ["--guide", guide] if guide else []
+    quiet = ["--quiet", "--evaluation.plots", "false", "--evaluation.training_evidence", "false"]
+    main(["fit", "--out", str(out), *chosen, *quiet])
     cli = json.loads((out / "metrics.json").read_text())
 
     data = bz.data.toy_cubic(20, seed=0)
     net = bz.models.MLP(1, [50], 1, "tanh")
     model = bz.BNN(net, bz.priors.FanInNormal(), bz.likelihoods.Gaussian.from_precision(1 / 9, y_std=float(data.y_std)))
-    posterior = bz.fit(model, *data.train, bz.SVI(progress=False))
+    posterior = bz.fit(model, *data.train, bz.SVI(guide=guide, progress=False))
     pyro.set_rng_seed(0)  # as the command line does before it scores a fit
     x_test, y_test = data.test  # standardised with the training statistics
     metrics = bz.evaluation.regression_metrics(posterior.predict(x_test), y_test, data.y_std)
