@@ -39,6 +39,8 @@ def pm(mean: float, se: float, digits: int = 3) -> str:
 
 
 def mean_se(values: pd.Series) -> str:
+    if len(values) == 1:
+        return f"{values.iloc[0]:.3f}"
     return pm(values.mean(), values.std(ddof=1) / len(values) ** 0.5)
 
 
@@ -123,7 +125,7 @@ def uci_reference(frame: pd.DataFrame) -> list[dict]:
             row["ESS of f"] = f"{group.min_ess_bulk_test_f.median():.0f}"
             continue
         w2 = group["w2"].dropna() if "w2" in group else pd.Series(dtype=float)
-        row["W2 to NUTS"] = mean_se(w2) if len(w2) > 1 else "-"
+        row["W2 to NUTS"] = mean_se(w2) if len(w2) else "-"
         row["variance ratio"] = f"{group.variance_ratio.dropna().median():.2f}" if len(w2) else "-"
     return rows
 
