@@ -2,6 +2,8 @@
 its samplers match the exact posterior of Bayesian linear regression, and what cannot be traced falls
 back to torch with one warning. Runs where the ``jax`` extra is installed."""
 
+import os
+import signal
 import warnings
 
 import pytest
@@ -9,7 +11,8 @@ import torch
 from conftest import assert_matches_exact_posterior_within_4_mcse
 
 import bnn_zoo as bz
-from bnn_zoo.inference import xla
+from bnn_zoo.inference import budget, xla
+from bnn_zoo.io import atomic_torch_save, safe_torch_load
 
 if not xla.available():
     pytest.skip("the jax extra is not installed (pip install 'bnn-zoo[jax]')", allow_module_level=True)
@@ -102,6 +105,74 @@ def test_the_same_seed_gives_the_same_draws(blr_model, blr_data):
     method = bz.ChEES(num_chains=4, num_warmup=20, num_samples=10, seed=3, progress=False, backend="jax")
     first, second = (bz.fit(blr_model, *blr_data, method) for _ in range(2))
     assert all(torch.equal(first.samples[k], second.samples[k]) for k in first.samples)
+
+
+def _signal_at(monkeypatch, iteration: int, signum=signal.SIGINT):
+    """The run sends itself ``signum`` when the compiled loop reports ``iteration`` (as Ctrl-C or
+    ``kill`` would, while XLA holds the main thread); how far the loop then ran is recorded."""
+    reached, progress = [], xla.Watch._progress
+
+    def signal_then_progress(self, done):
+        reached.append(done)
+        if done == iteration:
+            os.kill(os.getpid(), signum)
+        progress(self, done)
+
+    monkeypatch.setattr(xla.Watch, "_progress", signal_then_progress)
+    return reached
+
+
+class Terminated(KeyboardInterrupt):
+    """What the command line's SIGTERM handler raises."""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_stops_jax_nuts_inside_the_compiled_loop(blr_model, blr_data, monkeypatch, signum):
+    handler = signal.default_int_handler if signum == signal.SIGINT else _raise_terminated
+    previous = signal.signal(signum, handler)
+    try:
+        reached = _signal_at(monkeypatch, 100, signum)
+        method = bz.NUTS(num_warmup=500, num_samples=500, num_chains=2, progress=False, backend="jax")
+        with pytest.raises(Terminated if signum == signal.SIGTERM else KeyboardInterrupt):
+            bz.fit(blr_model, *blr_data, method)
+    finally:
+        signal.signal(signum, previous)
+    assert reached[-1] <= 100 + xla.NUTS_WATCH_EVERY  # stopped by the next callback, not at the chain's end
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated
+
+
+def test_jax_nuts_stops_at_max_hours(blr_model, blr_data, monkeypatch):
+    monkeypatch.setattr(budget, "GRACE_S", 0.0)
+    method = bz.NUTS(num_warmup=500, num_samples=500, progress=False, backend="jax", max_hours=1e-6)
+    with pytest.raises(budget.TimeLimitExceeded, match=r"NUTS would take .* more than max_hours=1e-06"):
+        bz.fit(blr_model, *blr_data, method)
+
+
+def test_jax_chees_resumes_its_checkpoint_and_ends_as_an_uninterrupted_run(blr_model, blr_data, monkeypatch, tmp_path):
+    def method(**kw):
+        return bz.ChEES(num_chains=4, num_warmup=30, num_samples=40, seed=1, progress=False, backend="jax", **kw)
+
+    whole = bz.fit(blr_model, *blr_data, method())
+    checkpoint = tmp_path / "chees.pt"
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _signal_at(monkeypatch, 30 + 25)  # in the third chunk of 10 kept draws
+        with pytest.raises(KeyboardInterrupt):
+            bz.fit(blr_model, *blr_data, method(checkpoint=checkpoint, checkpoint_every=10))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert safe_torch_load(checkpoint)["iteration"] == 30 + 20
+    monkeypatch.undo()
+    resumed = bz.fit(blr_model, *blr_data, method(checkpoint=checkpoint, checkpoint_every=10))
+    assert not checkpoint.exists()
+    assert all(torch.equal(resumed.samples[k], whole.samples[k]) for k in whole.samples)
+    assert all(torch.equal(resumed.sample_stats[k], whole.sample_stats[k]) for k in whole.sample_stats)
+    with pytest.raises(bz.BnnZooError, match="belongs to a different fit"):
+        atomic_torch_save({"identity": "another"}, checkpoint)
+        bz.fit(blr_model, *blr_data, method(checkpoint=checkpoint))
 
 
 def test_an_untraceable_network_falls_back_to_torch_with_one_warning(blr_data):

@@ -83,8 +83,8 @@ class ChEES:
         progress: show a progress bar.
         backend: ``"torch"``: this module's sampler; ``"jax"``: BlackJAX's ChEES (diagonal mass matrix
             pooled over chains) on the model's log density traced to JAX
-            (:mod:`bnn_zoo.inference.xla`; ``pip install 'bnn-zoo[jax]'``), without checkpoints or
-            ``max_hours``; ``"auto"``: JAX where the extra is installed, the network has no convolution
+            (:mod:`bnn_zoo.inference.xla`; ``pip install 'bnn-zoo[jax]'``), checkpointed from the end
+            of warm-up on; ``"auto"``: JAX where the extra is installed, the network has no convolution
             or recurrent layer and ``mass_matrix`` is ``"pooled"``, torch otherwise.
     """
 
@@ -165,8 +165,9 @@ class ChEES:
         starts = chain_starts(model, self.init, self.num_chains, self.seed, generator)
         jax_target = self._jax_target(model, x, y, starts)
         if jax_target is not None:
-            samples, sample_stats, info = xla.run_chees(jax_target, jax_target.start(starts), self)
             settings = self.settings() | {"backend": "jax"}
+            identity = fingerprint(settings, model.describe(), x, y)
+            samples, sample_stats, info = xla.run_chees(jax_target, jax_target.start(starts), self, identity)
             return Posterior(
                 model,
                 x,

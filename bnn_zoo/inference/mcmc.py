@@ -359,7 +359,7 @@ class NUTS(_MCMC):
         backend: ``"torch"``: Pyro's NUTS; ``"jax"``: NumPyro's NUTS (same adaptation: dual averaging,
             windowed mass matrix) on the model's log density traced to JAX
             (:mod:`bnn_zoo.inference.xla`; ``pip install 'bnn-zoo[jax]'``), its chains one after another
-            in this process, without ``max_hours``; ``"auto"``: JAX where the extra is installed and the
+            in this process; ``"auto"``: JAX where the extra is installed and the
             network has no convolution or recurrent layer (:func:`~bnn_zoo.inference.xla.resolve_backend`), torch
             otherwise.
     """

@@ -12,18 +12,23 @@ samplers with one warning saying why. The optional extra: ``pip install 'bnn-zoo
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import math
+import os
 import re
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pyro
 import torch
 
 from bnn_zoo.bnn import BNN
 from bnn_zoo.errors import BnnZooError
+from bnn_zoo.inference.budget import TimeLimit, TimeLimitExceeded
 from bnn_zoo.inference.potential import LogPosterior
+from bnn_zoo.io import atomic_torch_save, bar_disabled, check_identity, safe_torch_load, say_resumed
 from bnn_zoo.models import architecture
 
 EXTRA = ("jax", "numpyro", "blackjax", "optax", "torchax")
@@ -31,6 +36,7 @@ BACKENDS = ("auto", "torch", "jax")
 VALUE_RTOL, GRADIENT_RTOL = 1e-4, 1e-3  # float32 sums of N terms: agreement measured at 1e-7 (value), 3e-7 (gradient)
 LENGTH_FLOOR_MAX_DIM = 4096  # BlackJAX's slow-direction length floor keeps a d x d covariance
 INITIAL_STEP_SIZE = 0.01  # BlackJAX's ChEES adapted from here on Boston 13-50-1, not from larger steps
+NUTS_WATCH_EVERY = 5  # NUTS iterations between host callbacks: a callback costs about one small tree
 
 
 def available() -> bool:
@@ -178,12 +184,106 @@ def jax_target(method: str, model: BNN, x, y, starts: dict) -> JaxTarget | None:
         return None
 
 
+class Watch:
+    """The host's view of a compiled run: progress, ``max_hours`` and Ctrl-C/``kill`` while XLA runs.
+
+    A compiled loop returns to Python only when it ends, and Python runs signal handlers only then. So
+    the loop calls :meth:`hook` each iteration; every ``every`` iterations it calls back to the host
+    (``io_callback``), which moves the progress bar, checks the time limit and reads a pipe the C-level
+    signal handler writes to (``signal.set_wakeup_fd``). To stop, the callback raises: XLA abandons the
+    program, and :meth:`running` raises what stopped it (TimeLimitExceeded; on Ctrl-C or ``kill``, what
+    the signal's Python handler raises, KeyboardInterrupt by default).
+    """
+
+    def __init__(self, method: str, total: int, max_hours, progress: bool, done: int = 0, settle: int = 0):
+        from tqdm.auto import tqdm
+
+        self.first, self.stop, self._wake = done, None, None
+        self.limit = TimeLimit(method, max_hours, total - done, settle=max(settle - done, 0))
+        self.bar = tqdm(total=total, initial=done, desc=method.lower(), disable=not progress)
+
+    def hook(self, i, every: int = 1) -> None:
+        """In the compiled loop: iteration ``i`` (a traced integer) has finished."""
+        import jax
+        from jax.experimental import io_callback
+
+        jax.lax.cond(i % every == 0, lambda: io_callback(self._tick, None, i, ordered=False), lambda: None)
+
+    def _tick(self, i) -> None:
+        try:
+            self._progress(int(i))
+            if self._signalled():  # its handler raises on the main thread once XLA returns
+                raise _Signalled
+        except BaseException as exc:  # or the handler raised here: XLA may call back on the main thread
+            self.stop = exc
+            raise
+
+    def _progress(self, done: int) -> None:
+        self.bar.update(done - self.bar.n)
+        self.limit.check(done - self.first)
+
+    def _signalled(self) -> bool:
+        if self._wake is None:  # not on the main thread: signals are not ours to watch
+            return False
+        try:
+            return bool(os.read(self._wake, 64))
+        except BlockingIOError:  # nothing written
+            return False
+
+    @contextlib.contextmanager
+    def running(self):
+        """Watch the compiled calls inside: a signal or the time limit stops them."""
+        import logging
+        import signal
+        import threading
+
+        self._wake, write = os.pipe() if threading.current_thread() is threading.main_thread() else (None, None)
+        previous = None
+        if write is not None:
+            os.set_blocking(self._wake, False)
+            os.set_blocking(write, False)
+            previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        quiet = _QuietStop()
+        logging.getLogger("jax._src.callback").addFilter(quiet)
+        try:
+            yield
+        except Exception:  # XLA's error for an abandoned program
+            if isinstance(self.stop, _Signalled):
+                _run_signal_handlers()  # raises what the handler raises
+                raise KeyboardInterrupt from None  # a handler that did not raise
+            if self.stop is None:
+                raise
+            raise self.stop from None
+        finally:
+            logging.getLogger("jax._src.callback").removeFilter(quiet)
+            if write is not None:
+                signal.set_wakeup_fd(previous)
+                os.close(write)
+                os.close(self._wake)
+            self.bar.close()
+
+
+class _Signalled(Exception):
+    """A signal arrived while XLA ran; its Python handler is pending on the main thread."""
+
+
+def _run_signal_handlers() -> None:
+    """Nothing: entering a Python function is where the main thread runs pending signal handlers."""
+
+
+class _QuietStop:
+    """Drops JAX's logged traceback of a callback that stopped a run on purpose."""
+
+    def filter(self, record) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not isinstance(error, (_Signalled, KeyboardInterrupt, TimeLimitExceeded))
+
+
 def run_nuts(target: JaxTarget, q0: torch.Tensor, method, progress: bool) -> tuple[dict, dict]:
-    """NumPyro's NUTS from starts q0 (C, d): (site draws (C, S, ...), sample stats (C, S)) in the
-    torch samplers' names."""
+    """NumPyro's NUTS kernel from starts q0 (C, d), one chain after another in one compiled loop per chain,
+    watched (:class:`Watch`): (site draws (C, S, ...), sample stats (C, S)) in the torch samplers' names."""
     import jax
     import jax.numpy as jnp
-    from numpyro.infer import MCMC
     from numpyro.infer import NUTS as NumPyroNUTS
 
     kernel = NumPyroNUTS(
@@ -192,45 +292,145 @@ def run_nuts(target: JaxTarget, q0: torch.Tensor, method, progress: bool) -> tup
         dense_mass=method.dense_mass,
         max_tree_depth=method.max_tree_depth,
     )
-    chains = q0.shape[0]
-    mcmc = MCMC(
-        kernel,
-        num_warmup=method.num_warmup,
-        num_samples=method.num_samples,
-        num_chains=chains,
-        # one compiled chain after another, whatever chain_method: in lockstep ("vectorized") every
-        # iteration costs the longest of the chains' trees
-        chain_method="sequential",
-        progress_bar=progress,
+    chains, length = q0.shape[0], method.num_warmup + method.num_samples
+    watch = Watch("NUTS", chains * length, method.max_hours, progress)
+
+    @jax.jit
+    def chain(state, offset):
+        def advance(state):
+            state = kernel.sample(state, (), {})
+            watch.hook(offset + state.i, every=NUTS_WATCH_EVERY)
+            return state
+
+        state = jax.lax.fori_loop(0, method.num_warmup, lambda _, s: advance(s), state)
+
+        def keep(state, _):
+            state = advance(state)
+            fields = (state.diverging, state.num_steps, state.energy, state.potential_energy)
+            return state, (state.z, *fields, state.adapt_state.step_size)
+
+        return jax.lax.scan(keep, state, length=method.num_samples)[1]
+
+    # one chain after another, as NumPyro's chain_method="sequential": in lockstep ("vectorized") every
+    # iteration costs the longest of the chains' trees
+    keys = jax.random.split(jax.random.PRNGKey(method.seed), chains)
+    with watch.running():
+        runs = [
+            chain(kernel.init(keys[c], method.num_warmup, jnp.asarray(q0[c].numpy()), (), {}), c * length)
+            for c in range(chains)
+        ]
+    draws, diverging, steps, energy, potential, step_size = (
+        torch.from_numpy(jax.device_get(jnp.stack(column)).copy()) for column in zip(*runs, strict=True)
     )
-    fields = ("diverging", "num_steps", "energy", "potential_energy", "adapt_state.step_size")
-    init = jnp.asarray(q0.numpy()) if chains > 1 else jnp.asarray(q0[0].numpy())
-    mcmc.run(jax.random.PRNGKey(method.seed), init_params=init, extra_fields=fields)
-    draws = mcmc.get_samples(group_by_chain=True)
-    extra = {
-        k: torch.from_numpy(jax.device_get(v).copy()) for k, v in mcmc.get_extra_fields(group_by_chain=True).items()
-    }
-    steps = extra["num_steps"].long()
+    steps = steps.long()
     stats = {
-        "diverging": extra["diverging"].bool(),
+        "diverging": diverging.bool(),
         "n_steps": steps,
         "tree_depth": torch.floor(torch.log2(steps.clamp(min=1).double())).long() + 1,
-        "step_size": extra["adapt_state.step_size"].double(),
-        "energy": extra["energy"].double(),
-        "lp": -extra["potential_energy"].double(),
+        "step_size": step_size.double(),
+        "energy": energy.double(),
+        "lp": -potential.double(),
     }
     return target.to_torch(draws), stats
 
 
-def run_chees(target: JaxTarget, q0: torch.Tensor, method) -> tuple[dict, dict, dict]:
+def run_chees(target: JaxTarget, q0: torch.Tensor, method, identity: str) -> tuple[dict, dict, dict]:
     """BlackJAX's ChEES adaptation and jittered dynamic HMC, every chain in one vmapped program, from
-    starts q0 (C, d): (site draws (C, S, ...), sample stats (C, S), the adapted step size and
-    trajectory length)."""
+    starts q0 (C, d), watched (:class:`Watch`): (site draws (C, S, ...), sample stats (C, S), the adapted
+    step size and trajectory length).
+
+    With ``method.checkpoint``, the chains and the adapted kernel are saved at the end of warm-up and
+    every ``checkpoint_every`` kept draws after it; an existing checkpoint with this ``identity``
+    resumes there. Warm-up is one compiled program: stopped, it starts again."""
     import blackjax
     import jax
     import jax.numpy as jnp
+
+    chains = q0.shape[0]
+    warmup_steps, total = method.num_warmup, method.num_warmup + method.num_samples
+    key_warmup, key_sample = jax.random.split(jax.random.PRNGKey(method.seed))
+    saved = _resume_chees(method.checkpoint, identity)
+    done = saved["iteration"] if saved else 0
+    if saved:
+        say_resumed(method.checkpoint, done, total, method.progress)
+    # BlackJAX's diagonal mass matrix engages half-way through warm-up; the pace before overstates the rest's
+    watch = Watch("ChEES", total, method.max_hours, not bar_disabled(method.progress), done, warmup_steps // 2)
+    with watch.running():
+        if saved:
+            states, parameters = _chees_state(saved["states"]), saved["parameters"]
+            kept = saved["kept"]
+        else:
+            states, parameters = _chees_warmup(target, q0, method, key_warmup, watch)
+            kept, done = None, warmup_steps
+            if method.checkpoint is not None:
+                _save_chees(method.checkpoint, identity, warmup_steps, states, parameters, kept)
+        kernel = blackjax.dynamic_hmc(
+            target.logdensity,
+            step_size=parameters["step_size"],
+            inverse_mass_matrix=jnp.asarray(parameters["inverse_mass_matrix"]),
+            next_random_arg_fn=lambda i: i + 1,  # as in warm-up: the Halton sequence's index
+            integration_steps_fn=lambda i, n: jnp.asarray(jnp.ceil(_halton(i, total) * n), dtype=int),
+            integration_steps_params=(parameters["steps"],),
+        )
+
+        @jax.jit
+        def sample(states, keys, first):
+            def one(states, key_and_i):
+                key, i = key_and_i
+                states, info = jax.vmap(kernel.step)(jax.random.split(key, chains), states)
+                watch.hook(i)
+                out = (info.is_divergent, info.num_integration_steps, info.energy, info.acceptance_rate)
+                return states, (states.position, states.logdensity, *out)
+
+            return jax.lax.scan(one, states, (keys, first + 1 + jnp.arange(keys.shape[0])))
+
+        keys = jax.random.split(key_sample, method.num_samples)
+        every = method.num_samples if method.checkpoint is None else method.checkpoint_every
+        for a in range(done - warmup_steps, method.num_samples, every):
+            states, out = sample(states, keys[a : a + every], warmup_steps + a)
+            chunk = {k: np.swapaxes(np.asarray(v), 0, 1) for k, v in zip(_CHEES_COLUMNS, out, strict=True)}
+            kept = chunk if kept is None else {k: np.concatenate([kept[k], chunk[k]], axis=1) for k in kept}
+            if method.checkpoint is not None and a + every < method.num_samples:
+                _save_chees(method.checkpoint, identity, warmup_steps + a + every, states, parameters, kept)
+    if method.checkpoint is not None:
+        Path(method.checkpoint).unlink(missing_ok=True)  # the posterior supersedes it
+    column = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in kept.items()}
+    step_size, steps = float(parameters["step_size"]), column["n_steps"].long()
+    stats = {  # the torch ChEES's names
+        "acceptance_rate": column["acceptance_rate"].double(),
+        "diverging": column["diverging"].bool(),
+        "energy": column["energy"].double(),
+        "lp": column["lp"].double(),
+        "step_size": torch.full(steps.shape, step_size, dtype=torch.float64),
+        "n_steps": steps,
+        "trajectory_length": steps.double() * step_size,
+    }
+    info = {"step_size": step_size, "trajectory_length": float(parameters["steps"]) * step_size}
+    return target.to_torch(column["draws"]), stats, info
+
+
+_CHEES_COLUMNS = ("draws", "lp", "diverging", "n_steps", "energy", "acceptance_rate")
+
+
+def _halton(i, total: int):
+    """BlackJAX's jitter of ChEES's trajectory lengths: the i-th point of the base-2 Halton sequence."""
+    from blackjax.mcmc.dynamic_hmc import halton_sequence
+
+    return halton_sequence(i, math.ceil(math.log2(total)))
+
+
+def _chees_warmup(target: JaxTarget, q0: torch.Tensor, method, key, watch: Watch):
+    """BlackJAX's ChEES adaptation: (the chains' states, the adapted kernel's parameters)."""
+    import blackjax
+    import jax.numpy as jnp
     import optax
     from blackjax.adaptation.base import get_filter_adapt_info_fn
+
+    keep_nothing = get_filter_adapt_info_fn()
+
+    def info(state, step_info, adaptation):
+        watch.hook(adaptation.step)
+        return keep_nothing(state, step_info, adaptation)
 
     chains, dim = q0.shape
     warmup = blackjax.chees_adaptation(
@@ -238,50 +438,72 @@ def run_chees(target: JaxTarget, q0: torch.Tensor, method) -> tuple[dict, dict, 
         chains,
         target_acceptance_rate=method.target_accept,
         max_leapfrog_steps=method.max_leapfrog,
-        adaptation_info_fn=get_filter_adapt_info_fn(),
+        adaptation_info_fn=info,
         mass_matrix_estimation="diagonal",  # pooled over chains, as the torch sampler's "pooled"
         _length_floor=dim <= LENGTH_FLOOR_MAX_DIM,
     )
-    key_warmup, key_sample = jax.random.split(jax.random.PRNGKey(method.seed))
     (states, parameters), _ = warmup.run(
-        key_warmup,
+        key,
         jnp.asarray(q0.numpy()),
         step_size=INITIAL_STEP_SIZE,
         optim=optax.adam(method.trajectory_lr),
         num_steps=method.num_warmup,
         max_sampling_steps=method.num_samples,
     )
-    step = blackjax.dynamic_hmc(target.logdensity, **parameters).step
-
-    @jax.jit
-    def sample(states, key):
-        def one(states, key):
-            states, info = jax.vmap(step)(jax.random.split(key, chains), states)
-            return states, (
-                states.position,
-                states.logdensity,
-                info.is_divergent,
-                info.num_integration_steps,
-                info.energy,
-                info.acceptance_rate,
-            )
-
-        return jax.lax.scan(one, states, jax.random.split(key, method.num_samples))[1]
-
-    drawn = (torch.from_numpy(jax.device_get(a).copy()).transpose(0, 1) for a in sample(states, key_sample))
-    position, logdensity, divergent, steps, energy, accept = drawn
-    step_size = float(parameters["step_size"])
-    stats = {  # the torch ChEES's names
-        "acceptance_rate": accept.double(),
-        "diverging": divergent.bool(),
-        "energy": energy.double(),
-        "lp": logdensity.double(),
-        "step_size": torch.full(steps.shape, step_size, dtype=torch.float64),
-        "n_steps": steps.long(),
-        "trajectory_length": steps.double() * step_size,
+    steps = parameters["integration_steps_params"][0]
+    return states, {
+        "step_size": parameters["step_size"],
+        "inverse_mass_matrix": parameters["inverse_mass_matrix"],
+        "steps": steps,
     }
-    length = float(parameters["integration_steps_params"][0]) * step_size
-    return target.to_torch(position), stats, {"step_size": step_size, "trajectory_length": length}
+
+
+_STATE_FIELDS = ("position", "logdensity", "logdensity_grad", "random_generator_arg")
+
+
+def _save_chees(path, identity: str, iteration: int, states, parameters: dict, kept: dict | None) -> None:
+    """The run at ``iteration`` (warm-up done): the chains' states, the kernel and the draws so far."""
+
+    def tensor(a):
+        return torch.from_numpy(np.array(a))
+
+    atomic_torch_save(
+        {
+            "identity": identity,
+            "iteration": iteration,
+            "states": {k: tensor(getattr(states, k)) for k in _STATE_FIELDS},
+            "parameters": {k: tensor(v) for k, v in parameters.items()},
+            "kept": None if kept is None else {k: tensor(v) for k, v in kept.items()},
+        },
+        path,
+    )
+
+
+def _resume_chees(path, identity: str) -> dict | None:
+    """A checkpoint of :func:`_save_chees` at ``path`` as numpy arrays, or None where there is none."""
+    if path is None or not Path(path).exists():
+        return None
+    saved = safe_torch_load(path)
+    check_identity(saved, identity, path, "ChEES")
+    try:
+        return {
+            "iteration": int(saved["iteration"]),
+            "states": {k: saved["states"][k].numpy() for k in _STATE_FIELDS},
+            "parameters": {k: v.numpy() for k, v in saved["parameters"].items()},
+            "kept": None if saved["kept"] is None else {k: saved["kept"][k].numpy() for k in _CHEES_COLUMNS},
+        }
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise BnnZooError(
+            f"checkpoint {path} is not a ChEES checkpoint of the jax backend ({exc}); delete it or point "
+            "ChEES(checkpoint=...) elsewhere"
+        ) from None
+
+
+def _chees_state(states: dict):
+    import jax.numpy as jnp
+    from blackjax.mcmc.dynamic_hmc import DynamicHMCState
+
+    return DynamicHMCState(*(jnp.asarray(states[k]) for k in _STATE_FIELDS))
 
 
 def _first_line(exc: Exception) -> str:
