@@ -239,11 +239,12 @@ def _execution_options(p) -> None:
 
 
 def _guarded(command, args) -> int:
-    from bnn_zoo.io import release_folders
+    from bnn_zoo.io import announce, release_folders
 
     try:
         return _reported(command, args)
     finally:
+        announce("")  # the heartbeat stays quiet while the process exits
         release_folders()
 
 
