@@ -151,7 +151,9 @@ def test_jax_nuts_stops_at_max_hours(blr_model, blr_data, monkeypatch):
         bz.fit(blr_model, *blr_data, method)
 
 
-def test_jax_chees_resumes_its_checkpoint_and_ends_as_an_uninterrupted_run(blr_model, blr_data, monkeypatch, tmp_path):
+def test_jax_chees_resumes_its_checkpoint_and_ends_as_an_uninterrupted_run(
+    blr_model, blr_data, monkeypatch, tmp_path, capsys
+):
     def method(**kw):
         return bz.ChEES(num_chains=4, num_warmup=30, num_samples=40, seed=1, progress=False, backend="jax", **kw)
 
@@ -165,6 +167,7 @@ def test_jax_chees_resumes_its_checkpoint_and_ends_as_an_uninterrupted_run(blr_m
     finally:
         signal.signal(signal.SIGINT, previous)
     assert safe_torch_load(checkpoint)["iteration"] == 30 + 20
+    assert f"interrupted: checkpoint at iteration 50 of 70 saved to {checkpoint}" in capsys.readouterr().out
     monkeypatch.undo()
     resumed = bz.fit(blr_model, *blr_data, method(checkpoint=checkpoint, checkpoint_every=10))
     assert not checkpoint.exists()

@@ -386,12 +386,23 @@ def run_chees(target: JaxTarget, q0: torch.Tensor, method, identity: str) -> tup
 
         keys = jax.random.split(key_sample, method.num_samples)
         every = method.num_samples if method.checkpoint is None else method.checkpoint_every
-        for a in range(done - warmup_steps, method.num_samples, every):
-            states, out = sample(states, keys[a : a + every], warmup_steps + a)
-            chunk = {k: np.swapaxes(np.asarray(v), 0, 1) for k, v in zip(_CHEES_COLUMNS, out, strict=True)}
-            kept = chunk if kept is None else {k: np.concatenate([kept[k], chunk[k]], axis=1) for k in kept}
-            if method.checkpoint is not None and a + every < method.num_samples:
-                _save_chees(method.checkpoint, identity, warmup_steps + a + every, states, parameters, kept)
+        saved_at = done
+        try:
+            for a in range(done - warmup_steps, method.num_samples, every):
+                states, out = sample(states, keys[a : a + every], warmup_steps + a)
+                chunk = {k: np.swapaxes(np.asarray(v), 0, 1) for k, v in zip(_CHEES_COLUMNS, out, strict=True)}
+                kept = chunk if kept is None else {k: np.concatenate([kept[k], chunk[k]], axis=1) for k in kept}
+                if method.checkpoint is not None and a + every < method.num_samples:
+                    saved_at = warmup_steps + a + every
+                    _save_chees(method.checkpoint, identity, saved_at, states, parameters, kept)
+        except (KeyboardInterrupt, TimeLimitExceeded) as stop:
+            if method.checkpoint is not None:  # say where the saved run resumes, as the torch sampler does
+                where = f"checkpoint at iteration {saved_at} of {total} saved to {method.checkpoint}"
+                if isinstance(stop, KeyboardInterrupt):
+                    print(f"interrupted: {where}; run again to resume")
+                else:
+                    stop.args = (f"{stop} ({where}: the same fit resumes it; bnn-zoo fit: add --resume)",)
+            raise
     if method.checkpoint is not None:
         Path(method.checkpoint).unlink(missing_ok=True)  # the posterior supersedes it
     column = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in kept.items()}
