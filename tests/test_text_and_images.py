@@ -161,18 +161,19 @@ def resolved(data: str, model: str, **options) -> config.RunConfig:
 
 
 def test_recurrent_models_default_to_gals_dropout_guide_and_other_methods_to_the_scale_mixture():
-    """Under a single Normal prior, mean-field and SGLD on toy-text's LSTMs keep the prior (the majority
-    class); under the scale mixture they learn. HMC's steps must resolve the narrow component, so NUTS,
-    HMC and ChEES take a wider one; Laplace needs a Normal's precision (docs/guide/defaults.md)."""
+    """Under a single Normal prior, mean-field on toy-text's LSTMs keeps the prior (the majority class);
+    under the scale mixture it learns. HMC's steps must resolve the narrow component, so NUTS, HMC and
+    ChEES take a wider one; SG-MCMC's adapted step stays in it, so SG-MCMC takes N(0, 1); Laplace needs a
+    Normal's precision (docs/guide/defaults.md)."""
 
     lstm = resolved("toy-text", "lstm-tied")
     assert isinstance(lstm.guide, config.Dropout) and isinstance(lstm.prior, config.Normal)
     for guide in (config.MeanField(), config.MatrixNormal(), config.Flow()):
         assert isinstance(resolved("toy-text", "embedding-rnn", guide=guide).prior, config.ScaleMixture)
-    assert isinstance(resolved("toy-text", "lstm-untied", inference=config.SGLD()).prior, config.ScaleMixture)
     for method in (config.NUTS(), config.HMC(), config.ChEES()):
         assert resolved("toy-text", "lstm-untied", inference=method).prior == config.ScaleMixture(scale2=0.05)
-    assert resolved("toy-text", "lstm-untied", inference=config.SGHMC()).prior == config.ScaleMixture()
+    for method in (config.SGLD(), config.SGHMC(), config.Cyclical()):
+        assert resolved("toy-text", "lstm-untied", inference=method).prior == config.Normal()
     # a Normal's precision
     assert isinstance(resolved("toy-text", "lstm-untied", inference=config.Laplace()).prior, config.FanIn)
     assert isinstance(resolved("digits", "cnn", inference=config.NUTS()).prior, config.FanIn)

@@ -79,8 +79,8 @@ def check_reference(metrics: dict, name: str) -> None:
     if not metrics.get("reference_converged", False):
         why = metrics.get("reference_note", "it is not an MCMC run with its convergence measured")
         raise BnnZooError(
-            f"{name} cannot serve as a reference posterior: {why}; run MCMC longer or with more chains (bnn-zoo "
-            "reference)"
+            f"{name} cannot serve as a reference posterior: {why}; run MCMC longer or with more chains (at least "
+            f"{CHAINS_MIN}; examples/sweeps/uci-reference.yaml is one)"
         )
 
 
