@@ -7,6 +7,7 @@ python benchmarks/sweep_tables.py digits-shift runs/digits-shift     # and digit
 python benchmarks/sweep_tables.py text-ood runs/toy-text-ood
 python benchmarks/sweep_tables.py dropout-learned runs/uci-dropout-learned  # vs mean-field in dropout-default.json
 python benchmarks/sweep_tables.py uci-reference runs/uci-guides runs/uci-reference  # every guide against NUTS
+python benchmarks/sweep_tables.py digits-reference runs/digits-shift runs/digits-reference  # agreement and TV to NUTS
 
 Each writes benchmarks/results/NAME.json: mean +- standard error over splits (or gap columns) per dataset
 and method, with the summed fit time (uci-gap: and the worst column's test log-likelihood); for digits the
@@ -130,6 +131,24 @@ def uci_reference(frame: pd.DataFrame) -> list[dict]:
     return rows
 
 
+def digits_reference(frame: pd.DataFrame) -> list[dict]:
+    """Per class set and method: accuracy and NLL, and against the NUTS reference of the same data the
+    top-1 agreement and total variation of the predictive probabilities; for NUTS its convergence."""
+    scored = table.with_posterior_reference(frame, "nuts")
+    rows = []
+    for (classes, inference), group in scored.groupby(["data.classes", "inference"], sort=True):
+        cell = group.iloc[0]
+        row = {"classes": int(classes), "inference": inference, "accuracy": round(cell.accuracy, 3)}
+        row |= {"NLL": round(cell.nll, 3), "fit time": f"{cell.runtime_s / 60:.1f} min"}
+        if inference == "nuts":
+            row |= {"R-hat of f": f"{cell.max_rhat_test_f:.3f}", "ESS of f": f"{cell.min_ess_bulk_test_f:.0f}"}
+            row["converged"] = bool(cell.reference_converged)
+        elif "agreement" in group and pd.notna(cell.get("agreement")):
+            row |= {"agreement with NUTS": round(cell.agreement, 3), "TV to NUTS": round(cell.total_variation, 3)}
+        rows.append(row)
+    return rows
+
+
 def dropout_learned(frame: pd.DataFrame) -> list[dict]:
     """Per dataset and prior, the fit with a learned p: its RMSE against mean-field's at the same settings
     (dropout-default.json, split 0), test LL, coverage and the fitted p of each weight matrix."""
@@ -166,6 +185,7 @@ def main() -> int:
             "text-ood",
             "dropout-learned",
             "uci-reference",
+            "digits-reference",
         ],
     )
     parser.add_argument("folders", type=Path, nargs="+")
@@ -186,9 +206,11 @@ def main() -> int:
         worst = frame.groupby(["dataset", "inference"], sort=True).test_log_likelihood.min()
         for row in rows:
             row["worst column's test LL"] = f"{worst[row['dataset'], row['inference']]:.3f}"
-    elif args.name.startswith("digits"):
+    elif args.name in ("digits-shift", "digits-ood"):
         rows = (digits_shift if args.name == "digits-shift" else ood)(frame)
-        command = f"bnn-zoo reproduce digits-shift; {command}"
+        command = (
+            f"bnn-zoo reproduce digits-shift; bnn-zoo sweep examples/sweeps/digits-reference.yaml (NUTS); {command}"
+        )
     elif args.name == "text-ood":
         rows = ood(frame)
         command = f"bnn-zoo sweep examples/sweeps/toy-text-ood.yaml --workers 2 --out DIR; {command}"
@@ -197,6 +219,12 @@ def main() -> int:
         command = (
             "bnn-zoo sweep examples/sweeps/uci-guides.yaml --out A; "
             f"bnn-zoo sweep examples/sweeps/uci-reference.yaml --out B; {command}"
+        )
+    elif args.name == "digits-reference":
+        rows = digits_reference(frame)
+        command = (
+            "bnn-zoo reproduce digits-shift --out A; "
+            f"bnn-zoo sweep examples/sweeps/digits-reference.yaml --out B; {command}"
         )
     elif args.name == "dropout-learned":
         rows = dropout_learned(frame)

@@ -148,12 +148,15 @@ def shift_curves(rows: list[dict], path):
     """Accuracy and ECE against shift intensity, one line per method, a column per transform (rows as
     :func:`bnn_zoo.experiments.protocols.shift_curves` gives them)."""
     transforms = sorted({r["transform"] for r in rows})
+    methods = sorted({r["inference"] for r in rows})
+    colours = plt.get_cmap("tab20").colors  # the zoo has more methods than the default cycle's 10 colours
     fig, axes = plt.subplots(2, len(transforms), figsize=(5.5 * len(transforms), 7), squeeze=False)
     for j, transform in enumerate(transforms):
-        for method in sorted({r["inference"] for r in rows}):
+        for k, method in enumerate(methods):
             own = [r for r in rows if r["transform"] == transform and r["inference"] == method]
             for i, metric in enumerate(("accuracy", "ece")):
-                axes[i, j].plot([r["intensity"] for r in own], [r[metric] for r in own], "o-", ms=3, label=method)
+                xy = [r["intensity"] for r in own], [r[metric] for r in own]
+                axes[i, j].plot(*xy, "o-", ms=3, color=colours[k % len(colours)], label=method)
                 axes[i, j].set_xlabel("degrees" if transform == "rotate" else "pixel noise sd")
                 axes[i, j].set_ylabel(metric)
                 axes[i, j].set_title(f"{metric} under {transform}")
