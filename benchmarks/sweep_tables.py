@@ -116,7 +116,11 @@ def ood(frame: pd.DataFrame) -> list[dict]:
 def uci_reference(frame: pd.DataFrame) -> list[dict]:
     """The zoo's UCI table with each split's NUTS reference: per dataset and method the test scores, the
     W2 distance to the reference's predictive and the variance ratio (splits whose reference converged),
-    and for NUTS how many splits converged with the median R-hat and bulk ESS of f."""
+    and for NUTS how many splits converged with the median R-hat and bulk ESS of f. Only the splits with a
+    NUTS run count, so that every row of a dataset averages the same splits."""
+    nuts = frame[frame.inference == "nuts"]
+    sampled = set(zip(nuts.dataset, nuts["data.split"]))
+    frame = frame[[cell in sampled for cell in zip(frame.dataset, frame["data.split"])]]
     scored = table.with_posterior_reference(frame, "nuts")
     rows = summary(scored, ["dataset", "inference"])
     for row, (_, group) in zip(rows, scored.groupby(["dataset", "inference"], sort=True)):

@@ -140,6 +140,16 @@ def test_a_signal_stops_jax_nuts_inside_the_compiled_loop(blr_model, blr_data, m
     assert reached[-1] <= 100 + xla.NUTS_WATCH_EVERY  # stopped by the next callback, not at the chain's end
 
 
+def test_a_callback_after_the_watch_has_ended_reads_no_closed_pipe():
+    """XLA may call back once more after the program's watch has closed its signal pipe; that call must
+    not read the closed descriptor (a sweep's cell failed with EBADF that way)."""
+    watch = xla.Watch("NUTS", 10, None, progress=False)
+    with watch.running():
+        assert not watch._signalled()
+    watch._tick(5)
+    assert watch.stop is None
+
+
 def _raise_terminated(signum, frame):
     raise Terminated
 

@@ -223,11 +223,14 @@ class Watch:
         self.limit.check(done - self.first)
 
     def _signalled(self) -> bool:
-        if self._wake is None:  # not on the main thread: signals are not ours to watch
+        wake = self._wake
+        if wake is None:  # not on the main thread, or the watch has ended: signals are not ours to watch
             return False
         try:
-            return bool(os.read(self._wake, 64))
+            return bool(os.read(wake, 64))
         except BlockingIOError:  # nothing written
+            return False
+        except OSError:  # the watch ended while XLA called back: its pipe is closed
             return False
 
     @contextlib.contextmanager
@@ -258,8 +261,9 @@ class Watch:
             logging.getLogger("jax._src.callback").removeFilter(quiet)
             if write is not None:
                 signal.set_wakeup_fd(previous)
+                wake, self._wake = self._wake, None  # a late callback finds no pipe rather than a closed one
                 os.close(write)
-                os.close(self._wake)
+                os.close(wake)
             self.bar.close()
 
 
@@ -314,11 +318,13 @@ def run_nuts(target: JaxTarget, q0: torch.Tensor, method, progress: bool) -> tup
     # one chain after another, as NumPyro's chain_method="sequential": in lockstep ("vectorized") every
     # iteration costs the longest of the chains' trees
     keys = jax.random.split(jax.random.PRNGKey(method.seed), chains)
-    with watch.running():
-        runs = [
-            chain(kernel.init(keys[c], method.num_warmup, jnp.asarray(q0[c].numpy()), (), {}), c * length)
-            for c in range(chains)
-        ]
+    with watch.running():  # blocks until XLA is done: its callbacks read the watch's pipe
+        runs = jax.block_until_ready(
+            [
+                chain(kernel.init(keys[c], method.num_warmup, jnp.asarray(q0[c].numpy()), (), {}), c * length)
+                for c in range(chains)
+            ]
+        )
     draws, diverging, steps, energy, potential, step_size = (
         torch.from_numpy(jax.device_get(jnp.stack(column)).copy()) for column in zip(*runs, strict=True)
     )
