@@ -228,9 +228,7 @@ class Watch:
             return False
         try:
             return bool(os.read(wake, 64))
-        except BlockingIOError:  # nothing written
-            return False
-        except OSError:  # the watch ended while XLA called back: its pipe is closed
+        except OSError:  # nothing written (BlockingIOError), or the watch ended as XLA called back
             return False
 
     @contextlib.contextmanager
