@@ -21,7 +21,9 @@ from results import RESULTS
 
 def header(record: dict) -> str:
     m = record["machine"]
-    return f"{record['date']}, {m['cpu']} ({m['cores']} cores), torch {m['torch']}, commit {record['commit']}"
+    line = f"{record['date']}, {m['cpu']} ({m['cores']} cores), torch {m['torch']}, commit {record['commit']}"
+    earlier = record["settings"].get("earlier rows")  # sweep_tables.py --add
+    return line + (f"; the rows it did not re-run: {earlier['date']}, commit {earlier['commit']}" if earlier else "")
 
 
 def samplers(record: dict) -> str:

@@ -8,10 +8,12 @@ python benchmarks/sweep_tables.py text-ood runs/toy-text-ood
 python benchmarks/sweep_tables.py dropout-learned runs/uci-dropout-learned  # vs mean-field in dropout-default.json
 python benchmarks/sweep_tables.py uci-reference runs/uci-guides runs/uci-reference  # every guide against NUTS
 python benchmarks/sweep_tables.py digits-reference runs/digits-shift runs/digits-reference  # agreement and TV to NUTS
+python benchmarks/sweep_tables.py uci-gap runs/gap-reference --add  # one method's rows into the existing table
 
 Each writes benchmarks/results/NAME.json: mean +- standard error over splits (or gap columns) per dataset
 and method, with the summed fit time (uci-gap: and the worst column's test log-likelihood); for digits the
-shift curves at a few intensities and the OOD scores.
+shift curves at a few intensities and the OOD scores. With ``--add`` the folders' methods replace or join
+their rows in the existing file; the other rows stay as measured (the file's settings say when and by what).
 """
 
 from __future__ import annotations
@@ -55,6 +57,16 @@ def summary(frame: pd.DataFrame, by: list[str]) -> list[dict]:
     return rows
 
 
+def convergence(group: pd.DataFrame) -> dict:
+    """An MCMC row's convergence: how many cells could serve as a reference, the median R-hat and bulk ESS of f."""
+    metrics = [json.loads((Path(f) / "metrics.json").read_text()) for f in group.folder]
+    return {
+        "converged": f"{sum(bool(m.get('reference_converged')) for m in metrics)} of {len(group)}",
+        "R-hat of f": f"{group.max_rhat_test_f.median():.3f}",
+        "ESS of f": f"{group.min_ess_bulk_test_f.median():.0f}",
+    }
+
+
 def deep_ensembles(frame: pd.DataFrame) -> list[dict]:
     """Ours beside the paper's, with (ours - published) / sqrt(se_ours^2 + pm_published^2)."""
     published = pd.read_csv(REFERENCE, comment="#").set_index("dataset")
@@ -79,6 +91,19 @@ def deep_ensembles(frame: pd.DataFrame) -> list[dict]:
                 "fit time": f"{group.runtime_s.sum() / 60:.1f} min",
             }
         )
+    return rows
+
+
+def uci_gap(frame: pd.DataFrame) -> list[dict]:
+    """Per dataset and method over the gap columns: the summary and the worst column's test log-likelihood;
+    NUTS has a row per chain count, with its convergence."""
+    if "inference.num_chains" in frame:
+        chains = frame["inference.num_chains"].map(lambda c: f"nuts ({c:.0f} chains)", na_action="ignore")
+        frame = frame.assign(inference=chains.where(frame.inference == "nuts", frame.inference))
+    rows = summary(frame, ["dataset", "inference"])
+    for row, (_, group) in zip(rows, frame.groupby(["dataset", "inference"], sort=True)):
+        row["worst column's test LL"] = f"{group.test_log_likelihood.min():.3f}"
+        row |= convergence(group) if row["inference"].startswith("nuts") else {}
     return rows
 
 
@@ -109,6 +134,7 @@ def ood(frame: pd.DataFrame) -> list[dict]:
                 for score in ("entropy", "mutual_information", "max_probability")
                 for kind in ("auroc", "fpr95")
             }
+            | (convergence(group) if inference == "nuts" else {})
         )
     return rows
 
@@ -125,9 +151,7 @@ def uci_reference(frame: pd.DataFrame) -> list[dict]:
     rows = summary(scored, ["dataset", "inference"])
     for row, (_, group) in zip(rows, scored.groupby(["dataset", "inference"], sort=True)):
         if row["inference"] == "nuts":
-            row["converged"] = f"{int(group.reference_converged.sum())} of {len(group)}"
-            row["R-hat of f"] = f"{group.max_rhat_test_f.median():.3f}"
-            row["ESS of f"] = f"{group.min_ess_bulk_test_f.median():.0f}"
+            row |= convergence(group)
             continue
         w2 = group["w2"].dropna() if "w2" in group else pd.Series(dtype=float)
         row["W2 to NUTS"] = mean_se(w2) if len(w2) else "-"
@@ -195,6 +219,7 @@ def main() -> int:
     parser.add_argument("folders", type=Path, nargs="+")
     parser.add_argument("--methods", nargs="*", help="only these inference labels")
     parser.add_argument("--splits", type=int, help="only the splits below this number")
+    parser.add_argument("--add", action="store_true", help="merge into the existing result file's rows")
     args = parser.parse_args()
     frame = pd.concat([cells(folder) for folder in args.folders])
     if args.methods:
@@ -206,10 +231,11 @@ def main() -> int:
         rows = deep_ensembles(frame)
         command = f"bnn-zoo reproduce deep-ensembles --data ../shared/data/uci [--adversarial 0]; {command}"
     elif args.name == "uci-gap":
-        rows = summary(frame, ["dataset", "inference"])
-        worst = frame.groupby(["dataset", "inference"], sort=True).test_log_likelihood.min()
-        for row in rows:
-            row["worst column's test LL"] = f"{worst[row['dataset'], row['inference']]:.3f}"
+        rows = uci_gap(frame)
+        command = (
+            "bnn-zoo reproduce uci-gap --data ../shared/data/uci/yacht --out A; "
+            f"bnn-zoo sweep examples/sweeps/gap-reference.yaml --out B; {command}"
+        )
     elif args.name in ("digits-shift", "digits-ood"):
         rows = (digits_shift if args.name == "digits-shift" else ood)(frame)
         command = (
@@ -217,7 +243,10 @@ def main() -> int:
         )
     elif args.name == "text-ood":
         rows = ood(frame)
-        command = f"bnn-zoo sweep examples/sweeps/toy-text-ood.yaml --workers 2 --out DIR; {command}"
+        command = (
+            "bnn-zoo sweep examples/sweeps/toy-text-ood.yaml --workers 2 --out A; "
+            f"bnn-zoo sweep examples/sweeps/toy-text-ood-nuts.yaml --out B; {command}"
+        )
     elif args.name == "uci-reference":
         rows = uci_reference(frame)
         command = (
@@ -235,8 +264,26 @@ def main() -> int:
         command = f"bnn-zoo sweep examples/sweeps/uci-dropout-learned.yaml --out DIR; {command}"
     else:
         rows = summary(frame, ["dataset", "inference"])
-    print(write(args.name, rows, command=command))
+    settings = {"command": command}
+    if args.add:
+        rows, settings["earlier rows"] = added(args.name, rows)
+    print(write(args.name, rows, **settings))
     return 0
+
+
+def added(name: str, rows: list[dict]) -> tuple[list[dict], dict]:
+    """``rows`` merged into RESULTS/name.json's: a new row replaces the old one of its dataset and method,
+    the others stay. Also the date, commit and command of the rows kept."""
+    record = json.loads((RESULTS / f"{name}.json").read_text())
+    key = lambda row: (row.get("dataset"), row.get("classes"), row["inference"])  # noqa: E731
+    new = {key(r) for r in rows}
+    kept = [r for r in record["rows"] if key(r) not in new]
+    earlier = record["settings"].get("earlier rows") or {
+        "date": record["date"],
+        "commit": record["commit"],
+        "command": record["settings"]["command"],
+    }
+    return sorted(kept + rows, key=lambda r: tuple(str(v) for v in key(r))), earlier
 
 
 if __name__ == "__main__":
