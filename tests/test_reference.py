@@ -95,6 +95,24 @@ def test_convergence_verdict():
     assert not verdict["reference_converged"] and verdict["reference_note"].startswith("2 chains < 4")
 
 
+def test_convergence_says_why_it_failed():
+    """Chains stationary in separate modes are told apart from chains that drift (the R-hat of f between
+    each chain's halves), and NUTS trajectories capped at the maximum tree depth are counted."""
+    g = torch.Generator().manual_seed(0)
+    mixed = torch.randn(4, 1000, 5, generator=g)
+    apart = reference.convergence(mixed + torch.arange(4.0)[:, None, None])
+    assert apart["max_rhat_within_chain_test_f"] < 1.01
+    assert "each chain is stationary in a mode of its own" in apart["reference_note"]
+    drifting = torch.randn(4, 1000, 5, generator=g).cumsum(1)  # random walks: no chain is stationary
+    depth = torch.full((4, 1000), 10)
+    depth[:, :250] = 7
+    verdict = reference.convergence(drifting, depth, max_tree_depth=10)
+    assert verdict["max_rhat_within_chain_test_f"] > 1.1
+    assert "not even each chain has mixed" in verdict["reference_note"]
+    assert "75% of transitions at the maximum tree depth 10" in verdict["reference_note"]
+    assert "tree depth" not in reference.convergence(mixed, depth, max_tree_depth=10)["reference_note"]
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """A converged ChEES reference, an unconverged one and a mean-field fit of the toy problem."""

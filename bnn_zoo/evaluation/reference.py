@@ -49,18 +49,28 @@ def predictive_quantiles(pred, seed: int = 0) -> torch.Tensor:
     return torch.cat([chunk.sort(0).values[index] for chunk in draws.split(256, dim=1)], dim=1).float()
 
 
-def convergence(f: torch.Tensor) -> dict:
+def convergence(f: torch.Tensor, tree_depth: torch.Tensor | None = None, max_tree_depth: int | None = None) -> dict:
     """Whether draws of f (chains, draws, test points) can serve as a reference: max R-hat and min bulk
-    ESS of f over the test points, with the verdict and why."""
-    chains = f.shape[0]
-    ds = az.convert_to_dataset({"f": f.reshape(chains, f.shape[1], -1).numpy()})
-    rhat = float(np.nanmax(az.rhat(ds)["f"].values)) if chains > 1 else float("nan")
+    ESS of f over the test points, with the verdict and why. Where R-hat fails, the note says which way:
+    the R-hat of f between the two halves of each chain (below ``RHAT_MAX``: each chain is stationary,
+    in a mode of its own, and more chains are what helps; above: the chains have not mixed at all) and,
+    given NUTS's tree depths (chains, draws), the share of transitions that hit ``max_tree_depth``."""
+    chains, draws = f.shape[:2]
+    ds = az.convert_to_dataset({"f": f.reshape(chains, draws, -1).numpy()})
+    rhat = _rhat(f.reshape(chains, draws, -1)) if chains > 1 else float("nan")
     ess = float(np.nanmin(az.ess(ds, method="bulk")["f"].values))
+    within = max(_rhat(chain[: draws // 2 * 2].reshape(2, draws // 2, -1)) for chain in f) if draws >= 8 else None
     failed = [
         *([f"{chains} chains < {CHAINS_MIN}"] if chains < CHAINS_MIN else []),
         *([f"R-hat of f {rhat:.3f} >= {RHAT_MAX}"] if not rhat < RHAT_MAX else []),
         *([f"bulk ESS of f {ess:.0f} <= {ESS_MIN}"] if not ess > ESS_MIN else []),
     ]
+    if failed and within is not None and chains > 1 and not rhat < RHAT_MAX:
+        why = "each chain is stationary in a mode of its own" if within < RHAT_MAX else "not even each chain has mixed"
+        failed.append(f"R-hat of f within a chain {within:.3f}: {why}")
+    if failed and tree_depth is not None and max_tree_depth is not None:
+        capped = float((tree_depth >= max_tree_depth).double().mean())
+        failed += [f"{capped:.0%} of transitions at the maximum tree depth {max_tree_depth}"] if capped >= 0.1 else []
     note = (
         "; ".join(failed)
         if failed
@@ -69,9 +79,15 @@ def convergence(f: torch.Tensor) -> dict:
     return {
         "max_rhat_test_f": rhat,
         "min_ess_bulk_test_f": ess,
+        "max_rhat_within_chain_test_f": within,
         "reference_converged": not failed,
         "reference_note": note,
     }
+
+
+def _rhat(f: torch.Tensor) -> float:
+    """Max R-hat over the points of draws (chains, draws, points)."""
+    return float(np.nanmax(az.rhat(az.convert_to_dataset({"f": f.numpy()}))["f"].values))
 
 
 def check_reference(metrics: dict, name: str) -> None:

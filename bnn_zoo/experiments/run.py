@@ -133,7 +133,9 @@ def evaluate(
     )
     if posterior.method in ("nuts", "hmc", "chees") and pred is not None:  # can it serve as a reference posterior?
         f = pred.f if predict_samples is None else posterior.predict(x_test).f
-        metrics.update(reference.convergence(f.reshape(posterior.num_chains, -1, *f.shape[1:])))
+        depth = posterior.sample_stats.get("tree_depth")  # NUTS's: (chains, draws)
+        f = f.reshape(posterior.num_chains, -1, *f.shape[1:])
+        metrics.update(reference.convergence(f, depth, posterior.settings.get("max_tree_depth")))
     if posterior.x.shape[0] < x.shape[0]:
         metrics["n_validation"] = int(x.shape[0] - posterior.x.shape[0])  # held out for early stopping
     metrics.update({k: v for k, v in posterior.info.items() if v != ""})  # stop_reason, early-stopping step
