@@ -56,9 +56,9 @@ def convergence(f: torch.Tensor, tree_depth: torch.Tensor | None = None, max_tre
     in a mode of its own, and more chains are what helps; above: the chains have not mixed at all) and,
     given NUTS's tree depths (chains, draws), the share of transitions that hit ``max_tree_depth``."""
     chains, draws = f.shape[:2]
-    ds = az.convert_to_dataset({"f": f.reshape(chains, draws, -1).numpy()})
-    rhat = _rhat(f.reshape(chains, draws, -1)) if chains > 1 else float("nan")
-    ess = float(np.nanmin(az.ess(ds, method="bulk")["f"].values))
+    f = f.reshape(chains, draws, -1)
+    rhat = _rhat(f) if chains > 1 else float("nan")
+    ess = float(np.nanmin(az.ess(az.convert_to_dataset({"f": f.numpy()}), method="bulk")["f"].values))
     within = max(_rhat(chain[: draws // 2 * 2].reshape(2, draws // 2, -1)) for chain in f) if draws >= 8 else None
     failed = [
         *([f"{chains} chains < {CHAINS_MIN}"] if chains < CHAINS_MIN else []),
