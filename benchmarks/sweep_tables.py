@@ -59,9 +59,8 @@ def summary(frame: pd.DataFrame, by: list[str]) -> list[dict]:
 
 def convergence(group: pd.DataFrame) -> dict:
     """An MCMC row's convergence: how many cells could serve as a reference, the median R-hat and bulk ESS of f."""
-    metrics = [json.loads((Path(f) / "metrics.json").read_text()) for f in group.folder]
     return {
-        "converged": f"{sum(bool(m.get('reference_converged')) for m in metrics)} of {len(group)}",
+        "converged": f"{sum(map(table.converged, group.folder))} of {len(group)}",
         "R-hat of f": f"{group.max_rhat_test_f.median():.3f}",
         "ESS of f": f"{group.min_ess_bulk_test_f.median():.0f}",
     }
@@ -274,7 +273,10 @@ def main() -> int:
 def added(name: str, rows: list[dict]) -> tuple[list[dict], dict]:
     """``rows`` merged into RESULTS/name.json's: a new row replaces the old one of its dataset and method,
     the others stay. Also the date, commit and command of the rows kept."""
-    record = json.loads((RESULTS / f"{name}.json").read_text())
+    path = RESULTS / f"{name}.json"
+    if not path.is_file():
+        raise SystemExit(f"--add merges into {path}, which does not exist: run without --add first")
+    record = json.loads(path.read_text())
     key = lambda row: (row.get("dataset"), row.get("classes"), row["inference"])  # noqa: E731
     new = {key(r) for r in rows}
     kept = [r for r in record["rows"] if key(r) not in new]

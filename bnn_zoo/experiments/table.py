@@ -95,7 +95,7 @@ def with_posterior_reference(frame: pd.DataFrame, method: str) -> pd.DataFrame:
     ]
     frame = frame.reset_index(drop=True)
     frame["reference_converged"] = [
-        _converged(row["folder"]) if row["inference"] == method else None for _, row in frame.iterrows()
+        converged(row["folder"]) if row["inference"] == method else None for _, row in frame.iterrows()
     ]
     label = lambda row: tuple(None if pd.isna(row[k]) else row[k] for k in keys)  # noqa: E731
     truths = frame[frame["reference_converged"].eq(True)]
@@ -107,7 +107,7 @@ def with_posterior_reference(frame: pd.DataFrame, method: str) -> pd.DataFrame:
     return pd.concat([frame, pd.DataFrame(scored)], axis=1)
 
 
-def _converged(folder) -> bool:
+def converged(folder) -> bool:
     """Whether a cell's metrics.json says it can serve as a reference (status.json keeps numbers only)."""
     return bool((read_json_mapping(Path(folder) / "metrics.json") or {}).get("reference_converged", False))
 
