@@ -94,6 +94,13 @@ def main(argv=None) -> int:
     p.add_argument("target", metavar="FILE|DIR", help="a sweep file (YAML) to run, or with --status a sweep folder")
     p.add_argument("--out", help="the sweep's folder (default: sweeps/NAME-of-the-file)")
     p.add_argument(
+        "--trust",
+        action="append",
+        default=[],
+        metavar="MODULE:CLASS",
+        help="a class of your own the sweep file may name (your network); a file names only bnn-zoo's otherwise",
+    )
+    p.add_argument(
         "--status",
         action="store_true",
         help="say which cells of the sweep folder are done, running, failed and pending",
@@ -412,7 +419,7 @@ def _sweep(args):
     from bnn_zoo.io import writable_folder
 
     out = writable_folder(args.out or Path("sweeps") / Path(args.target).stem)
-    sweep = Sweep.from_file(args.target)
+    sweep = Sweep.from_file(args.target, args.trust)
     summary = run_sweep(
         sweep,
         out,

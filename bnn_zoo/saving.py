@@ -10,13 +10,16 @@ A posterior folder holds three files, each written atomically:
 
 Descriptions name classes as ``module:QualName`` with the constructor arguments read back from the
 object's attributes of the same name (the convention every bnn-zoo class follows). Loading rebuilds
-only classes from bnn_zoo, torch, pyro and gpytorch; anything else (a user's own network) is passed
-in: ``bnn_zoo.load(DIR, model=BNN(MyNet(...), ...))``. Pickle would restore any object, but loading a
+only the classes of :func:`constructible` (an explicit allow-list: bnn-zoo's models, priors,
+likelihoods, BNN and GP, plain torch layers, Pyro's distributions and autoguides), looked up by name
+without importing anything the file names; anything else (a user's own network) is passed in:
+``bnn_zoo.load(DIR, model=BNN(MyNet(...), ...))``. Pickle would restore any object, but loading a
 pickle runs arbitrary code, which a result folder from someone else must never do.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import json
@@ -32,7 +35,6 @@ from bnn_zoo.version import __version__
 
 FORMAT = "bnn-zoo-posterior"
 VERSION = 1
-TRUSTED = ("bnn_zoo", "torch", "pyro", "gpytorch")
 HEADER, STATE, IDATA = "posterior.json", "state.pt", "posterior.nc"
 
 Loader = Callable[..., Any]
@@ -93,23 +95,73 @@ def rebuild(desc: Any) -> Any:
     if not isinstance(desc, dict):
         return desc
     if "tensor" in desc:
-        return torch.tensor(desc["tensor"], dtype=getattr(torch, desc["dtype"]))
-    if "dict" in desc:
+        dtype = getattr(torch, str(desc.get("dtype")), None)
+        if not isinstance(dtype, torch.dtype):
+            raise NotDescribable(f"{desc.get('dtype')!r} is not a torch dtype")
+        return torch.tensor(desc["tensor"], dtype=dtype)
+    if "dict" in desc and isinstance(desc["dict"], dict):
         return {k: rebuild(v) for k, v in desc["dict"].items()}
-    return resolve_class(desc["class"])(**{k: rebuild(v) for k, v in desc["args"].items()})
+    cls, args = resolve_class(desc.get("class")), desc.get("args")
+    if not isinstance(args, dict):
+        raise NotDescribable(f"the arguments of {desc.get('class')} are not a mapping")
+    return cls(**{k: rebuild(v) for k, v in args.items()})
 
 
 def resolve_class(path: str) -> type:
-    """The class named ``module:QualName``, imported only from bnn_zoo, torch, pyro or gpytorch."""
-    module, _, qualname = path.partition(":")
-    if module.split(".")[0] not in TRUSTED:
-        raise NotDescribable(f"{path} is outside bnn_zoo, torch, pyro and gpytorch")
-    obj: Any = importlib.import_module(module)
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
-    if not isinstance(obj, type):
-        raise NotDescribable(f"{path} is not a class")
-    return obj
+    """The class named ``module:QualName`` if :func:`constructible` lists it; nothing is imported by name."""
+    cls = constructible().get(path) if isinstance(path, str) else None
+    if cls is None:
+        raise NotDescribable(
+            f"{path} is not a class bnn-zoo rebuilds from a file (its models, priors, likelihoods, plain torch layers, "
+            "Pyro distributions and autoguides)"
+        )
+    return cls
+
+
+# torch.nn's parameter-free and plain layers a network description may name (bnn-zoo's own models build theirs)
+PLAIN_LAYERS = (
+    "Linear", "Bilinear", "Conv1d", "Conv2d", "Conv3d", "Embedding", "LSTM", "GRU", "RNN", "LayerNorm",
+    "BatchNorm1d", "BatchNorm2d", "Dropout", "Flatten", "Identity", "MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d",
+    "ReLU", "Tanh", "Sigmoid", "GELU", "SiLU", "ELU", "LeakyReLU", "Softplus", "Softmax", "LogSoftmax",
+)  # fmt: skip
+DISTRIBUTIONS = (
+    "Normal", "HalfNormal", "LogNormal", "StudentT", "Laplace", "Cauchy", "HalfCauchy", "Gamma", "InverseGamma",
+    "Exponential", "Uniform", "Beta", "Delta",
+)  # fmt: skip
+AUTOGUIDES = (
+    "AutoNormal", "AutoDiagonalNormal", "AutoMultivariateNormal", "AutoLowRankMultivariateNormal", "AutoDelta",
+    "AutoLaplaceApproximation", "AutoIAFNormal", "AutoStructured",
+)  # fmt: skip
+
+
+@functools.cache
+def constructible() -> dict[str, type]:
+    """Every class a file may make bnn-zoo construct, by ``module:QualName``: the allow-list of
+    :func:`rebuild` and of a saved guide's class."""
+    import pyro.distributions as dist
+    import pyro.infer.autoguide as autoguide
+
+    from bnn_zoo import likelihoods, models, priors
+    from bnn_zoo.bnn import BNN
+    from bnn_zoo.models.mlp import Dense
+
+    own = [BNN, Dense, models.MLP, models.LeNet, models.LSTM, models.Embedding, models.TextRNN]
+    own += [priors.Normal, priors.FanInNormal, priors.ScaleMixture, priors.PerSite]
+    own += [likelihoods.Gaussian, likelihoods.Heteroscedastic, likelihoods.Bernoulli, likelihoods.Categorical]
+    own += [likelihoods.Tokens]
+    plain = [getattr(torch.nn, n) for n in PLAIN_LAYERS] + [getattr(dist, n) for n in DISTRIBUTIONS]
+    plain += [getattr(autoguide, n) for n in AUTOGUIDES]
+    return {f"{c.__module__}:{c.__qualname__}": c for c in own + plain + _ALLOWED_ABOVE}
+
+
+_ALLOWED_ABOVE: list[type] = []  # classes of higher layers (the GP), added by their modules, which load() imports
+
+
+def allow(cls: type) -> type:
+    """Add a class of a module above this one to :func:`constructible` (called where it is defined)."""
+    _ALLOWED_ABOVE.append(cls)
+    constructible.cache_clear()
+    return cls
 
 
 def write(path: str | Path, kind: str, header: dict, state: dict, idata=None) -> Path:
@@ -171,7 +223,9 @@ def load(path: str | Path, model: Any = None, guide: Any = None):
     state = safe_torch_load(path / STATE, what="posterior state")
     try:
         return _LOADERS[header["kind"]](header, state, model=model, guide=guide)
-    except (KeyError, RuntimeError, TypeError) as exc:
+    except NotDescribable as exc:
+        raise BnnZooError(f"{path} cannot be loaded: {exc}") from None
+    except (KeyError, RuntimeError, TypeError, ValueError, AttributeError) as exc:
         raise BnnZooError(
             f"{path} does not match its description ({type(exc).__name__}: "
             f"{str(exc).splitlines()[0] if str(exc) else ''}); the folder is corrupt or was saved for another model"
@@ -190,11 +244,24 @@ def rebuild_model(header: dict, model: Any) -> Any:
             "pass it: bnn_zoo.load(DIR, model=...) built as the saved one was"
         )
     try:
+        for name in _class_names(header["model"]):  # every class checked before any is constructed
+            resolve_class(name)
         return rebuild(header["model"])
     except NotDescribable as exc:
         raise BnnZooError(
             f"the saved model cannot be rebuilt here ({exc}); pass it: bnn_zoo.load(DIR, model=...)"
         ) from None
+
+
+def _class_names(desc: Any):
+    if isinstance(desc, list):
+        for v in desc:
+            yield from _class_names(v)
+    elif isinstance(desc, dict):
+        if "class" in desc:
+            yield desc["class"]
+        for v in desc.values():
+            yield from _class_names(v)
 
 
 def describe_or_none(obj: Any) -> Any:

@@ -80,6 +80,7 @@ class NNGPKernel(gpytorch.kernels.Kernel):
         return k12
 
 
+@saving.allow
 class GP:
     """A Gaussian process baseline, fitted with :class:`TypeII` through ``bnn_zoo.fit``.
 

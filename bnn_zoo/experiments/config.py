@@ -891,18 +891,58 @@ def from_namespace(p, namespace) -> RunConfig:
 def resolve_names(argv: list[str]) -> list[str]:
     """Command-line shorthand: ``--guide dropout`` for the registered class, ``--model pkg.mod:Class`` for
     ``pkg.mod.Class``, and the same names inside a ``--config`` file. (jsonargparse names a choice by its
-    class; the zoo's names are lower-case.) An unknown name is refused here, with the choices."""
+    class; the zoo's names are lower-case.) An unknown name is refused here, with the choices; a
+    ``--config`` file may name only the zoo's classes and the network class the command line names."""
     from bnn_zoo.io import read_yaml
 
     out = list(argv)
+    trusted = {v.replace(":", ".") for a, v in zip(out, out[1:]) if a == "--model" and not v.startswith(("{", "-"))}
     for i, arg in enumerate(out[:-1]):
         if arg == "--config":  # jsonargparse takes the config's content as well as its path
-            out[i + 1] = json.dumps(with_names_resolved(read_yaml(out[i + 1], "run config")))
+            data = with_names_resolved(read_yaml(out[i + 1], "run config"))
+            check_classes(data, trusted, f"run config {out[i + 1]}", "name it on the command line: --model {}")
+            out[i + 1] = json.dumps(data)
             continue
         kind = arg[2:].removesuffix(".help") if arg.startswith("--") else None
         if kind in REGISTRY and not out[i + 1].startswith(("{", "[", "-")):
             out[i + 1] = named_choice(kind, out[i + 1])["class_path"]
     return out
+
+
+def known_classes() -> set[str]:
+    """What a config file may name as a class: every registered choice by its name, class name or path."""
+    return {
+        name
+        for choices in REGISTRY.values()
+        for registered, cls in choices.items()
+        for name in (registered, cls.__name__, f"{cls.__module__}.{cls.__qualname__}")
+    }
+
+
+def check_classes(data, trusted: set[str], where: str, fix: str) -> None:
+    """Refuse plain config data (a file's) that names a class outside :func:`known_classes` and ``trusted``
+    (paths ``pkg.mod.Class``), before jsonargparse imports anything: a file is data and may not make
+    bnn-zoo import or construct code. ``fix`` says how to trust the class, with ``{}`` for its name."""
+    allowed = known_classes() | trusted
+
+    def named(value, key=None):
+        if isinstance(value, dict):
+            for k, v in value.items():
+                yield from named(v, k)
+        elif isinstance(value, list):
+            for v in value:
+                yield from named(v, key)
+        elif isinstance(value, str) and (key == "class_path" or key in REGISTRY):
+            yield value
+
+    outside = next((name for name in named(data) if name.replace(":", ".") not in allowed), None)
+    if outside is not None:
+        shown = outside.replace(":", ".")
+        module, _, cls = shown.rpartition(".")
+        raise BnnZooError(
+            f"{where} names the class {shown}, which is not one of bnn-zoo's: a file may not make bnn-zoo import "
+            f"code; to run your own class, {fix.format(f'{module}:{cls}' if module else cls)}"
+        )
 
 
 def parse_error_message(exc: Exception) -> str:

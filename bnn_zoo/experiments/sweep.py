@@ -84,8 +84,15 @@ class Sweep:
     _templates: dict = field(default_factory=dict, repr=False, compare=False)  # parsed base configs by class choices
 
     @classmethod
-    def from_file(cls, path) -> Sweep:
-        return cls.from_dict(read_yaml(path, "sweep file"), Path(path).parent)
+    def from_file(cls, path, trusted: Iterable[str] = ()) -> Sweep:
+        """The sweep a YAML file describes. The file (and a base config file it names) may name only the
+        zoo's own classes and those in ``trusted`` (``pkg.mod:Class``): reading it imports nothing else."""
+        data = read_yaml(path, "sweep file")
+        if isinstance(data, dict) and isinstance(data.get("base"), str):
+            data = data | {"base": read_yaml(Path(path).parent / data["base"], "base run config")}
+        fix = "pass --trust {} to bnn-zoo sweep (Sweep.from_file(..., trusted=[...]) in Python)"
+        cfg.check_classes(data, {t.replace(":", ".") for t in trusted}, f"sweep file {path}", fix)
+        return cls.from_dict(data, Path(path).parent)
 
     @classmethod
     def from_dict(cls, data: dict, root: Path = Path(".")) -> Sweep:
