@@ -143,7 +143,8 @@ def test_your_own_network_runs_when_the_command_line_names_it(tmp_path, monkeypa
         "import torch\n\n\nclass Net(torch.nn.Module):\n"
         "    def __init__(self, in_features: int, out_features: int, width: int = 3):\n        super().__init__()\n"
         "        self.layer = torch.nn.Linear(in_features, width)\n"
-        "        self.out = torch.nn.Linear(width, out_features)\n\n    def forward(self, x):\n        return self.out(torch.tanh(self.layer(x)))\n"
+        "        self.out = torch.nn.Linear(width, out_features)\n\n"
+        "    def forward(self, x):\n        return self.out(torch.tanh(self.layer(x)))\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     steps = ["--inference.steps", "5", "--quiet"]
