@@ -6,10 +6,11 @@ import pytest
 import torch
 
 warnings.filterwarnings("ignore", category=FutureWarning)
-if os.environ.get(
-    "PYTEST_XDIST_WORKER"
-):  # one worker per core (pyproject's -n): a thread each, or they oversubscribe the cores
-    torch.set_num_threads(1)
+# torch threads per test process: BNN_ZOO_TEST_THREADS=N (CI runs N = 2 too, which changes the order of
+# parallel reductions); by default one per worker (pyproject's -n starts one per core), torch's own without workers
+THREADS = os.environ.get("BNN_ZOO_TEST_THREADS") or ("1" if os.environ.get("PYTEST_XDIST_WORKER") else "")
+if THREADS:
+    torch.set_num_threads(int(THREADS))
 
 import arviz as az  # noqa: E402
 

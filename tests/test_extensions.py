@@ -143,8 +143,10 @@ def test_last_layer_bnn_on_the_toy_regression_fits_features_and_widens_its_band(
     assert not torch.equal(post.model.fixed["layers.0.weight"], before["layers.0.weight"])  # features were fitted
     train_rmse = (post.predict(data.train[0]).mean - data.train[1][:, None]).pow(2).mean().sqrt()
     assert train_rmse < 0.5  # standardised units (a constant predictor scores 1): the cubic is fitted
-    sd = post.predict(torch.tensor([[0.0], [3.0]])).variance.sqrt()[:, 0]
-    assert sd[1] > 1.1 * sd[0]  # wider away from the data
+    # the model's band (f, without the noise that dilutes it) is wider away from the data (inputs in -1.6..1.8):
+    # 1.75-2.6x at x = 6 over four SVI seeds and both thread counts, where 1.3x would be a failure
+    sd = post.predict(torch.tensor([[0.0], [6.0]])).f.std(0)[:, 0]
+    assert sd[1] > 1.3 * sd[0]
     # the Laplace-ready hook: a plain module at given weights, gradients only for the Bayesian ones
     mean = {k: v.mean(0) for k, v in post.draws().items() if k in post.model.params}
     module = post.model.network(mean)
