@@ -242,6 +242,11 @@ def _execution_options(p) -> None:
         "rate are fitted "
         "together as one batched computation where the method allows it: SVI with the dropout or mean-field guide)",
     )
+    p.add_argument(
+        "--max-cells",
+        type=_positive,
+        help="refuse a sweep of more cells than this before making any (default 1000)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -428,6 +433,7 @@ def _sweep(args):
         args.ray_address,
         show_progress=not args.quiet,
         lockstep=not args.no_lockstep,
+        max_cells=args.max_cells,
     )
     return _report(summary, out)
 
@@ -496,6 +502,7 @@ def _reproduce(args):
             args.ray_address,
             not args.quiet,
             lockstep=not args.no_lockstep,
+            max_cells=args.max_cells,
         )
         summary = {k: summary[k] + part[k] for k in summary}
     frame = pd.concat([table.collect(out / f.name) for f in folders])
@@ -518,7 +525,9 @@ def _digits_shift(args, out):
     from bnn_zoo.io import atomic_write
 
     execution = (args.workers, args.ray, args.ray_address, not args.quiet)
-    summary = run_sweep(protocols.digits_shift(), out, *execution, lockstep=not args.no_lockstep)
+    summary = run_sweep(
+        protocols.digits_shift(), out, *execution, lockstep=not args.no_lockstep, max_cells=args.max_cells
+    )
     frame = table.collect(out)
     rows = protocols.shift_curves(frame)
     atomic_write(out / "shift.csv", lambda tmp: pd.DataFrame(rows).to_csv(tmp, index=False))

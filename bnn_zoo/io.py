@@ -57,6 +57,13 @@ def _duration(seconds: float) -> str:
 TEMPORARY = ".*.tmp"  # what atomic_write writes before its rename; left behind only by a killed process
 
 
+FULL = {
+    errno.ENOSPC: "no space left",
+    errno.EDQUOT: "the disk quota is used up",
+    errno.EFBIG: "the file size limit (ulimit -f) is reached",
+}
+
+
 def atomic_write(path, write):
     """Write through a temporary file renamed into place: readers see the old file or the new one, never
     half of one. The file gets the user's normal permissions (mkstemp's are 0600)."""
@@ -69,9 +76,10 @@ def atomic_write(path, write):
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except OSError as exc:
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # the old file, if any, is untouched
+        if exc.errno in FULL:  # the old file, if any, is untouched
             raise BnnZooError(
-                f"no space left to write {path} ({exc.strerror}); free some space and run again"
+                f"cannot write {path}: {FULL[exc.errno]} on the disk that holds {path.parent}; make room and run "
+                "again (bnn-zoo fit --resume continues the run)"
             ) from None
         raise
     finally:
@@ -401,13 +409,28 @@ _BoundedLoader = _bounded_loader()
 
 
 def save_inference_data(idata, path):
-    """Write an InferenceData to netCDF atomically (a crash never leaves a half-written result)."""
-    atomic_write(path, lambda tmp: idata.to_netcdf(tmp, engine="h5netcdf"))
+    """Write an InferenceData to netCDF atomically (a crash never leaves a half-written result), in
+    ArviZ's layout (``InferenceData.to_netcdf``: a group each, numbers compressed). The file is made in
+    memory and written by Python: HDF5 writing to a full disk crashes the process (a segfault)."""
+    import xarray as xr
+
+    parts = [(xr.Dataset(attrs=idata.attrs), None)] if idata.attrs else []
+    _write_netcdf([*parts, *((getattr(idata, group), group) for group in idata.groups())], path)
 
 
 def save_dataset(ds, path):
-    """Write an xarray Dataset to netCDF atomically."""
-    atomic_write(path, lambda tmp: ds.to_netcdf(tmp, engine="h5netcdf"))
+    """Write an xarray Dataset to netCDF atomically (made in memory, as :func:`save_inference_data`)."""
+    _write_netcdf([(ds, None)], path)
+
+
+def _write_netcdf(groups, path) -> None:
+    import io
+
+    buffer = io.BytesIO()
+    for i, (ds, group) in enumerate(groups):
+        compressed = {name: {"zlib": True} for name, v in ds.variables.items() if v.dtype.kind in "biufcS"}
+        ds.to_netcdf(buffer, mode="a" if i else "w", group=group, engine="h5netcdf", encoding=compressed)
+    atomic_write(path, lambda tmp: Path(tmp).write_bytes(buffer.getvalue()))
 
 
 def load_inference_data(path):

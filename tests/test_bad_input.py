@@ -489,8 +489,18 @@ QUICK_FIT = ["--inference.steps", "2", "--evaluation.plots", "false", "--quiet"]
         (["table", "partial"], "partial is not a sweep folder (no sweep.yaml)"),
         (["table", "sweep-junk", "--by", ""], "--by '' names no label"),
         (["table", "sweep-junk", "--out", "afile/table"], "--out afile is a file"),
-        (["sweep", "big.yaml", "--ray-address", "127.0.0.1:9"], "nothing answers at --ray-address 127.0.0.1:9"),
-        (["sweep", "big.yaml", "--ray-address", "nowhere"], "--ray-address 'nowhere' is not HOST:PORT"),
+        (
+            ["sweep", "big.yaml", "--ray-address", "127.0.0.1:9", "--max-cells", "10000"],
+            "nothing answers at --ray-address 127.0.0.1:9",
+        ),
+        (
+            ["sweep", "big.yaml", "--ray-address", "nowhere", "--max-cells", "10000"],
+            "--ray-address 'nowhere' is not HOST:PORT",
+        ),
+        (
+            ["sweep", "big.yaml"],
+            "the sweep sweep has 10,000 cells, more than the limit of 1,000; pass --max-cells 10000 to run them all",
+        ),
         (
             ["reproduce", "uci-gal", "--data", "uci-gal-0-epochs", "--out", "new"],
             "n_epochs.txt's value must be a whole number >= 1, got 0.0",
@@ -769,11 +779,30 @@ def test_a_full_disk_leaves_no_result_that_compare_or_table_accepts(tmp_path, mo
     monkeypatch.setattr(io.os, "replace", full)
     assert main(["fit", *QUICK_FIT, "--out", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "no space left to write" in err and "metrics.json" in err
+    assert err.count("\n") == 1 and "metrics.json: no space left on the disk that holds" in err
     monkeypatch.setattr(io.os, "replace", real_replace)
     assert not (tmp_path / "run" / "metrics.json").exists() and not list((tmp_path / "run").glob(".*.tmp"))
     assert main(["compare", str(tmp_path / "run"), "--out", str(tmp_path / "cmp")]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_a_file_size_limit_ends_in_one_line_not_a_segfault_and_the_run_resumes(tmp_path):
+    """Under ulimit -f the netCDF writer (HDF5) crashed the process (exit 139); the file is now made in memory."""
+    import resource
+    import subprocess
+    import sys
+
+    precious = tmp_path / "precious.txt"
+    precious.write_bytes(b"y" * 100_000)
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "bnn_zoo.cli", "fit", *QUICK_FIT, "--out", str(out), "--quiet"]
+    limit = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024))  # noqa: E731
+    limited = subprocess.run(command, capture_output=True, text=True, timeout=120, preexec_fn=limit)
+    assert limited.returncode == 2 and limited.stderr.count("\n") == 1, limited.stderr
+    assert "the file size limit (ulimit -f) is reached on the disk that holds" in limited.stderr
+    assert precious.read_bytes() == b"y" * 100_000 and not (out / "metrics.json").exists()
+    resumed = subprocess.run([*command, "--resume"], capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0 and (out / "metrics.json").is_file() and (out / "posterior.nc").is_file()
 
 
 def test_an_out_folder_without_write_permission_is_one_line(tmp_path, monkeypatch, capsys):

@@ -47,6 +47,8 @@ from bnn_zoo.experiments import config as cfg
 from bnn_zoo.io import announce, fingerprint, read_json_mapping, read_yaml, write_json, write_yaml
 
 TOP_LEVEL = {"base", "grid", "zip", "select", "name"}
+MAX_CELLS = 1000  # a sweep's default limit: each cell is a fit and a folder (--max-cells raises it)
+MAX_AXIS = 10**6  # values in one range(...) axis: past this the list alone takes a large share of memory
 STATES = ("done", "running", "failed", "pending")
 
 
@@ -128,6 +130,12 @@ class Sweep:
         inner = [*select.set, *select.grid] if select is not None else []
         _check_order([*sweep.grid, *sweep.zip, *inner])
         return sweep
+
+    def size(self) -> int:
+        """How many cells the sweep runs, selection runs included, counted without making them."""
+        outer = math.prod(len(v) for v in self.grid.values()) * (len(next(iter(self.zip.values()), [None])))
+        inner = math.prod(len(v) for v in self.select.grid.values()) if self.select is not None else 0
+        return outer * (1 + inner)
 
     def outer(self) -> list[dict]:
         """The overrides of every cell: the grid's product times the zipped axes."""
@@ -229,11 +237,14 @@ def _axes(axes, where: str) -> dict[str, list]:
 def _values(value, where: str) -> list:
     if isinstance(value, str) and value.startswith("range(") and value.endswith(")"):
         try:
-            return list(range(*(int(v) for v in value[6:-1].split(","))))
+            values = range(*(int(v) for v in value[6:-1].split(",")))
         except ValueError:
             raise BnnZooError(
                 f"{where}: write range(N) or range(START, STOP[, STEP]) with whole numbers, got {value!r}"
             ) from None
+        if len(values) > MAX_AXIS:
+            raise BnnZooError(f"{where} is {value}: {len(values):,} values, more than a sweep axis takes ({MAX_AXIS:,})")
+        return list(values)
     if not isinstance(value, list) or not value:
         raise BnnZooError(f"{where} needs a non-empty list of values or range(N), got {value!r}")
     return value
@@ -288,10 +299,11 @@ def _plain(value):
 # ---------------------------------------------------------------------------- running
 
 
-def run_cells(cells: list[tuple[str, dict]], threads: int | None = None) -> list[dict]:
-    """Run cells in this process and record each outcome in its folder's status.json; cells whose fits
-    can share a lockstep batch (``bnn_zoo.inference.lockstep``) are fitted together. Never raises for a
-    failing run: the error and traceback are recorded and the others go on."""
+def run_cells(cells: list[tuple[str, dict, dict]], threads: int | None = None) -> list[dict]:
+    """Run cells (folder, config, record) in this process: each cell's folder is made with its record
+    (cell.json) and config (cell.yaml) as it starts, and its outcome written to status.json; cells whose
+    fits can share a lockstep batch (``bnn_zoo.inference.lockstep``) are fitted together. Never raises
+    for a failing run: the error and traceback are recorded and the others go on."""
     import torch
 
     from bnn_zoo.inference import lockstep
@@ -299,8 +311,11 @@ def run_cells(cells: list[tuple[str, dict]], threads: int | None = None) -> list
     if threads:
         torch.set_num_threads(threads)
     prepared, statuses = {}, {}
-    for folder, config in cells:
+    for folder, config, record in cells:
         out = Path(folder)
+        out.mkdir(parents=True, exist_ok=True)
+        write_json(record, out / "cell.json")
+        write_yaml(config, out / "cell.yaml")
         write_json({"state": "running", "pid": os.getpid(), "host": socket.gethostname()}, out / "status.json")
         statuses[folder] = _attempt(out, functools.partial(_prepare, folder, config, prepared))
     jobs = {f: lockstep.Job(p.model, *p.dataset.train, p.method) for f, p in prepared.items()}
@@ -328,10 +343,10 @@ def run_cells(cells: list[tuple[str, dict]], threads: int | None = None) -> list
             write_json(statuses[folder], Path(folder) / "status.json")
         if checkpoint is not None:  # every cell of the batch is finished or failed on its own
             checkpoint.unlink(missing_ok=True)
-    for folder, _ in cells:
+    for folder, *_ in cells:
         if statuses[folder]["state"] == "failed":
             write_json(statuses[folder], Path(folder) / "status.json")
-    return [statuses[folder] for folder, _ in cells]
+    return [statuses[folder] for folder, *_ in cells]
 
 
 def _prepare(folder: str, config: dict, prepared: dict) -> None:
@@ -569,14 +584,22 @@ def run_sweep(
     ray_address: str | None = None,
     show_progress: bool = True,
     lockstep: bool = True,
+    max_cells: int | None = None,
 ) -> dict:
     """Run every cell of ``sweep`` not already done under ``out``; returns counts and the failures.
     With ``lockstep``, cells that differ only per fit (seed, split, p, tau, prior, learning rate) are
-    fitted together as one batched computation where their method allows it."""
+    fitted together as one batched computation where their method allows it. A sweep of more than
+    ``max_cells`` (default ``MAX_CELLS``) cells is refused before any is made."""
     from tqdm.auto import tqdm
 
     from bnn_zoo.io import bar_disabled
 
+    max_cells = max_cells or MAX_CELLS
+    if sweep.size() > max_cells:
+        raise BnnZooError(
+            f"the sweep {sweep.name} has {sweep.size():,} cells, more than the limit of {max_cells:,}; pass "
+            f"--max-cells {sweep.size()} to run them all (each is a fit with its own folder), or shrink its axes"
+        )
     out = Path(out)
     sweep = dataclasses.replace(sweep, lockstep=lockstep)
     _check_folder(out, sweep)
@@ -624,13 +647,9 @@ def _run_stage(cells: list[Cell], out: Path, executor: _Executor, bar: _Progress
             summary["skipped"] += 1
             bar.update(1)
             continue
-        folder.mkdir(parents=True, exist_ok=True)
-        write_json(
-            {"key": key, "stage": cell.stage, "parent": cell.parent, "labels": cell.labels}, folder / "cell.json"
-        )
-        write_yaml(cell.config, folder / "cell.yaml")
-        jobs.append((str(folder), cell.config))
+        jobs.append((str(folder), cell.config, _record(cell)))
         keys.append(cell.batch)
+    _write_index(out, jobs)
 
     def step(done: int) -> None:
         bar.update(done)
@@ -639,7 +658,7 @@ def _run_stage(cells: list[Cell], out: Path, executor: _Executor, bar: _Progress
     step(0)
     for _ in executor.map(_tasks(jobs, keys, executor.workers, executor.lockstep), step):
         pass
-    ran = {Path(folder).name for folder, _ in jobs}
+    ran = {Path(folder).name for folder, *_ in jobs}
     for cell in cells:  # read back from disk: the truth whichever executor ran them
         key = cell.key
         statuses[key] = read_status(out / "cells" / key)
@@ -651,6 +670,19 @@ def _run_stage(cells: list[Cell], out: Path, executor: _Executor, bar: _Progress
                     f"{key} ({_describe(cell)}): {statuses[key].get('error', statuses[key]['state'])}"
                 )
     return statuses
+
+
+INDEX = "cells.json"  # every cell a run of the sweep made, by key: --status lists those not started yet
+
+
+def _record(cell: Cell) -> dict:
+    return {"key": cell.key, "stage": cell.stage, "parent": cell.parent, "labels": cell.labels}
+
+
+def _write_index(out: Path, jobs: list) -> None:
+    """One file naming the pending cells; their folders are made when each starts (``run_cells``)."""
+    index = read_json_mapping(out / INDEX) or {}
+    write_json(index | {record["key"]: record for _, _, record in jobs}, out / INDEX)
 
 
 def _describe(cell: Cell) -> str:
@@ -702,7 +734,11 @@ def sweep_status(out) -> dict[str, list[dict]]:
     if not (out / "sweep.yaml").is_file():
         raise BnnZooError(f"{out} is not a sweep folder (no sweep.yaml); run bnn-zoo sweep FILE --out {out} first")
     states: dict[str, list[dict]] = {state: [] for state in STATES}
-    for folder in sorted(p for p in (out / "cells").glob("*") if p.is_dir()):
+    folders = {p.name: p for p in (out / "cells").glob("*") if p.is_dir()}
+    for key, record in (read_json_mapping(out / INDEX) or {}).items():
+        if key not in folders and isinstance(record, dict):
+            states["pending"].append(record | {"key": key, "labels": record.get("labels") or {}})
+    for folder in sorted(folders.values()):
         info = read_json_mapping(folder / "cell.json") or {}
         info = info | {"key": folder.name, "labels": info.get("labels") if isinstance(info.get("labels"), dict) else {}}
         status = read_status(folder)
