@@ -243,7 +243,7 @@ def _values(value, where: str) -> list:
                 f"{where}: write range(N) or range(START, STOP[, STEP]) with whole numbers, got {value!r}"
             ) from None
         if len(values) > MAX_AXIS:
-            raise BnnZooError(f"{where} is {value}: {len(values):,} values, more than a sweep axis takes ({MAX_AXIS:,})")
+            raise BnnZooError(f"{where} is {value}: {len(values):,} values, more than an axis takes ({MAX_AXIS:,})")
         return list(values)
     if not isinstance(value, list) or not value:
         raise BnnZooError(f"{where} needs a non-empty list of values or range(N), got {value!r}")
