@@ -164,14 +164,13 @@ def main(argv=None) -> int:
     p.add_argument(
         "--adversarial",
         type=float,
-        default=0.01,
         help="deep-ensembles: adversarial epsilon as a fraction of each input's range (default 0.01; 0: none)",
     )
     p.add_argument("--splits", help="splits to run (uci-gap: input columns), e.g. 0-19 or 0,3,5 (default all)")
+    p.add_argument("--mc-passes", type=_positive, help="uci-gal: MC dropout passes T per prediction (default 10,000)")
     p.add_argument(
-        "--mc-passes", type=_positive, default=10_000, help="MC dropout passes T per prediction (default 10,000)"
+        "--device", help="uci-gal: where the fits are stepped, cpu (default) or cuda (scoring stays on the CPU)"
     )
-    p.add_argument("--device", help="where the fits are stepped: cpu (default) or cuda (scoring stays on the CPU)")
     p.add_argument("--out", required=True, help="output folder")
     _execution_options(p)
 
@@ -459,6 +458,8 @@ def _table(args):
         raise BnnZooError(f"--by {args.by!r} names no label; give labels like dataset,inference")
     out = args.out or Path(args.dirs[0]) / "table"
     writable_folder(Path(out).parent, "--out")
+    if args.reference_method is not None and not args.reference_method.strip():
+        raise BnnZooError("--reference-method '' names no method; give the reference cells' inference, e.g. nuts")
     cells = pd.concat([table.collect(d) for d in args.dirs])
     if args.reference_method:
         cells = table.with_posterior_reference(cells, args.reference_method)
@@ -478,6 +479,7 @@ def _reproduce(args):
     from bnn_zoo.experiments.sweep import run_sweep
     from bnn_zoo.io import writable_folder
 
+    _check_protocol_options(args)
     out = writable_folder(args.out)
     if args.protocol == "digits-shift":
         return _digits_shift(args, out)
@@ -514,6 +516,30 @@ def _reproduce(args):
     else:
         print(table.write_uci(table.aggregate(frame, ["dataset"]), out / "table"), end="")
     return _report(summary, out)
+
+
+PROTOCOL_OPTIONS = {  # the reproduce options each protocol reads; a given option it does not read is refused
+    "uci-gal": {"data", "epochs", "splits", "mc_passes", "device"},
+    "deep-ensembles": {"data", "epochs", "splits", "adversarial"},
+    "uci-gap": {"data", "splits"},
+    "digits-shift": set(),
+}
+PROTOCOL_DEFAULTS = {"adversarial": 0.01, "mc_passes": 10_000}
+
+
+def _check_protocol_options(args) -> None:
+    """Refuse an option the protocol ignores, and a bad --adversarial, before any cell runs; fill the defaults."""
+    for name in sorted(set().union(*PROTOCOL_OPTIONS.values()) - PROTOCOL_OPTIONS[args.protocol]):
+        if getattr(args, name) is not None:
+            users = " and ".join(p for p, options in PROTOCOL_OPTIONS.items() if name in options)
+            raise BnnZooError(f"--{name.replace('_', '-')} is an option of {users}, not {args.protocol}; drop it")
+    for name, default in PROTOCOL_DEFAULTS.items():
+        setattr(args, name, default if getattr(args, name) is None else getattr(args, name))
+    if not 0 <= args.adversarial < 1:  # NaN fails too
+        raise BnnZooError(
+            f"--adversarial is a fraction of each input's range in [0, 1) (0: no adversarial training), got "
+            f"{args.adversarial}"
+        )
 
 
 def _digits_shift(args, out):

@@ -177,6 +177,12 @@ def check_path(path, option: str = "--out") -> Path:
         raise BnnZooError(
             f"{option} has a name of {len(long.encode())} bytes ({long[:20]}...); this filesystem allows {limit}"
         )
+    whole = len(os.fsencode(path.absolute()))
+    longest = os.pathconf(".", "PC_PATH_MAX") if hasattr(os, "pathconf") else 4096
+    if whole >= longest:
+        raise BnnZooError(
+            f"{option} is a path of {whole} bytes ({str(path)[:20]}...); paths here are shorter than {longest}"
+        )
     return path
 
 

@@ -225,6 +225,8 @@ def load(path: str | Path, model: Any = None, guide: Any = None):
         return _LOADERS[header["kind"]](header, state, model=model, guide=guide)
     except NotDescribable as exc:
         raise BnnZooError(f"{path} cannot be loaded: {exc}") from None
+    except BnnZooError:
+        raise
     except (KeyError, RuntimeError, TypeError, ValueError, AttributeError) as exc:
         raise BnnZooError(
             f"{path} does not match its description ({type(exc).__name__}: "
@@ -235,8 +237,9 @@ def load(path: str | Path, model: Any = None, guide: Any = None):
 def rebuild_model(header: dict, model: Any) -> Any:
     """The model from the header's description, or ``model`` when given (checked against it)."""
     if model is not None:
-        if describe_or_none(model) not in (None, header.get("model")):
-            raise BnnZooError("the model passed to load() is not the one that was saved (their descriptions differ)")
+        given, saved = describe_or_none(model), header.get("model")
+        if given not in (None, saved):
+            raise BnnZooError(f"the model passed to load() is not the one that was saved: {_difference(given, saved)}")
         return model
     if header.get("model") is None:
         raise BnnZooError(
@@ -251,6 +254,23 @@ def rebuild_model(header: dict, model: Any) -> Any:
         raise BnnZooError(
             f"the saved model cannot be rebuilt here ({exc}); pass it: bnn_zoo.load(DIR, model=...)"
         ) from None
+
+
+def _difference(given: Any, saved: Any, where: str = "model") -> str:
+    """Where two descriptions first differ, as ``model.net.hidden: [50] given, [10] saved``."""
+    if isinstance(given, dict) and isinstance(saved, dict) and given.get("class") == saved.get("class"):
+        given, saved = given.get("args", given), saved.get("args", saved)
+        for key in sorted(set(given) | set(saved)):
+            if given.get(key) != saved.get(key):
+                return _difference(given.get(key), saved.get(key), f"{where}.{key}")
+    if isinstance(given, dict) and isinstance(saved, dict) and "class" in given and "class" in saved:
+        return f"{where} is a {given['class']}, the saved one a {saved['class']}"
+    return f"{where}: {_short(given)} given, {_short(saved)} saved"
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _class_names(desc: Any):

@@ -25,6 +25,8 @@ def as_tensor(name: str, value) -> torch.Tensor:
         raise BnnZooError(f"{name} is complex; pass real numbers")
     if value.dim() == 0 or value.shape[0] == 0:
         raise BnnZooError(f"{name} is empty (shape {tuple(value.shape)}); pass at least one data point")
+    if value.numel() == 0:
+        raise BnnZooError(f"{name} has shape {tuple(value.shape)}: its rows hold no values; pass at least one feature")
     if torch.is_floating_point(value):
         bad = ~torch.isfinite(value)
         if bad.any():
@@ -64,12 +66,11 @@ def check_inputs(model, x) -> torch.Tensor:
 
 
 def output_width(model, x: torch.Tensor) -> int:
-    """The network's number of outputs: declared (``net.out_features``) or read off one forward pass."""
-    if isinstance(getattr(model, "net", None), DeclaresWidths):  # a BNN whose network declares its widths
-        return model.net.out_features
+    """The network's number of outputs: declared (``net.out_features``) or read off one forward pass,
+    which must give finite numbers on the first rows of x at the network's initial weights."""
     if isinstance(getattr(model, "out_features", None), int):  # a GP declares its outputs
         return model.out_features
-    rows = x[:2]
+    rows, net = x[:2], type(getattr(model, "net", model))
     try:
         with torch.no_grad():
             out = model.forward(model.params, rows)
@@ -78,11 +79,17 @@ def output_width(model, x: torch.Tensor) -> int:
             f"the network cannot take x of shape {tuple(x.shape)} ({first_line(exc)}); check the number of features"
         ) from None
     except Exception as exc:  # a user's network raising its own error: show it as theirs
-        net = type(getattr(model, "net", model))
         raise BnnZooError(
             f"the network {net.__module__}.{net.__qualname__} fails on the first 2 rows of x: {type(exc).__name__}: "
             f"{first_line(exc)}"
         ) from None
+    if not torch.isfinite(out).all():
+        raise BnnZooError(
+            f"your network {net.__module__}.{net.__qualname__} returns {_nonfinite(out)} for the first "
+            f"{rows.shape[0]} rows of x at its initial weights; check its forward (a fit would only learn NaN)"
+        )
+    if isinstance(getattr(model, "net", None), DeclaresWidths):  # a BNN whose network declares its widths
+        return model.net.out_features
     dims = 3 if model.likelihood.task == "language-model" else 2  # (N, T, vocabulary) or (N, outputs)
     if out.dim() != dims or out.shape[0] != rows.shape[0]:
         expected = "(N, T, vocabulary)" if dims == 3 else "(N, out_features)"
@@ -91,6 +98,11 @@ def output_width(model, x: torch.Tensor) -> int:
             "e.g. out.reshape(len(x), -1) (a likelihood would broadcast any other shape silently)"
         )
     return out.shape[-1]
+
+
+def _nonfinite(out: torch.Tensor) -> str:
+    kinds = [k for k, bad in (("NaN", out.isnan()), ("inf", out.isinf())) if bad.any()]
+    return f"{' and '.join(kinds)} in {int((~torch.isfinite(out)).sum())} of its {out.numel()} outputs"
 
 
 def check_data(model, x, y) -> tuple[torch.Tensor, torch.Tensor]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import warnings
 from pathlib import Path
@@ -93,7 +94,7 @@ def load_predictions(path):
 
 def load_results(results) -> list:
     """Fitted ``Result`` objects pass through; paths are read as result folders. Names are made unique."""
-    loaded = [r if hasattr(r, "idata") else _Loaded(Path(r)) for r in results]
+    loaded = [_result(r) for r in results]
     if not loaded:
         raise BnnZooError("nothing to compare: pass at least one result or result folder")
     names = [r.name for r in loaded]
@@ -101,6 +102,18 @@ def load_results(results) -> list:
         if names.count(r.name) > 1:
             r.name = f"{r.name}-{i}"
     return loaded
+
+
+def _result(r):
+    if hasattr(r, "idata"):
+        return r
+    if isinstance(r, str | os.PathLike):
+        return _Loaded(Path(r))
+    raise BnnZooError(
+        f"compare scores fitted runs with their test predictions: a Result of bnn_zoo.experiments.run.execute "
+        f"or a result folder (bnn-zoo fit --out DIR), not a {type(r).__name__} (bz.fit's posterior carries no test "
+        "scores; execute(RunConfig(...), DIR) fits and scores a run)"
+    )
 
 
 def compare(results: list, reference: object | None = None) -> pd.DataFrame:

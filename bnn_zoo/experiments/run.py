@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,11 +12,13 @@ import numpy as np
 import torch
 import xarray as xr
 
+from bnn_zoo import resources
 from bnn_zoo.bnn import BNN
 from bnn_zoo.errors import BnnZooError
 from bnn_zoo.evaluation import (
     calibration,
     classification_metrics,
+    collapse,
     language_model_metrics,
     reference,
     regression_metrics,
@@ -23,6 +26,7 @@ from bnn_zoo.evaluation import (
 from bnn_zoo.evaluation.collapse import diagnose
 from bnn_zoo.experiments.config import DEFAULT_LIKELIHOOD, Dropout, RunConfig, build_network, to_dict
 from bnn_zoo.inference import fit
+from bnn_zoo.inference.defaults import batch_size
 from bnn_zoo.io import announce, save_dataset, writable_folder, write_json, write_yaml
 
 
@@ -253,6 +257,7 @@ def prepare(config: RunConfig, out_dir=None, progress: bool = True, resume: bool
         )
     if config.inference.bnn:
         out_features = likelihood.outputs(classes if isinstance(likelihood, likelihoods.Categorical) else 1)
+        check_memory(config, dataset, lambda: build_network(config.model, dataset, out_features), out_features)
         net = build_network(config.model, dataset, out_features)
         model = BNN(net, config.prior.build(dataset, likelihood, config.guide), likelihood)
         config = config.for_model(model, dataset.x_train.shape[0])
@@ -261,6 +266,36 @@ def prepare(config: RunConfig, out_dir=None, progress: bool = True, resume: bool
     method = config.inference.build(config, model, dataset, checkpoint, progress)
     name = config.inference.registered_name + (f"-{config.guide.registered_name}" if config.guide is not None else "")
     return Prepared(config, dataset, model, method, name, out)
+
+
+def check_memory(config: RunConfig, dataset, build, out_features: int) -> None:
+    """Refuse a run whose memory, estimated from its network built on the meta device, exceeds what the
+    machine has: the weights, one training step, and the predictions the scoring holds at once (test
+    draws, the collapse check's draws on the training rows; a language model's averaged test outputs)."""
+    meta = resources.on_meta(build)
+    if meta is None:
+        return
+    method, (n, n_test) = config.inference, (len(dataset.x_train), len(dataset.x_test))
+    params, per_row = resources.footprint(meta, tuple(dataset.x_train.shape[1:]))
+    copies = next((getattr(method, k) for k in ("num_particles", "num_chains", "members") if hasattr(method, k)), 1)
+    draws = getattr(method, "num_draws", None) or getattr(method, "num_samples", None) or 1000
+    if dataset.task == "language-model":  # (N, T, vocabulary) outputs, averaged over draws in place
+        outputs = math.prod(dataset.x_test.shape[1:]) * out_features
+        predictions = {"the test outputs' running average": 2 * n_test * outputs}
+    else:
+        predictions = {
+            "the test predictions": draws * copies * n_test * out_features,
+            "the collapse check's predictions on the training rows": collapse.DRAWS * n * out_features,
+        }
+    rows = batch_size(getattr(method, "batch_size", None), n) if hasattr(method, "batch_size") else None
+    resources.check_fit_memory(
+        params,
+        per_row,
+        rows or n,
+        copies or 1,
+        predictions,
+        "use fewer rows, a smaller network, minibatches (--inference.batch_size) or fewer draws",
+    )
 
 
 def execute(config: RunConfig, out_dir=None, progress: bool = True, resume: bool = False) -> Result:

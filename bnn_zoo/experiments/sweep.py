@@ -613,6 +613,7 @@ def run_sweep(
         bar = _Progress(shown)
         if sweep.select is not None:
             selection = _run_stage(inner, out, executor, bar, summary)
+            _check_metric(sweep.select.metric, selection.values())
             chosen = [_selected(sweep, c, [i for i in inner if i.parent == c.key], selection) for c in outer]
             summary["failed"] += [
                 f"{c.key} ({_describe(c)}): no selection run finished" for c, f in zip(outer, chosen) if f is None
@@ -687,6 +688,15 @@ def _write_index(out: Path, jobs: list) -> None:
 
 def _describe(cell: Cell) -> str:
     return ", ".join(f"{k}={v}" for k, v in cell.labels.items())
+
+
+def _check_metric(metric: str, statuses) -> None:
+    """Refuse a selection metric that no finished selection run reports (a typo would fail every cell)."""
+    reported = {name for status in statuses for name in status.get("metrics", {})}
+    if reported and metric not in reported:
+        raise BnnZooError(
+            f"select.metric {metric!r} is not a metric of the selection runs; they report {', '.join(sorted(reported))}"
+        )
 
 
 def _selected(sweep: Sweep, cell: Cell, inner: list[Cell], statuses: dict) -> Cell | None:

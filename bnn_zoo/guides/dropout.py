@@ -183,6 +183,11 @@ class DropoutGuide(LocalParamModule):
         dropped = [k for k in self.weights if placed is None or k in placed]
         self.p = {k: 0.0 for k in self.weights} | dict(zip(dropped, _per_layer(p, len(dropped))))
         self.learned = [k for k in dropped if self.p[k] > 0] if learn_p else []
+        if learn_p and not self.learned:  # logit 0 is -inf: nothing to learn from, and no dropout at all
+            raise BnnZooError(
+                f"dropout learn_p starts each p where it is given, and p = {p} leaves none above 0 to learn; give "
+                "p > 0 (e.g. 0.1), or learn_p false for a fit without dropout"
+            )
         self.logits = LocalParamModule()  # each learned p as logit p
         for name in self.learned:
             logit = math.log(self.p[name] / (1 - self.p[name]))

@@ -63,7 +63,7 @@ def fit(
             f"method is the class {method.__name__}; pass an instance, e.g. bnn_zoo.{method.__name__}() with its "
             "settings"
         )
-    if not hasattr(method, "run"):
+    if not isinstance(method, (*METHODS.values(), TypeII)):
         raise BnnZooError(
             f"method must be bnn_zoo.SVI(...), NUTS, HMC, ChEES, Laplace, SGMCMC, Ensemble, SWAG or TypeII (a GP), got "
             f"{method!r}"

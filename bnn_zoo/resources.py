@@ -1,0 +1,121 @@
+"""What a fit needs before it is allocated: memory estimated from shapes alone, against what the machine has.
+
+The network is measured on torch's ``meta`` device: its parameters and the bytes its forward pass
+makes per input row, with no memory behind them. A run whose estimate exceeds the memory available
+is refused in one line (what it needs, what the machine has) instead of swapping until it is killed.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+from bnn_zoo.errors import BnnZooError
+
+FLOAT = 4  # bytes of a float32
+# weight-sized tensors a fit keeps: the weights, a guide's two per weight, their gradients, Adam's two moments
+WEIGHT_COPIES = 6
+GRADIENT_FACTOR = 2  # a backward pass holds about as much again as the forward pass it differentiates
+
+
+def available_memory() -> int:
+    """Bytes this process may still allocate: the kernel's MemAvailable, or less where a cgroup limits it."""
+    try:
+        meminfo = Path("/proc/meminfo").read_text()
+        free = int(next(line.split()[1] for line in meminfo.splitlines() if line.startswith("MemAvailable"))) * 1024
+    except (OSError, StopIteration, ValueError):
+        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    try:
+        limit, used = (Path("/sys/fs/cgroup", f).read_text().strip() for f in ("memory.max", "memory.current"))
+        if limit != "max":
+            free = min(free, int(limit) - int(used))
+    except (OSError, ValueError):
+        pass
+    return free
+
+
+class _Counter(TorchDispatchMode):
+    """Sums the bytes of every tensor an operation returns: what a forward pass allocates."""
+
+    def __init__(self):
+        super().__init__()
+        self.bytes = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self.bytes += sum(t.numel() * t.element_size() for t in tree_leaves(out) if isinstance(t, torch.Tensor))
+        return out
+
+
+def on_meta(build: Callable[[], torch.nn.Module]) -> torch.nn.Module | None:
+    """The network ``build`` makes, on the meta device (shapes only); None where it cannot be built there."""
+    try:
+        with torch.device("meta"):
+            return build()
+    except Exception:  # a user's constructor doing real arithmetic: it is then measured by its real build
+        return None
+
+
+def footprint(net: torch.nn.Module, row_shape: tuple[int, ...]) -> tuple[int, int | None]:
+    """(parameters, bytes the forward pass makes per input row) of ``net``, measured on a meta copy of
+    it (None per row where its forward does not run there)."""
+    params = sum(p.numel() for p in net.parameters())
+    meta = net if all(p.is_meta for p in net.parameters()) else _meta_copy(net)
+    if meta is None:
+        return params, None
+    counts = []
+    try:
+        for rows in (1, 2):
+            with _Counter() as counter:
+                meta(torch.zeros(rows, *row_shape, device="meta"))
+            counts.append(counter.bytes)
+    except Exception:  # an operation without a meta kernel, or a forward that reads values
+        return params, None
+    return params, max(counts[1] - counts[0], 0)
+
+
+def _meta_copy(net: torch.nn.Module) -> torch.nn.Module | None:
+    import copy
+
+    try:
+        memo = {id(p): torch.empty_like(p, device="meta") for p in [*net.parameters(), *net.buffers()]}
+        return copy.deepcopy(net, memo)
+    except Exception:
+        return None
+
+
+def check_fit_memory(
+    params: int,
+    per_row: int | None,
+    rows_per_step: int,
+    copies: int = 1,
+    predictions: dict[str, int] | None = None,
+    fix: str = "",
+) -> None:
+    """Refuse a fit whose estimated memory exceeds what is available: the weights and the method's
+    copies of them, one step's forward and backward pass over ``rows_per_step`` rows for ``copies``
+    draws of the weights, and the largest of ``predictions`` (named float counts held at once)."""
+    parts = {"the weights and their copies": params * FLOAT * WEIGHT_COPIES}
+    if per_row is not None:
+        parts["one training step"] = per_row * rows_per_step * copies * GRADIENT_FACTOR
+    for what, floats in (predictions or {}).items():
+        parts[what] = floats * FLOAT
+    need, free = sum(parts.values()), available_memory()
+    if need > free:
+        largest = max(parts, key=parts.get)
+        raise BnnZooError(
+            f"this fit needs about {_size(need)} of memory ({largest}: {_size(parts[largest])}) and this machine has "
+            f"{_size(free)} available; {fix or 'use less data or a smaller network'}"
+        )
+
+
+def _size(n: float) -> str:
+    units = ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB")
+    power = min(int(math.log(max(n, 1), 1024)), len(units) - 1)
+    return f"{n / 1024**power:,.1f} {units[power]}" if power else f"{int(n)} bytes"
