@@ -476,7 +476,7 @@ def _reproduce(args):
     import pandas as pd
 
     from bnn_zoo.experiments import protocols, table
-    from bnn_zoo.experiments.sweep import run_sweep
+    from bnn_zoo.experiments.sweep import check_resources, run_sweep
     from bnn_zoo.io import writable_folder
 
     _check_protocol_options(args)
@@ -494,6 +494,8 @@ def _reproduce(args):
         sweeps = [protocols.uci_gap(f, splits) for f in folders]
     else:
         sweeps = [protocols.uci_gal(f, args.epochs, splits, args.mc_passes, args.device) for f in folders]
+    for sweep in sweeps:
+        check_resources(sweep)
     summary = {"done": 0, "skipped": 0, "failed": []}
     for folder, sweep in zip(folders, sweeps):
         part = run_sweep(

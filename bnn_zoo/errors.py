@@ -9,6 +9,10 @@ class BnnZooError(ValueError):
     """Bad input caught at the boundary, before any training starts."""
 
 
+class ResourceError(BnnZooError):
+    """A run that needs more of the machine (memory) than it has: every run like it fails the same way."""
+
+
 def first_line(exc: BaseException) -> str:
     """An exception's message on one line (the first), for errors that quote another library's."""
     lines = str(exc).strip().splitlines()

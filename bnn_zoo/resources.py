@@ -16,7 +16,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from bnn_zoo.errors import BnnZooError
+from bnn_zoo.errors import ResourceError
 
 FLOAT = 4  # bytes of a float32
 # weight-sized tensors a fit keeps: the weights, a guide's two per weight, their gradients, Adam's two moments
@@ -109,7 +109,7 @@ def check_fit_memory(
     need, free = sum(parts.values()), available_memory()
     if need > free:
         largest = max(parts, key=parts.get)
-        raise BnnZooError(
+        raise ResourceError(
             f"this fit needs about {_size(need)} of memory ({largest}: {_size(parts[largest])}) and this machine has "
             f"{_size(free)} available; {fix or 'use less data or a smaller network'}"
         )

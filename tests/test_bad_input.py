@@ -1,5 +1,6 @@
 """Every bad input fails before training with a one-line message naming the problem and the fix."""
 
+import json
 import os
 import re
 from pathlib import Path
@@ -217,6 +218,20 @@ def _corpus_files(root):
         "    def forward(self, x):\n        raise ValueError('my forward failed')\n\n\n"
         "class Other(torch.nn.Module):\n    def __init__(self, depth):\n        super().__init__()\n"
     )
+    (root / "usernet.py").write_text(
+        (root / "usernet.py").read_text()
+        + "\n\nclass NaNForward(torch.nn.Module):\n    def __init__(self, in_features, out_features):\n"
+        "        super().__init__()\n        self.layer = torch.nn.Linear(in_features, out_features)\n\n"
+        "    def forward(self, x):\n        return self.layer(x) * float('nan')\n"
+    )
+    (root / "select-typo.yaml").write_text(
+        "base: {inference: {class_path: SVI, init_args: {steps: 2}}, evaluation: {plots: false}}\n"
+        "select: {grid: {inference.lr: [0.01, 0.02]}, metric: test_log_likelihod}\n"
+    )
+    _uci_folder(root / "uci-gal-wide")
+    for name, value in {"dropout_rates": "0.01", "tau_values": "0.1", "n_hidden": "1e9", "n_epochs": "1"}.items():
+        (root / "uci-gal-wide" / f"{name}.txt").write_text(value + "\n")
+    (root / "uci-gal-wide" / "n_splits.txt").write_text("1\n")
     (root / "sweep-junk" / "cells" / "abc").mkdir(parents=True)
     (root / "sweep-junk" / "sweep.yaml").write_text("name: junk\n")
     (root / "sweep-junk" / "cells" / "abc" / "status.json").write_text('{"state": "done", "metrics": [1]}')
@@ -501,6 +516,35 @@ QUICK_FIT = ["--inference.steps", "2", "--evaluation.plots", "false", "--quiet"]
             ["sweep", "big.yaml"],
             "the sweep sweep has 10,000 cells, more than the limit of 1,000; pass --max-cells 10000 to run them all",
         ),
+        # runs that would not fit in memory (this machine kind has 24 GiB), refused before anything is allocated
+        (["fit", "--data.n_train", "100000000"], "this fit needs about 37.3 GiB of memory"),
+        (["reproduce", "uci-gal", "--data", "uci-gal-wide", "--out", "new"], "sweep uci-gal uci-gal-wide: this fit"),
+        # options that would be silently ignored, or fail only inside every cell
+        (
+            ["fit", "--guide", "dropout", "--guide.learn_p", "true", "--guide.p", "0"],
+            "p = 0.0 leaves none above 0 to learn",
+        ),
+        (
+            ["reproduce", "uci-gal", "--data", "uci-gal-0-epochs", "--adversarial", "0.5", "--out", "new"],
+            "--adversarial is an option of deep-ensembles, not uci-gal; drop it",
+        ),
+        (
+            ["reproduce", "digits-shift", "--data", "uci-gal-0-epochs", "--out", "new"],
+            "--data is an option of uci-gal and deep-ensembles and uci-gap, not digits-shift",
+        ),
+        (["reproduce", "digits-shift", "--splits", "0-3", "--out", "new"], "--splits is an option of"),
+        (
+            ["reproduce", "deep-ensembles", "--data", "uci-gal-0-epochs", "--adversarial", "-0.5", "--out", "new"],
+            "--adversarial is a fraction of each input's range in [0, 1) (0: no adversarial training), got -0.5",
+        ),
+        (
+            ["reproduce", "deep-ensembles", "--data", "uci-gal-0-epochs", "--adversarial", "nan", "--out", "new"],
+            "got nan",
+        ),
+        (["table", "sweep-junk", "--reference-method", ""], "--reference-method '' names no method"),
+        (["sweep", "select-typo.yaml", "--out", "sel"], "select.metric 'test_log_likelihod' is not a metric"),
+        (["fit", "--model", "usernet:NaNForward"], "your network usernet.NaNForward returns NaN in"),
+        (["fit", "--out", "/".join(["d" * 200] * 30)], "--out is a path of"),
         (
             ["reproduce", "uci-gal", "--data", "uci-gal-0-epochs", "--out", "new"],
             "n_epochs.txt's value must be a whole number >= 1, got 0.0",
@@ -519,6 +563,7 @@ def test_cli_bad_input_corpus(argv, message, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     _corpus_files(tmp_path)
+    before = _snapshot(tmp_path)
     if argv[0] == "fit" and "--out" not in argv:
         argv = [*argv, "--out", "o"]
     argv = ["fit", *QUICK_FIT, *argv[1:]] if argv[0] == "fit" else argv  # the case's own options come last and win
@@ -535,9 +580,16 @@ def test_cli_bad_input_corpus(argv, message, capsys, tmp_path, monkeypatch):
     err = capsys.readouterr().err
     assert code == 2 and message in err and err.count("\n") == 1, err
     assert not (tmp_path / "o").exists()
-    assert (tmp_path / "done" / "metrics.json").exists() and (
-        tmp_path / "partial" / "config.yaml"
-    ).exists()  # nothing lost
+    after = _snapshot(tmp_path)
+    assert {k: after.get(k) for k in before} == before  # nothing lost or changed
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in root.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
 
 
 def test_result_files_get_normal_permissions_and_no_temporary_files_stay(tmp_path):
@@ -831,3 +883,35 @@ def test_an_out_folder_without_write_permission_is_one_line(tmp_path, monkeypatc
     assert code == 2 and err.count("\n") == 1, err
     assert f"cannot write to --out {locked / 'run'} (Permission denied); choose a folder you can write to" in err
     assert not any(locked.rglob("*.json"))
+
+
+def test_python_api_cases_that_raised_internal_errors_now_say_what_is_wrong(reg, tmp_path):
+    x, y = torch.randn(12, 2), torch.randn(12)
+    _fails(reg, torch.randn(12, 0), y, r"x has shape \(12, 0\): its rows hold no values")
+
+    class Foreign:
+        def run(self, *args, **kwargs):
+            return "whatever"
+
+    with pytest.raises(bz.BnnZooError, match="method must be bnn_zoo.SVI"):
+        bz.fit(reg, x, y, Foreign())
+    post = bz.fit(reg, x, y, QUICK)
+    with pytest.raises(bz.BnnZooError, match="compare scores fitted runs .* not a Posterior"):
+        bz.compare([post], reference=post)
+    gp = tmp_path / "gp"
+    bz.fit(bz.GP("rbf"), x, y, bz.TypeII()).save(gp)
+    with pytest.raises(bz.BnnZooError, match="model is a bnn_zoo.bnn:BNN, the saved one a bnn_zoo.baselines.gp:GP"):
+        bz.load(gp, model=reg)
+    post.save(tmp_path / "bnn")
+    other = bz.BNN(bz.models.MLP(2, [4], 1), likelihood=bz.likelihoods.Gaussian(0.5))
+    with pytest.raises(bz.BnnZooError, match=r"model.net.hidden: \[4\] given, \[3\] saved"):
+        bz.load(tmp_path / "bnn", model=other)
+
+
+def test_nuts_with_a_single_draw_scores_without_loo(tmp_path, capsys):
+    """One chain of one draw: PSIS-LOO has nothing to importance-sample (it raised IndexError)."""
+    argv = ["fit", "--inference", "nuts", "--inference.num_samples", "1", "--inference.num_warmup", "10"]
+    out = tmp_path / "one"
+    assert main([*argv, "--inference.num_chains", "1", *QUICK_FIT[2:], "--out", str(out)]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert "loo_elpd" not in metrics and np.isfinite(metrics["rmse"])

@@ -277,7 +277,9 @@ def check_memory(config: RunConfig, dataset, build, out_features: int) -> None:
         return
     method, (n, n_test) = config.inference, (len(dataset.x_train), len(dataset.x_test))
     params, per_row = resources.footprint(meta, tuple(dataset.x_train.shape[1:]))
-    copies = next((getattr(method, k) for k in ("num_particles", "num_chains", "members") if hasattr(method, k)), 1)
+    copies = (
+        next((getattr(method, k) for k in ("num_particles", "num_chains", "members") if hasattr(method, k)), 1) or 1
+    )
     draws = getattr(method, "num_draws", None) or getattr(method, "num_samples", None) or 1000
     if dataset.task == "language-model":  # (N, T, vocabulary) outputs, averaged over draws in place
         outputs = math.prod(dataset.x_test.shape[1:]) * out_features
@@ -292,7 +294,7 @@ def check_memory(config: RunConfig, dataset, build, out_features: int) -> None:
         params,
         per_row,
         rows or n,
-        copies or 1,
+        copies,
         predictions,
         "use fewer rows, a smaller network, minibatches (--inference.batch_size) or fewer draws",
     )
@@ -364,7 +366,8 @@ def _evidence(posterior, idata, elbo_samples):
             out["log_marginal_likelihood"] = posterior.log_marginal_likelihood()
         else:
             out["elbo"], out["elbo_se"] = posterior.elbo(num_samples=elbo_samples)
-    if posterior.method == "ensemble":  # K point estimates: too few draws to importance-sample
+    draws = idata.log_likelihood.sizes["chain"] * idata.log_likelihood.sizes["draw"]
+    if posterior.method == "ensemble" or draws < 2:  # K point estimates, or one draw: too few to importance-sample
         return out
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

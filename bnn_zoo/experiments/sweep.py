@@ -42,7 +42,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bnn_zoo.errors import BnnZooError
+from bnn_zoo.errors import BnnZooError, ResourceError
 from bnn_zoo.experiments import config as cfg
 from bnn_zoo.io import announce, fingerprint, read_json_mapping, read_yaml, write_json, write_yaml
 
@@ -600,6 +600,7 @@ def run_sweep(
             f"the sweep {sweep.name} has {sweep.size():,} cells, more than the limit of {max_cells:,}; pass "
             f"--max-cells {sweep.size()} to run them all (each is a fit with its own folder), or shrink its axes"
         )
+    check_resources(sweep)
     out = Path(out)
     sweep = dataclasses.replace(sweep, lockstep=lockstep)
     _check_folder(out, sweep)
@@ -622,6 +623,20 @@ def run_sweep(
             outer = [f for f in chosen if f is not None]
         _run_stage(outer, out, executor, bar, summary)
     return summary
+
+
+def check_resources(sweep: Sweep) -> None:
+    """Prepare the sweep's first cell before any runs (its data loaded, its network measured): a run
+    that needs more memory than the machine has fails the sweep in one line, where every cell would
+    fail alike. Any other error stays the cell's own, recorded when it runs."""
+    from bnn_zoo.experiments.run import prepare
+
+    try:
+        prepare(cfg.from_dict(sweep.cell(sweep.outer()[0]).config), progress=False)
+    except ResourceError as exc:
+        raise ResourceError(f"sweep {sweep.name}: {exc}") from None
+    except BnnZooError:
+        pass
 
 
 class _Progress:
