@@ -232,7 +232,10 @@ def test_a_users_own_network_from_the_command_line(tmp_path, monkeypatch):
     idata = load_inference_data(out / "posterior.nc")
     assert idata.posterior["body.0.weight"].shape[-2:] == (6, 1)
     assert "class_path: mynets.Wide" in (out / "config.yaml").read_text()
-    assert main(["fit", "--config", str(out / "config.yaml"), "--out", str(tmp_path / "again"), "--quiet"]) == 0
+    again = ["fit", "--config", str(out / "config.yaml"), "--out", str(tmp_path / "again"), "--quiet"]
+    assert main(again) == 2  # a file may not make bnn-zoo import a class the command line does not name
+    assert main([*again, "--model", "mynets:Wide"]) == 0
+    assert "width: 6" in (tmp_path / "again" / "config.yaml").read_text()
     assert main(["fit", "--model", "mynets:Wide", "--model.depth", "2", "--out", str(tmp_path / "x"), "--quiet"]) == 2
 
 

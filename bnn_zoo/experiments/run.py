@@ -114,7 +114,7 @@ def evaluate(
     x_test, y_test = dataset.test
     pred = None
     if model.likelihood.task == "language-model":  # (draws, N, T, V) outputs are too large to hold: averaged in chunks
-        metrics = language_model_metrics(posterior.predictive_mean(x_test), y_test)
+        metrics = language_model_metrics(posterior.predictive_mean(x_test, predict_samples), y_test)
     else:
         pred = posterior.predict(x_test, num_samples=predict_samples)
         metrics = _test_metrics(pred, model, y_test, dataset)
