@@ -6,8 +6,8 @@ import pytest
 import torch
 
 warnings.filterwarnings("ignore", category=FutureWarning)
-# torch threads per test process: BNN_ZOO_TEST_THREADS=N (CI runs N = 2 too, which changes the order of
-# parallel reductions); by default one per worker (pyproject's -n starts one per core), torch's own without workers
+# torch threads per test process: BNN_ZOO_TEST_THREADS=N; by default one per worker (there is a worker per
+# core: pytest_cmdline_main below) and torch's own (one per core) without workers, which CI runs too
 THREADS = os.environ.get("BNN_ZOO_TEST_THREADS") or ("1" if os.environ.get("PYTEST_XDIST_WORKER") else "")
 if THREADS:
     torch.set_num_threads(int(THREADS))
@@ -18,6 +18,16 @@ import bnn_zoo as bz  # noqa: E402
 from bnn_zoo.evaluation.exact import linear_regression  # noqa: E402
 
 NOISE = 0.5
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """One worker per core (at most 4) where pytest-xdist is on and no -n was given, so that
+    ``python -m pytest -p no:xdist`` runs the suite in one process; loadscope keeps a module's tests,
+    and so its shared fitted fixtures, on one worker."""
+    if config.pluginmanager.hasplugin("xdist") and config.option.numprocesses is None:
+        config.option.numprocesses, config.option.maxprocesses = "auto", 4
+        config.option.dist = "loadscope" if config.option.dist == "no" else config.option.dist
 
 
 @contextlib.contextmanager

@@ -133,7 +133,8 @@ class Sweep:
 
     def size(self) -> int:
         """How many cells the sweep runs, selection runs included, counted without making them."""
-        outer = math.prod(len(v) for v in self.grid.values()) * (len(next(iter(self.zip.values()), [None])))
+        outer = math.prod(len(v) for v in self.grid.values())
+        outer *= len(next(iter(self.zip.values()))) if self.zip else 1
         inner = math.prod(len(v) for v in self.select.grid.values()) if self.select is not None else 0
         return outer * (1 + inner)
 

@@ -42,6 +42,22 @@ def _no_argument_checks():
         Distribution.set_default_validate_args(before)
 
 
+LARGE = 2**20  # rows past which a permutation per step costs more than the step (0.26 s at 10^7 rows)
+
+
+def minibatch(n: int, size: int, device=None) -> torch.Tensor:
+    """``size`` distinct row indices drawn uniformly, as Pyro's subsampling plate draws them. Up to
+    LARGE rows, a permutation's first ``size``; beyond, i.i.d. indices redrawn until distinct (which
+    conditions them on being a sample without replacement, and takes under 1.7 draws on average
+    while size^2 <= n), so a step costs O(size), not O(n)."""
+    if n <= LARGE or size * size > n:
+        return torch.randperm(n, device=device)[:size]
+    while True:
+        idx = torch.randint(n, (size,), device=device)
+        if len(torch.unique(idx)) == size:
+            return idx
+
+
 class DirectELBO:
     """The mean-field ELBO of a :class:`~bnn_zoo.protocols.SiteDistributions` guide, with Pyro's
     ``differentiable_loss(model, guide, *args)`` signature.
@@ -86,8 +102,7 @@ class DirectELBO:
                 )
             n = x.shape[0]
             if batch_size is not None and batch_size < n:
-                # without replacement, as Pyro's subsampling plate
-                idx = torch.randperm(n, device=x.device)[:batch_size]
+                idx = minibatch(n, batch_size, x.device)
                 x, y = x[idx], y[idx]
             weights = {k: v for k, v in values.items() if k in model.params}
             latent = {k: v for k, v in values.items() if k not in model.params}
