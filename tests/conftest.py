@@ -25,7 +25,8 @@ def pytest_cmdline_main(config):
     """One worker per core (at most 4) where pytest-xdist is on and no -n was given, so that
     ``python -m pytest -p no:xdist`` runs the suite in one process; loadscope keeps a module's tests,
     and so its shared fitted fixtures, on one worker."""
-    if config.pluginmanager.hasplugin("xdist") and config.option.numprocesses is None:
+    controller = config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput")  # not a worker
+    if controller and config.option.numprocesses is None:
         config.option.numprocesses, config.option.maxprocesses = "auto", 4
         config.option.dist = "loadscope" if config.option.dist == "no" else config.option.dist
 
