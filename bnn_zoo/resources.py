@@ -62,13 +62,10 @@ def on_meta(build: Callable[[], torch.nn.Module]) -> torch.nn.Module | None:
         return None
 
 
-def footprint(net: torch.nn.Module, row_shape: tuple[int, ...]) -> tuple[int, int | None]:
-    """(parameters, bytes the forward pass makes per input row) of ``net``, measured on a meta copy of
-    it (None per row where its forward does not run there)."""
-    params = sum(p.numel() for p in net.parameters())
-    meta = net if all(p.is_meta for p in net.parameters()) else _meta_copy(net)
-    if meta is None:
-        return params, None
+def footprint(meta: torch.nn.Module, row_shape: tuple[int, ...]) -> tuple[int, int | None]:
+    """(parameters, bytes the forward pass makes per input row) of a network built on the meta device
+    (None per row where its forward does not run there)."""
+    params = sum(p.numel() for p in meta.parameters())
     counts = []
     try:
         for rows in (1, 2):
@@ -78,16 +75,6 @@ def footprint(net: torch.nn.Module, row_shape: tuple[int, ...]) -> tuple[int, in
     except Exception:  # an operation without a meta kernel, or a forward that reads values
         return params, None
     return params, max(counts[1] - counts[0], 0)
-
-
-def _meta_copy(net: torch.nn.Module) -> torch.nn.Module | None:
-    import copy
-
-    try:
-        memo = {id(p): torch.empty_like(p, device="meta") for p in [*net.parameters(), *net.buffers()]}
-        return copy.deepcopy(net, memo)
-    except Exception:
-        return None
 
 
 def check_fit_memory(

@@ -55,16 +55,23 @@ def saved(tmp_path_factory):
     return folder
 
 
-@pytest.mark.parametrize("module, name", OUTSIDE)
-def test_a_posterior_naming_an_outside_class_is_refused(saved, tmp_path, victim, user_module, module, name):
+def _crafted(saved, tmp_path, edit):
+    """A copy of the saved folder whose posterior.json header ``edit`` changes in place."""
     crafted = tmp_path / "crafted"
     crafted.mkdir()
     for f in saved.iterdir():
         (crafted / f.name).write_bytes(f.read_bytes())
     header = json.loads((saved / "posterior.json").read_text())
-    # nested deep inside the description: refused before the outer, allowed classes are built
-    header["model"]["args"]["net"]["args"]["activation"] = {"class": f"{module}:{name}", "args": {"f": str(victim)}}
+    edit(header)
     (crafted / "posterior.json").write_text(json.dumps(header))
+    return crafted
+
+
+@pytest.mark.parametrize("module, name", OUTSIDE)
+def test_a_posterior_naming_an_outside_class_is_refused(saved, tmp_path, victim, user_module, module, name):
+    # nested deep inside the description: refused before the outer, allowed classes are built
+    outside = {"class": f"{module}:{name}", "args": {"f": str(victim)}}
+    crafted = _crafted(saved, tmp_path, lambda h: h["model"]["args"]["net"]["args"].update(activation=outside))
     with pytest.raises(bz.BnnZooError, match=f"{module}:{name} is not a class bnn-zoo rebuilds from a file") as info:
         bz.load(crafted)
     assert "\n" not in str(info.value)
@@ -72,23 +79,16 @@ def test_a_posterior_naming_an_outside_class_is_refused(saved, tmp_path, victim,
 
 
 def test_a_saved_guide_class_outside_the_allow_list_is_refused(saved, tmp_path, victim, user_module):
-    crafted = tmp_path / "guide"
-    crafted.mkdir()
-    for f in saved.iterdir():
-        (crafted / f.name).write_bytes(f.read_bytes())
-    header = json.loads((saved / "posterior.json").read_text())
-    header["settings"] |= {"guide": "evil_user_module:Net", "guide_source": "class"}
-    (crafted / "posterior.json").write_text(json.dumps(header))
+    crafted = _crafted(
+        saved, tmp_path, lambda h: h["settings"].update(guide="evil_user_module:Net", guide_source="class")
+    )
     with pytest.raises(bz.BnnZooError, match="evil_user_module:Net is not a class bnn-zoo rebuilds"):
         bz.load(crafted)
     _untouched(victim, user_module)
 
 
 def test_a_state_file_holding_a_pickled_object_is_refused(saved, tmp_path, victim, user_module):
-    crafted = tmp_path / "state"
-    crafted.mkdir()
-    for f in saved.iterdir():
-        (crafted / f.name).write_bytes(f.read_bytes())
+    crafted = _crafted(saved, tmp_path, lambda header: None)
     torch.save({"x": torch.nn.Linear(1, 1)}, crafted / "state.pt")  # a module: only a full unpickle restores it
     with pytest.raises(bz.BnnZooError, match="posterior state .* is unreadable"):
         bz.load(crafted)

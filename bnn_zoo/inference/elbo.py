@@ -42,7 +42,7 @@ def _no_argument_checks():
         Distribution.set_default_validate_args(before)
 
 
-LARGE = 2**20  # rows past which a permutation per step costs more than the step (0.26 s at 10^7 rows)
+LARGE = 2**20  # rows past which a permutation per step costs more than the step (benchmarks/portability.py)
 
 
 def minibatch(n: int, size: int, device=None) -> torch.Tensor:
