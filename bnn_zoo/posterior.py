@@ -132,6 +132,12 @@ class PosteriorLike(Protocol):
     def save(self, path: str | Path) -> Path: ...
 
 
+def function_space_draws(y_numel: int, outputs: int, max_mb: float = 100.0) -> float:
+    """Draws, over all chains, that the InferenceData's predictive and log-likelihood groups keep: about
+    ``max_mb`` of y each (``y_numel`` numbers a draw), and at most 4e8 network outputs computed in all."""
+    return min(max_mb * 2**20 / (8 * y_numel), 4e8 / outputs)
+
+
 class Posterior:
     """Posterior draws of every latent site, indexed (chain, draw), plus the guide when there is one.
 
@@ -385,11 +391,10 @@ class Posterior:
         (predictive, log-likelihood) also stop at about 4e8 network outputs computed. The attrs
         ``draws_<group>`` say how many draws per chain each group kept.
         """
-        budget = max_mb * 2**20
         weight_bytes = 4 * sum(math.prod(shape) for shape in self.model.latent_shapes().values())
         kept = {
-            "posterior": self._keep(budget / weight_bytes),
-            "function": self._keep(min(budget / (8 * self.y.numel()), 4e8 / self._outputs_per_draw(self.x))),
+            "posterior": self._keep(max_mb * 2**20 / weight_bytes),
+            "function": self._keep(function_space_draws(self.y.numel(), self._outputs_per_draw(self.x), max_mb)),
         }
         draws = self._draws_at(self._chain_index(kept["posterior"]))
         posterior = xr.Dataset(

@@ -1,14 +1,18 @@
-"""What a fit needs before it is allocated: memory estimated from shapes alone, against what the machine has.
+"""What a fit needs before it is allocated: memory estimated from shapes alone, and the scoring's time,
+against what the machine has.
 
 The network is measured on torch's ``meta`` device: its parameters and the bytes its forward pass
 makes per input row, with no memory behind them. A run whose estimate exceeds the memory available
 is refused in one line (what it needs, what the machine has) instead of swapping until it is killed.
+The scoring after a fit (predictions, ELBO and LOO over every draw) is timed from one forward pass
+of the real network and refused above a limit, so a large corpus does not score for hours unasked.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -100,6 +104,42 @@ def check_fit_memory(
             f"this fit needs about {_size(need)} of memory ({largest}: {_size(parts[largest])}) and this machine has "
             f"{_size(free)} available; {fix or 'use less data or a smaller network'}"
         )
+
+
+def seconds_per_row(net: torch.nn.Module, x: torch.Tensor, rows: int = 512) -> float | None:
+    """Wall seconds one forward pass of ``net`` takes per input row, on ``rows`` rows made from x (best
+    of three, after a warm-up): the scoring evaluates draws in batches of about this many rows. None
+    where the forward fails (the fit's own input checks then name the problem)."""
+    part = x[torch.arange(rows) % len(x)]
+    times = []
+    try:
+        with torch.no_grad():
+            for _ in range(4):
+                start = time.perf_counter()
+                net(part)
+                times.append(time.perf_counter() - start)
+    except Exception:
+        return None
+    return min(times[1:]) / rows
+
+
+def check_scoring_time(per_row: float, passes: dict[str, int], limit_hours: float, fix: str) -> None:
+    """Refuse a run whose scoring, ``passes`` (named counts of row forward passes) at ``per_row`` seconds
+    each, is estimated to take longer than ``limit_hours``."""
+    seconds = {what: n * per_row for what, n in passes.items()}
+    need = sum(seconds.values())
+    if need <= 3600 * limit_hours:
+        return
+    largest = max(seconds, key=seconds.get)
+    raise ResourceError(
+        f"scoring this fit would take about {_duration(need)} on this machine "
+        f"({largest}: {_duration(seconds[largest])}), "
+        f"over the limit of {limit_hours:g} h; {fix}"
+    )
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 3600:,.1f} h" if seconds >= 3600 else f"{seconds / 60:,.0f} min"
 
 
 def _size(n: float) -> str:

@@ -915,3 +915,22 @@ def test_nuts_with_a_single_draw_scores_without_loo(tmp_path, capsys):
     assert main([*argv, "--inference.num_chains", "1", *QUICK_FIT[2:], "--out", str(out)]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert "loo_elpd" not in metrics and np.isfinite(metrics["rmse"])
+
+
+def test_a_corpus_that_would_score_for_hours_is_refused_before_the_fit(capsys, tmp_path):
+    """A 47 MB text without line breaks: its 73,000 test windows over 1,000 dropout draws would score for
+    hours (about 100 microseconds a window here); the timed estimate refuses it in seconds, untouched."""
+    import time
+
+    corpus = tmp_path / "big.txt"
+    corpus.write_text("the king and the queen of the sea sing a song in the storm " * 800_000)  # 47 MB
+    before = corpus.read_bytes()
+    start = time.perf_counter()
+    code = main(
+        ["fit", "--data", "text", "--data.path", str(corpus), "--model", "lstm-tied", "--out", str(tmp_path / "o")]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and "scoring this fit would take about" in err and err.count("\n") == 1, err
+    assert "raise --evaluation.max_scoring_hours" in err
+    assert time.perf_counter() - start < 60
+    assert corpus.read_bytes() == before and not (tmp_path / "o").exists()

@@ -638,6 +638,8 @@ class Evaluation:
     """ELBO, PSIS-LOO and evidence on the training data (selection runs may skip them)"""
     shift: bool = False
     """image classifiers: score the test images rotated (15-90 degrees) and noised (pixel sd 1-8)"""
+    max_scoring_hours: float | None = 1.0
+    """refuse, before the fit, a run whose scoring is estimated to take longer (null: no limit)"""
     calibrate: float = 0.0
     """hold this fraction of the training rows out of the fit to calibrate on: temperature scaling (classifiers)
     or split-conformal 90% intervals (regression), scored beside the raw predictive"""
@@ -729,6 +731,8 @@ class RunConfig:
         positive("--evaluation.elbo_samples", ev.elbo_samples, integer=True, least=2)  # its standard error needs two
         for name in ("ais_steps", "iw_k") + (("predict_samples",) if ev.predict_samples is not None else ()):
             positive(f"--evaluation.{name}", getattr(ev, name), integer=True)
+        if ev.max_scoring_hours is not None:
+            positive("--evaluation.max_scoring_hours", ev.max_scoring_hours)
         if self.guide is not None and not self.inference.takes_guide:
             raise BnnZooError(f"a guide applies to svi, not {self.inference.registered_name}; drop --guide")
         if self.evaluation.evidence and not self.evaluation.training_evidence:

@@ -28,6 +28,7 @@ from bnn_zoo.experiments.config import DEFAULT_LIKELIHOOD, Dropout, RunConfig, b
 from bnn_zoo.inference import fit
 from bnn_zoo.inference.defaults import batch_size
 from bnn_zoo.io import announce, save_dataset, writable_folder, write_json, write_yaml
+from bnn_zoo.posterior import function_space_draws
 
 
 @dataclass
@@ -259,6 +260,7 @@ def prepare(config: RunConfig, out_dir=None, progress: bool = True, resume: bool
         out_features = likelihood.outputs(classes if isinstance(likelihood, likelihoods.Categorical) else 1)
         check_memory(config, dataset, lambda: build_network(config.model, dataset, out_features), out_features)
         net = build_network(config.model, dataset, out_features)
+        check_scoring_time(config, dataset, net)
         model = BNN(net, config.prior.build(dataset, likelihood, config.guide), likelihood)
         config = config.for_model(model, dataset.x_train.shape[0])
     else:
@@ -277,16 +279,13 @@ def check_memory(config: RunConfig, dataset, build, out_features: int) -> None:
         return
     method, (n, n_test) = config.inference, (len(dataset.x_train), len(dataset.x_test))
     params, per_row = resources.footprint(meta, tuple(dataset.x_train.shape[1:]))
-    copies = (
-        next((getattr(method, k) for k in ("num_particles", "num_chains", "members") if hasattr(method, k)), 1) or 1
-    )
-    draws = getattr(method, "num_draws", None) or getattr(method, "num_samples", None) or 1000
+    copies, draws = _copies(method), _draws(method)
     if dataset.task == "language-model":  # (N, T, vocabulary) outputs, averaged over draws in place
         outputs = math.prod(dataset.x_test.shape[1:]) * out_features
         predictions = {"the test outputs' running average": 2 * n_test * outputs}
     else:
         predictions = {
-            "the test predictions": draws * copies * n_test * out_features,
+            "the test predictions": draws * n_test * out_features,
             "the collapse check's predictions on the training rows": collapse.DRAWS * n * out_features,
         }
     rows = batch_size(getattr(method, "batch_size", None), n) if hasattr(method, "batch_size") else None
@@ -298,6 +297,47 @@ def check_memory(config: RunConfig, dataset, build, out_features: int) -> None:
         predictions,
         "use fewer rows, a smaller network, minibatches (--inference.batch_size) or fewer draws",
     )
+
+
+def check_scoring_time(config: RunConfig, dataset, net) -> None:
+    """Refuse a run whose scoring is estimated, from one timed forward pass of ``net``, to exceed
+    evaluation.max_scoring_hours: the test predictions over every draw and, on the training rows, the
+    InferenceData's predictive and log-likelihood draws, the collapse check and the ELBO."""
+    ev, (x, y), n_test = config.evaluation, dataset.train, len(dataset.x_test)
+    draws = _draws(config.inference)
+    passes = {"the test predictions": (ev.predict_samples or draws) * n_test}
+    per_row = resources.seconds_per_row(net, x)
+    if per_row is None or ev.max_scoring_hours is None:
+        return
+    if ev.training_evidence:
+        with torch.no_grad():
+            outputs = net(x[:1]).numel() * len(x)
+        kept = min(draws, function_space_draws(y.numel(), outputs))
+        passes["the InferenceData's draws on the training rows"] = 2 * int(kept) * len(x)
+        if config.inference.takes_guide and not isinstance(config.guide, Dropout):  # the dropout guide has no ELBO
+            passes["the ELBO on the training rows"] = ev.elbo_samples * len(x)
+    if dataset.task != "language-model":
+        passes["the collapse check"] = min(collapse.DRAWS, draws) * len(x)
+    resources.check_scoring_time(
+        per_row,
+        passes,
+        ev.max_scoring_hours,
+        "use less data, fewer draws (--evaluation.predict_samples, --evaluation.elbo_samples), "
+        "--evaluation.training_evidence false, or raise --evaluation.max_scoring_hours",
+    )
+
+
+def _copies(method) -> int:
+    """Weight draws a step of ``method`` evaluates at once: particles, chains or ensemble members."""
+    return next((getattr(method, k) for k in ("num_particles", "num_chains", "members") if hasattr(method, k)), 1) or 1
+
+
+def _draws(method) -> int:
+    """Posterior draws a fit by ``method`` gives the scoring, over all chains or members (1,000 per chain
+    where its defaults are still unset)."""
+    per_chain = getattr(method, "num_draws", None) or getattr(method, "num_samples", None)
+    per_chain = per_chain or (1 if hasattr(method, "members") else 1000)
+    return per_chain * (getattr(method, "num_chains", None) or getattr(method, "members", None) or 1)
 
 
 def execute(config: RunConfig, out_dir=None, progress: bool = True, resume: bool = False) -> Result:
