@@ -208,9 +208,11 @@ def print_table(results, console=None, title=None):
     ]
     for note in filter(None, notes):
         (console or _console()).print(f"[yellow]note[/yellow] {note}")
-    (console or _console()).print(
-        "test RMSE / LL in original units (LL per test point); evidence and LOO on the standardised training targets."
-    )
+    if any("rmse" in r.metrics for r in results):  # only regression targets are standardised
+        (console or _console()).print(
+            "test RMSE / LL in original units (LL per test point); evidence and LOO on the standardised training "
+            "targets."
+        )
 
 
 # (header, value key, SE key or None, format): the terminal shows a subset; comparison.csv has every column.
