@@ -163,7 +163,8 @@ def test_fit_on_a_uci_folder_writes_results_in_original_units(tmp_path, inferenc
     assert metrics["data"] == "uci:uci" and metrics["n_train"] == 36
     assert ("elbo" in metrics and "elbo_se" in metrics) == (inference == "svi" and guide != "dropout")  # no density
     assert ("rmse_at_mean" in metrics) == (inference == "svi" and guide != "flow")  # flows have no closed-form mean
-    assert ("evidence_laplace" in metrics) == (inference == "laplace")
+    # the default regression likelihood learns its noise, which Laplace fits by type II (and says so)
+    assert ("evidence_laplace_type_ii" in metrics and "type_ii" in metrics) == (inference == "laplace")
     idata = load_inference_data(out / "posterior.nc")
     assert idata.posterior["layers.0.weight"].shape[-2:] == (8, 2)
     assert not (out / "checkpoint.pt").exists()  # superseded by the result

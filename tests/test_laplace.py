@@ -1,7 +1,9 @@
 """Laplace: on Bayesian linear regression the GGN is the exact Hessian, so the Laplace posterior and
-MacKay's evidence are the closed form (fixed and type-II prior precision); on the toy regression a
-last-layer Laplace is sensible, saves and loads, and sits in the evidence table."""
+MacKay's evidence are the closed form (the declared prior by default, and type-II as opted into, then
+labelled so); on the toy regression a last-layer Laplace is sensible, saves and loads, and sits in the
+evidence table."""
 
+import json
 import math
 
 import pytest
@@ -22,8 +24,9 @@ def _moments(post):
 
 @pytest.mark.parametrize("hessian", ["full", "kron"])
 def test_laplace_on_linear_regression_is_the_exact_posterior_and_evidence(hessian, blr_model, blr_data, blr_exact):
-    post = bz.fit(blr_model, *blr_data, bz.Laplace(hessian=hessian, optimize_prior=False, num_draws=20000, **QUICK))
-    assert post.info["log_evidence"] == pytest.approx(blr_exact.log_evidence, rel=1e-9)
+    """At its defaults, of the declared model: its prior, its noise."""
+    post = bz.fit(blr_model, *blr_data, bz.Laplace(hessian=hessian, num_draws=20000, **QUICK))
+    assert post.info["log_evidence"] == pytest.approx(blr_exact.log_evidence, abs=1e-6) and post.info["type_ii"] == ""
     assert torch.allclose(flat(post.map).double(), blr_exact.mean, atol=1e-5)
     mean, cov = _moments(post)  # 20000 draws: Monte Carlo error of the mean about sd / 141
     sd = blr_exact.cov.diagonal().sqrt()
@@ -31,7 +34,10 @@ def test_laplace_on_linear_regression_is_the_exact_posterior_and_evidence(hessia
     assert torch.allclose(cov.diagonal().sqrt(), sd, rtol=0.03)
 
 
-def test_laplace_type_two_prior_precision_maximises_the_exact_evidence(blr_model, blr_data):
+def test_laplace_type_two_prior_precision_maximises_the_exact_evidence_and_says_so(blr_model, blr_data, tmp_path):
+    from bnn_zoo.experiments.run import run
+    from bnn_zoo.io import load_inference_data
+
     x, y = blr_data
 
     def exact(log_scale):
@@ -39,10 +45,22 @@ def test_laplace_type_two_prior_precision_maximises_the_exact_evidence(blr_model
         return linear_regression(x, y, weight_scale=s, bias_scale=s, noise_scale=NOISE).log_evidence
 
     best = minimize_scalar(lambda ls: -exact(ls), bounds=(-5, 5), method="bounded", options={"xatol": 1e-10})
-    post = bz.fit(blr_model, x, y, bz.Laplace(hessian="full", rounds=8, **QUICK))
+    method = bz.Laplace(hessian="full", optimize_prior=True, rounds=8, **QUICK)
+    post = bz.fit(blr_model, x, y, method)
     assert post.info["log_evidence"] == pytest.approx(exact(best.x), rel=1e-8)
     # precision = 1 / scale^2
     assert post.info["prior_precision_scale"] == pytest.approx(math.exp(-2 * best.x), rel=1e-3)
+    post = run("laplace", bz.data.Dataset("blr", x, y, x, y), blr_model, method, tmp_path).posterior
+    # never in the declared prior's column: its own, with what was fitted
+    label = f"prior precision x {post.info['prior_precision_scale']:.3g} (type-II)"
+    saved = json.loads((tmp_path / "metrics.json").read_text())
+    assert "evidence_laplace" not in saved and saved["evidence_laplace_type_ii"] == post.info["log_evidence"]
+    assert (
+        saved["type_ii"] == label and load_inference_data(tmp_path / "posterior.nc").posterior.attrs["type_ii"] == label
+    )
+    row = bz.compare([tmp_path]).iloc[0]
+    assert row["evidence_laplace_type_ii"] == post.info["log_evidence"] and row["type_ii"] == label
+    assert "evidence_laplace" not in row
 
 
 def test_diagonal_laplace_has_the_exact_mean_and_the_mean_field_variances(blr_model, blr_data, blr_exact):
@@ -66,7 +84,9 @@ def test_last_layer_laplace_on_the_toy_regression_saves_loads_and_reports_its_ev
     )
     post = result.posterior
     assert list(post.model.params) == ["layers.1.weight", "layers.1.bias"] and post.info["noise_scale"] < 0.5
-    assert result.metrics["evidence_laplace"] == post.info["log_evidence"] and math.isfinite(post.info["log_evidence"])
+    # the noise is fitted by type II (MacKay's beta), so the evidence is labelled so
+    assert result.metrics["evidence_laplace_type_ii"] == post.info["log_evidence"]
+    assert math.isfinite(post.info["log_evidence"]) and post.info["type_ii"].startswith("noise sd")
     train_rmse = (post.predict(data.train[0]).mean - data.train[1][:, None]).pow(2).mean().sqrt()
     assert train_rmse < 0.5
     sd = post.predict(torch.tensor([[0.0], [3.0]])).variance.sqrt()[:, 0]
@@ -76,7 +96,7 @@ def test_last_layer_laplace_on_the_toy_regression_saves_loads_and_reports_its_ev
         again.predict(data.test[0]).f, post.predict(data.test[0]).f
     )
     table = bz.compare([tmp_path / "lap"])
-    assert table["evidence_laplace"].iloc[0] == pytest.approx(post.info["log_evidence"])
+    assert table["evidence_laplace_type_ii"].iloc[0] == pytest.approx(post.info["log_evidence"])
 
 
 def test_laplace_refuses_what_it_cannot_do(blr_data):

@@ -25,6 +25,8 @@ EVIDENCE = [
     "evidence_ais",
     "evidence_ais_se",
     "evidence_laplace",
+    "evidence_laplace_type_ii",
+    "type_ii",  # what a type-II Laplace fitted: its evidence is of that prior, not the declared one
     "log_marginal_likelihood",
 ]
 TEST = [
@@ -233,7 +235,7 @@ def report(results, out_dir, reference=None) -> pd.DataFrame:
     bands = [p for p in predictions if "x_grid" in p]
     if bands:
         plots.predictive_bands(bands, out / "bands.png")
-    if any(k in table for k in ("elbo", "evidence_iw", "evidence_ais", "evidence_laplace", "log_marginal_likelihood")):
+    if any(k in table for k in EVIDENCE):
         plots.evidence_by_architecture(table, out / "evidence.png")
     for r in runs:
         if "sample_stats" in r.idata.groups() and "energy" in r.idata.sample_stats:

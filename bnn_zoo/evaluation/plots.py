@@ -126,6 +126,7 @@ def evidence_by_architecture(table, path):
         ("evidence_iw", "IW bound"),
         ("evidence_ais", "AIS"),
         ("evidence_laplace", "Laplace"),
+        ("evidence_laplace_type_ii", "Laplace, type-II prior (not the declared one)"),
         ("log_marginal_likelihood", "GP log ML"),
     ]
     estimates = [(k, label) for k, label in estimates if k in table and table[k].notna().any()]

@@ -399,8 +399,9 @@ def _evidence(posterior, idata, elbo_samples):
     out = {}
     if posterior.guide is not None and getattr(posterior.guide, "has_density", True):
         out["elbo"], out["elbo_se"] = posterior.elbo(num_samples=elbo_samples)
-    elif posterior.method == "laplace":  # MacKay's evidence at the fitted prior precision
-        out["evidence_laplace"] = posterior.info["log_evidence"]
+    elif posterior.method == "laplace":  # MacKay's evidence; under a type-II prior or noise, labelled as such
+        changed = posterior.info.get("type_ii")  # the label itself reaches metrics with the rest of info
+        out["evidence_laplace_type_ii" if changed else "evidence_laplace"] = posterior.info["log_evidence"]
     elif posterior.method == "gp":  # exact for regression; a variational GP classifier has its ELBO
         if posterior.model.task == "regression":
             out["log_marginal_likelihood"] = posterior.log_marginal_likelihood()

@@ -21,6 +21,8 @@ SHOWN = [
     "nll",
     "elbo",
     "evidence_laplace",
+    "evidence_laplace_type_ii",
+    "type_ii",
     "log_marginal_likelihood",
     "w2",
     "variance_ratio",

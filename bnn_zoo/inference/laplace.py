@@ -1,6 +1,7 @@
 """The Laplace approximation (MacKay 1992): the MAP of the same BNN model, a Gaussian at it whose
 precision is the generalised Gauss-Newton (GGN) matrix plus the prior precision, and the Laplace
-log evidence with the prior precision fitted by type-II maximum likelihood.
+log evidence, under the model's declared prior or (``optimize_prior=True``) a prior precision fitted
+by type-II maximum likelihood, labelled so wherever it is reported.
 
 Why not laplace-torch: it is the well-kept library for this (its API is the model here:
 ``subset_of_weights``, ``hessian_structure``, ``optimize_prior_precision``) and the reference the
@@ -42,8 +43,10 @@ MAX_FULL = 5000  # a full D x D precision in float64: 5000 weights is 200 MB
 @dataclass
 class Laplace:
     """A Gaussian at the MAP of the BNN: N(w*, (GGN + c P)^-1), with P the model's prior precision
-    and c a scale fitted by type-II maximum likelihood of the Laplace evidence (MacKay 1992,
-    eq. 4.29: log Z = log p(y | w*) + log p(w*) + D/2 log 2 pi - 1/2 log det(GGN + c P)).
+    and c = 1 (the declared prior) or a scale fitted by type-II maximum likelihood of the Laplace
+    evidence (MacKay 1992, eq. 4.29: log Z = log p(y | w*) + log p(w*) + D/2 log 2 pi - 1/2 log det(GGN + c P)).
+    ``info["type_ii"]`` names what was fitted by type II ("" when nothing was: the evidence is then
+    the declared model's).
 
     Args:
         subset: ``"all"`` Bayesian parameters, or ``"last_layer"`` (the network's last parametrised
@@ -51,10 +54,10 @@ class Laplace:
         hessian: ``"full"`` GGN (up to 5000 weights), its ``"diag"``onal, ``"kron"`` (KFAC blocks
             per dense layer, which needs one prior scale per layer), or ``"auto"`` (the default): full up
             to 5000 weights, diag above (what works for any network).
-        prior_precision: a fixed scale c of the model's prior precision (1: the model's prior as it is);
-            with ``optimize_prior`` it is the starting value.
-        optimize_prior: fit c by maximising the Laplace evidence at each MAP (post hoc, as laplace-torch's
-            ``optimize_prior_precision``), and re-fit the MAP at the new c for ``rounds`` rounds
+        prior_precision: a fixed scale c of the model's prior precision (1: the model's prior as it is;
+            any other value is reported as a changed prior); with ``optimize_prior`` it is the starting value.
+        optimize_prior: opt-in type II: fit c by maximising the Laplace evidence at each MAP (post hoc, as
+            laplace-torch's ``optimize_prior_precision``), and re-fit the MAP at the new c for ``rounds`` rounds
             (MacKay's iteration, secant steps); the round with the most evidence is kept. For a
             linear model this is type-II maximum likelihood exactly.
         rounds: MAP and prior-precision rounds when ``optimize_prior``.
@@ -71,13 +74,14 @@ class Laplace:
 
     A learned Gaussian noise (``Gaussian.learned()``) is a hyperparameter here, fitted by type-II
     maximum likelihood with the prior precision (MacKay's evidence framework; laplace-torch also
-    treats the noise as a hyperparameter): its prior is not used, and the evidence is conditional on it.
+    treats the noise as a hyperparameter): its prior is not used, and the evidence is conditional on it,
+    so it is labelled type-II too.
     """
 
     subset: Literal["all", "last_layer"] = "all"
     hessian: Literal["auto", "full", "diag", "kron"] = "auto"
     prior_precision: float = 1.0
-    optimize_prior: bool = True
+    optimize_prior: bool = False
     rounds: int = 3
     map_steps: int = 2000
     lr: float = 1e-2
@@ -188,12 +192,21 @@ class Laplace:
             "log_likelihood_at_map": log_lik,
             **({"noise_scale": float(values[noise])} if noise else {}),
             "num_weights": sum(theta[k].numel() for k in names),
+            "type_ii": type_ii_label(scale, self.optimize_prior, float(values[noise]) if noise else None),
         }
         post = LaplacePosterior(
             fitted, x, y, samples, self.settings(), sample_stats={}, runtime_s=time.perf_counter() - start, info=info
         )
         post.map = {k: theta[k].to(x.dtype) for k in names}
         return post
+
+
+def type_ii_label(scale: float, fitted: bool, noise: float | None) -> str:
+    """How the evidence's model differs from the declared one: "" when not at all, else e.g.
+    "prior precision x 3.21 (type-II), noise sd 0.412 (type-II)"; a scale set by hand says "(set)"."""
+    parts = [f"prior precision x {scale:.3g} ({'type-II' if fitted else 'set'})"] if fitted or scale != 1.0 else []
+    parts += [f"noise sd {noise:.3g} (type-II)"] if noise is not None else []
+    return ", ".join(parts)
 
 
 class LaplacePosterior(Posterior):
