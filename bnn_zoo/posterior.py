@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 from bnn_zoo import guides, saving
 from bnn_zoo.data.validation import check_data, check_inputs
 from bnn_zoo.errors import BnnZooError, positive
+from bnn_zoo.scaling import Scaling
 from bnn_zoo.variational import guide_state, log_weights, parameters, sample_guide
 from bnn_zoo.version import __version__
 
@@ -33,20 +34,31 @@ class Prediction:
     Moments follow the law of total variance: variance = noise part E_s[Var(y|f_s)] + model part
     Var_s[E(y|f_s)], so for a Gaussian likelihood it is Gal's 1/tau + sample variance (eq. 3.17 of his
     thesis, with the noise averaged over draws when it is learned).
+
+    With ``units`` (a fit on standardised targets) ``f`` stays the network's standardised output, and
+    every y quantity (mean, variances, draws, quantiles, CDF, log-likelihood) is in the data's units:
+    y = y_mean + y_std * y_z.
     """
 
     f: torch.Tensor
     latent: dict
     likelihood: object
+    units: Scaling | None = None
 
     @cached_property
     def _means(self):
         return self.likelihood.mean(self.f, self.latent)
 
+    def _y(self, y_z: torch.Tensor) -> torch.Tensor:
+        return y_z if self.units is None else self.units.unscaled_targets(y_z)
+
+    def _variance(self, v: torch.Tensor) -> torch.Tensor:
+        return v if self.units is None else v * self.units.y_std.to(v) ** 2
+
     @property
     def mean(self) -> torch.Tensor:
         """Predictive mean E[y | x, D], shape (N, outputs); class probabilities for classifiers."""
-        return self._means.mean(0)
+        return self._y(self._means.mean(0))
 
     @property
     def probs(self) -> torch.Tensor:
@@ -65,11 +77,11 @@ class Prediction:
 
     @property
     def model_variance(self) -> torch.Tensor:
-        return self._means.var(0, unbiased=False)
+        return self._variance(self._means.var(0, unbiased=False))
 
     @property
     def noise_variance(self) -> torch.Tensor:
-        return self.likelihood.noise_variance(self.f, self.latent).mean(0)
+        return self._variance(self.likelihood.noise_variance(self.f, self.latent).mean(0))
 
     @property
     def variance(self) -> torch.Tensor:
@@ -77,25 +89,29 @@ class Prediction:
 
     def sample(self) -> torch.Tensor:
         """One y draw per posterior draw: the posterior predictive, shape (draws, N[, outputs])."""
-        return self.likelihood.distribution(self.f, self.latent).sample()
+        return self._y(self.likelihood.distribution(self.f, self.latent).sample())
 
     def quantiles(self, q, include_noise: bool = True) -> torch.Tensor:
-        """Quantiles over draws of y (or of f with ``include_noise=False``): shape (len(q), N, outputs)."""
+        """Quantiles over draws of y (or of the mean function E[y | f] with ``include_noise=False``): shape
+        (len(q), N, outputs)."""
         if self.likelihood.task != "regression":
             raise BnnZooError("quantiles are defined for regression; use probs for classifiers")
-        draws = self.sample() if include_noise else self.f
+        draws = self.sample() if include_noise else self._y(self._means)
         return torch.quantile(draws, torch.as_tensor(q, dtype=draws.dtype), dim=0)
 
     def cdf(self, y: torch.Tensor) -> torch.Tensor:
         """Predictive CDF at y, (1/S) sum_s P(Y <= y | f_s), shape (N, outputs): the probability integral
         transform, uniform on [0, 1] for a calibrated regressor. y lies inside the central c interval of
         the predictive exactly when |cdf - 1/2| <= c/2."""
+        y = y if self.units is None else self.units.targets(y)
         return self.likelihood.cdf(self.f, self.latent, y).mean(0)
 
     def log_likelihood(self, y: torch.Tensor) -> torch.Tensor:
         """Pointwise log predictive density log (1/S) sum_s p(y_n | f_s), shape (N,) (Gal eq. 3.18)."""
+        jacobian = 0.0 if self.units is None else self.units.log_jacobian
+        y = y if self.units is None else self.units.targets(y)
         lp = self.likelihood.distribution(self.f, self.latent).log_prob(y)
-        return torch.logsumexp(lp, 0) - math.log(lp.shape[0])
+        return torch.logsumexp(lp, 0) - math.log(lp.shape[0]) + jacobian
 
 
 @runtime_checkable
@@ -132,13 +148,67 @@ class PosteriorLike(Protocol):
     def save(self, path: str | Path) -> Path: ...
 
 
+STANDARDISED_NOTE = (
+    "standardised fit: posterior_predictive, log_likelihood, observed_data and constant_data are in the data's units; "
+    "the posterior's weights act on standardised inputs and targets"
+)
+
+
 def function_space_draws(y_numel: int, outputs: int, max_mb: float = 100.0) -> float:
     """Draws, over all chains, that the InferenceData's predictive and log-likelihood groups keep: about
     ``max_mb`` of y each (``y_numel`` numbers a draw), and at most 4e8 network outputs computed in all."""
     return min(max_mb * 2**20 / (8 * y_numel), 4e8 / outputs)
 
 
-class Posterior:
+class InDataUnits:
+    """What a posterior fitted on standardised data (``scaling``, set by :func:`bnn_zoo.fit`) needs to
+    take the user's data and give back the data's units."""
+
+    scaling: Scaling | None = None
+    model: object
+    x: torch.Tensor
+    y: torch.Tensor
+
+    def _inputs(self, x) -> torch.Tensor:
+        """``x`` checked, and standardised as the training inputs were."""
+        x = check_inputs(self.model, x)
+        return x if self.scaling is None else self.scaling.inputs(x)
+
+    def data(self, x=None, y=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(x, y) checked and standardised as the training data were, as the model sees them; the training
+        data when x is None."""
+        if x is None:
+            return self.x, self.y
+        x, y = check_data(self.model, x, y)
+        return (x, y) if self.scaling is None else (self.scaling.inputs(x), self.scaling.targets(y))
+
+    def training_data(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The training data in the data's units (``x``, ``y`` hold them as the model saw them)."""
+        if self.scaling is None:
+            return self.x, self.y
+        return self.scaling.unscaled_inputs(self.x), self.scaling.unscaled_targets(self.y)
+
+    def to_data_units(self, log_density: float, n: int) -> float:
+        """A log density of ``n`` standardised targets (an ELBO, an evidence) in the data's units."""
+        return log_density if self.scaling is None else log_density + n * float(self.scaling.log_jacobian)
+
+    def _units_state(self) -> dict:
+        """The saved form of ``scaling``; :meth:`_restore_units` reads it back."""
+        return {"scaling": None if self.scaling is None else self.scaling.state()}
+
+    def _restore_units(self, state: dict):
+        self.scaling = Scaling(**state["scaling"]) if state.get("scaling") else None
+        return self
+
+    def _function_space_in_units(self, y_rep: torch.Tensor, attrs: dict) -> tuple:
+        """(x, y, y_rep) of the InferenceData in the data's units; ``attrs`` then says what stays standardised."""
+        if self.scaling is None:
+            return self.x, self.y, y_rep
+        attrs["units"] = STANDARDISED_NOTE
+        return *self.training_data(), self.scaling.unscaled_targets(y_rep)
+
+
+class Posterior(InDataUnits):
     """Posterior draws of every latent site, indexed (chain, draw), plus the guide when there is one.
 
     MCMC, SG-MCMC and Laplace fits store their draws, one chain per sampler chain. A variational fit
@@ -195,6 +265,7 @@ class Posterior:
         other.stored = None if self.stored is None else {k: v.to(device) for k, v in self.stored.items()}
         other.sample_stats = {k: v.to(device) for k, v in self.sample_stats.items()}
         other.guide = None if self.guide is None else self.guide.to(device)
+        other.scaling = None if self.scaling is None else self.scaling.to(device)
         return other
 
     @property
@@ -300,29 +371,29 @@ class Posterior:
         """
         # Not pyro.infer.Predictive: it re-runs the whole Pyro model and returns y draws, while the moments
         # and log-likelihoods need f for every draw, which BNN.forward computes in one vmap.
-        x = check_inputs(self.model, x).to(self.model.device)
+        x = self._inputs(x).to(self.model.device)
         if at_mean:
             weights, latent = self._split(self.mean_weights())
             with torch.no_grad():
-                return Prediction(self._forward(weights, x), latent, self.model.likelihood)
+                return Prediction(self._forward(weights, x), latent, self.model.likelihood, self.scaling)
         parts = list(self._per_draw(x, self._index(num_samples), lambda f, latent: (f, latent)))
         latent = {k: torch.cat([lat[k] for _, lat in parts]) for k in parts[0][1]}
-        return Prediction(torch.cat([f for f, _ in parts]), latent, self.model.likelihood)
+        return Prediction(torch.cat([f for f, _ in parts]), latent, self.model.likelihood, self.scaling)
 
     def predictive_mean(self, x, num_samples: int | None = None) -> torch.Tensor:
         """E[y | x, D] averaged over draws (class or token probabilities for discrete likelihoods), computed
         in chunks of draws: for outputs too large to hold every draw at once, e.g. language models."""
-        x = check_inputs(self.model, x)
         index = self._index(num_samples)
-        total = sum(self._per_draw(x, index, lambda f, lat: self.model.likelihood.mean(f, lat).sum(0)))
-        return total / len(index)
+        total = sum(self._per_draw(self._inputs(x), index, lambda f, lat: self.model.likelihood.mean(f, lat).sum(0)))
+        return total / len(index) if self.scaling is None else self.scaling.unscaled_targets(total / len(index))
 
     def log_likelihood(
         self, x: torch.Tensor | None = None, y: torch.Tensor | None = None, draw_index: torch.Tensor | None = None
     ) -> torch.Tensor:
         """Pointwise log p(y_n | x_n, w_s): (chain, draw, N), for every draw or the draws at ``draw_index``
-        in each chain. Training data by default; computed in chunks of draws."""
-        x, y = (self.x, self.y) if x is None else check_data(self.model, x, y)
+        in each chain, in the data's units (a density of standardised targets times the Jacobian
+        1 / prod(y_std)). Training data by default; computed in chunks of draws."""
+        x, y = self.data(x, y)
         lp = torch.cat(
             list(
                 self._per_draw(
@@ -332,6 +403,7 @@ class Posterior:
                 )
             )
         )
+        lp = lp if self.scaling is None else lp + self.scaling.log_jacobian
         return lp.reshape(self.num_chains, -1, lp.shape[-1])
 
     def _chain_index(self, draw_index: torch.Tensor | None = None) -> torch.Tensor:
@@ -367,7 +439,7 @@ class Posterior:
             num_samples: guide draws averaged.
 
         Returns:
-            (estimate, standard error), in nats.
+            (estimate, standard error), in nats, in the data's units.
         """
         if self.guide is None:
             raise BnnZooError(f"the ELBO needs a variational guide; this posterior came from {self.method.upper()}")
@@ -377,10 +449,10 @@ class Posterior:
                 "-infinity up to a constant; compare it by test log-likelihood or LOO instead"
             )
         positive("num_samples (guide draws for the ELBO and its standard error)", num_samples, integer=True, least=2)
-        x, y = (self.x, self.y) if x is None else check_data(self.model, x, y)
+        x, y = self.data(x, y)
         with torch.no_grad():
             lw = log_weights(self.guide, self.model, x, y, num_samples)
-        return lw.mean().item(), (lw.std() / math.sqrt(num_samples)).item()
+        return self.to_data_units(lw.mean().item(), len(y)), (lw.std() / math.sqrt(num_samples)).item()
 
     def to_inference_data(self, max_mb: float = 100.0):
         """ArviZ InferenceData: posterior, posterior_predictive, log_likelihood, observed_data,
@@ -421,13 +493,14 @@ class Posterior:
             "draws_posterior": len(kept["posterior"]),
             "draws_function_space": len(kept["function"]),
         }
+        x, y, y_rep = self._function_space_in_units(y_rep, attrs)
         return function_space_inference_data(
             posterior,
             y_rep,
             self.log_likelihood(draw_index=kept["function"]),
             kept["function"].numpy(),
-            self.x,
-            self.y,
+            x,
+            y,
             self.sample_stats,
             attrs,
         )
@@ -453,6 +526,7 @@ class Posterior:
             "sample_stats": self.sample_stats,
             "fixed": self.model.fixed,
             "guide": None if self.guide is None else guide_state(self.guide),
+            **self._units_state(),
             **self._extra_state(),
         }
         try:
@@ -573,4 +647,4 @@ def load_posterior(header: dict, state: dict, model=None, guide=None, cls: type 
         guide,
         header.get("runtime_s", 0.0),
         header.get("info"),
-    )
+    )._restore_units(state)

@@ -35,6 +35,7 @@ def chees_fit(blr_model, blr_data):
         blr_model,
         *blr_data,
         bz.ChEES(num_chains=16, num_warmup=150, num_samples=200, seed=0, progress=False, backend="torch"),
+        standardize=False,
     )
 
 
@@ -46,7 +47,7 @@ def test_chees_with_the_within_chain_mass_matrix_matches_the_exact_blr_posterior
     method = bz.ChEES(
         num_chains=16, num_warmup=150, num_samples=200, seed=0, mass_matrix="within", progress=False, backend="torch"
     )
-    _within_4_mcse(bz.fit(blr_model, *blr_data, method), blr_exact)
+    _within_4_mcse(bz.fit(blr_model, *blr_data, method, standardize=False), blr_exact)
 
 
 def test_chees_adapts_to_a_posterior_whose_scales_differ_4000_fold(blr_data):
@@ -59,7 +60,11 @@ def test_chees_adapts_to_a_posterior_whose_scales_differ_4000_fold(blr_data):
     exact = linear_regression(x, y, weight_scale=1.0, bias_scale=1.0, noise_scale=NOISE)
     assert exact.cov.diagonal().max() / exact.cov.diagonal().min() > 1e7
     post = bz.fit(
-        model, x, y, bz.ChEES(num_chains=16, num_warmup=150, num_samples=150, seed=1, progress=False, backend="torch")
+        model,
+        x,
+        y,
+        bz.ChEES(num_chains=16, num_warmup=150, num_samples=150, seed=1, progress=False, backend="torch"),
+        standardize=False,
     )
     _within_4_mcse(post, exact)
 
@@ -194,7 +199,10 @@ def test_chees_sample_stats_describe_each_draw(chees_fit):
 
 def test_chees_is_reproducible_checks_its_settings_and_runs_a_recurrent_model(blr_model, blr_data):
     short = bz.ChEES(num_chains=4, num_warmup=10, num_samples=5, seed=3, progress=False, backend="torch")
-    a, b = bz.fit(blr_model, *blr_data, short), bz.fit(blr_model, *blr_data, short)
+    a, b = (
+        bz.fit(blr_model, *blr_data, short, standardize=False),
+        bz.fit(blr_model, *blr_data, short, standardize=False),
+    )
     assert all(torch.equal(a.samples[k], b.samples[k]) for k in a.samples)
     with pytest.raises(bz.BnnZooError, match="num_chains must be an integer >= 2"):
         bz.ChEES(num_chains=1)
@@ -203,7 +211,7 @@ def test_chees_is_reproducible_checks_its_settings_and_runs_a_recurrent_model(bl
     text = bz.BNN(
         bz.models.TextRNN(vocab_size=10, embed_dim=4, hidden=4), bz.priors.Normal(1.0), bz.likelihoods.Categorical()
     )
-    post = bz.fit(text, torch.randint(10, (6, 3)), torch.randint(2, (6,)), short)
+    post = bz.fit(text, torch.randint(10, (6, 3)), torch.randint(2, (6,)), short, standardize=False)
     assert all(v.shape[:2] == (4, 5) and torch.isfinite(v).all() for v in post.samples.values())
 
 
@@ -227,16 +235,16 @@ def test_an_interrupted_chees_run_resumes_to_the_same_draws(blr_data, tmp_path, 
     settings = dict(
         num_chains=4, num_warmup=40, num_samples=30, seed=1, checkpoint_every=7, progress=False, backend="torch"
     )
-    full = bz.fit(model, *blr_data, bz.ChEES(**settings))
+    full = bz.fit(model, *blr_data, bz.ChEES(**settings), standardize=False)
     total_calls = Interrupting.calls
     ck = tmp_path / "ck.pt"
     for fraction in (0.15, 0.8):  # in the first mass-matrix window of warm-up, then among the kept draws
         Interrupting.calls, Interrupting.at = 0, int(fraction * total_calls)
         with pytest.raises(KeyboardInterrupt):
-            bz.fit(model, *blr_data, bz.ChEES(checkpoint=ck, **settings))
+            bz.fit(model, *blr_data, bz.ChEES(checkpoint=ck, **settings), standardize=False)
         assert ck.exists()
         Interrupting.at = 0
-        resumed = bz.fit(model, *blr_data, bz.ChEES(checkpoint=ck, **settings))
+        resumed = bz.fit(model, *blr_data, bz.ChEES(checkpoint=ck, **settings), standardize=False)
         assert Interrupting.calls < 1.1 * total_calls  # it resumed rather than starting again
         for k in full.samples:
             assert torch.equal(resumed.samples[k], full.samples[k]), (fraction, k)
@@ -245,9 +253,9 @@ def test_an_interrupted_chees_run_resumes_to_the_same_draws(blr_data, tmp_path, 
         assert not ck.exists()  # the posterior supersedes it
     Interrupting.calls, Interrupting.at = 0, total_calls // 2
     with pytest.raises(KeyboardInterrupt):
-        bz.fit(model, *blr_data, bz.ChEES(checkpoint=ck, **settings))
+        bz.fit(model, *blr_data, bz.ChEES(checkpoint=ck, **settings), standardize=False)
     with pytest.raises(bz.BnnZooError, match="belongs to a different fit"):  # other settings: refused, not resumed
-        bz.fit(model, *blr_data, bz.ChEES(checkpoint=ck, **(settings | {"seed": 2})))
+        bz.fit(model, *blr_data, bz.ChEES(checkpoint=ck, **(settings | {"seed": 2})), standardize=False)
 
 
 def _replay(limit_kwargs, seconds_per_iteration, monkeypatch):
@@ -288,20 +296,20 @@ def test_a_run_projected_past_max_hours_stops_with_the_fix_and_resumes(blr_model
 
     monkeypatch.setattr(budget, "GRACE_S", 0.0)
     settings = dict(num_chains=4, num_warmup=20, num_samples=10, seed=2, progress=False, backend="torch")
-    full = bz.fit(blr_model, *blr_data, bz.ChEES(**settings))
+    full = bz.fit(blr_model, *blr_data, bz.ChEES(**settings), standardize=False)
     ck = tmp_path / "ck.pt"
     message = (
         r"ChEES would take at least .* hours, even if its iterations after iteration 5 ran 10x faster .*\(1 of "
         r"30 iterations"
     )
     with pytest.raises(budget.TimeLimitExceeded, match=message) as info:
-        bz.fit(blr_model, *blr_data, bz.ChEES(checkpoint=ck, max_hours=1e-9, **settings))
+        bz.fit(blr_model, *blr_data, bz.ChEES(checkpoint=ck, max_hours=1e-9, **settings), standardize=False)
     assert (
         "\n" not in str(info.value)
         and "raise max_hours" in str(info.value)
         and "the same fit resumes it" in str(info.value)
     )
-    resumed = bz.fit(blr_model, *blr_data, bz.ChEES(checkpoint=ck, **settings))
+    resumed = bz.fit(blr_model, *blr_data, bz.ChEES(checkpoint=ck, **settings), standardize=False)
     assert all(torch.equal(resumed.samples[k], full.samples[k]) for k in full.samples)
     for chain_method in ("sequential", "parallel"):
         nuts = bz.NUTS(
@@ -315,7 +323,7 @@ def test_a_run_projected_past_max_hours_stops_with_the_fix_and_resumes(blr_model
         )
         message = r"^NUTS would take about .* hours at its pace so far \(1 of 10 iterations.*raise max_hours$"
         with torch_threads(2), pytest.raises(bz.BnnZooError, match=message):  # two threads: the parallel chains fork
-            bz.fit(blr_model, *blr_data, nuts)
+            bz.fit(blr_model, *blr_data, nuts, standardize=False)
 
 
 def test_hmc_settles_at_pyros_first_mass_matrix_update_and_nuts_does_not(blr_model, blr_data, monkeypatch):
@@ -335,4 +343,4 @@ def test_hmc_settles_at_pyros_first_mass_matrix_update_and_nuts_does_not(blr_mod
             num_warmup=500, num_samples=1, max_hours=1e-9, chain_method="sequential", progress=False, **backend
         )
         with pytest.raises(budget.TimeLimitExceeded, match=rf"^{method} would take {how} \(1 of 501 iterations"):
-            bz.fit(blr_model, *blr_data, sampler)
+            bz.fit(blr_model, *blr_data, sampler, standardize=False)

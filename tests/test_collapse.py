@@ -1,4 +1,4 @@
-"""The collapse check (bnn_zoo.evaluation.collapse) on predictions whose information content is known
+"""The collapse check (bnn_zoo.inference.collapse) on predictions whose information content is known
 by construction: it must name a constant predictor, and leave alone a fit that learned something."""
 
 from types import SimpleNamespace
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import bnn_zoo as bz
-from bnn_zoo.evaluation.collapse import diagnose
+from bnn_zoo.inference.collapse import diagnose
 from bnn_zoo.posterior import Prediction
 
 
@@ -16,8 +16,9 @@ def _posterior(likelihood, f, y, loss=None):
     predict = lambda x, num_samples: Prediction(f[:num_samples], {}, likelihood)  # noqa: E731
     stats = {} if loss is None else {"loss": torch.as_tensor(loss)}
     model = SimpleNamespace(likelihood=likelihood)
+    x = torch.zeros(len(y), 1)
     return SimpleNamespace(
-        model=model, x=torch.zeros(len(y), 1), y=y, predict=predict, sample_stats=stats, num_draws=f.shape[0]
+        model=model, training_data=lambda: (x, y), predict=predict, sample_stats=stats, num_draws=f.shape[0]
     )
 
 

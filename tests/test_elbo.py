@@ -173,7 +173,11 @@ def test_direct_and_pyro_fits_agree_in_distribution():
                 bz.models.MLP(2, [], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.5), expose=["layers.0.weight"]
             )
             post = bz.fit(
-                model, x, y, bz.SVI(steps=600, lr=0.05, seed=seed, direct=direct, progress=False, num_draws=10)
+                model,
+                x,
+                y,
+                bz.SVI(steps=600, lr=0.05, seed=seed, direct=direct, progress=False, num_draws=10),
+                standardize=False,
             )
             out.append(post.guide.loc_and_scale("layers.0.weight")[0].detach().flatten())
         return torch.stack(out)

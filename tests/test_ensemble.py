@@ -50,7 +50,7 @@ def _linear_model(scale=0.5):
 def test_an_ensemble_of_one_is_a_hand_written_adam_map_fit():
     x, y = _data()
     model = bz.BNN(bz.models.MLP(2, [8], 1, "tanh"), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.5))
-    post = bz.fit(model, x, y, bz.Ensemble(members=1, steps=300, lr=1e-2, seed=3, progress=False))
+    post = bz.fit(model, x, y, bz.Ensemble(members=1, steps=300, lr=1e-2, seed=3, progress=False), standardize=False)
     net = model.network()
     with torch.no_grad():
         for name, p in net.named_parameters():
@@ -89,7 +89,10 @@ NETWORKS = {  # the MLP runs its members through forward_draws; the LSTM, whose 
 def test_an_ensemble_members_fit_does_not_depend_on_its_neighbours(network):
     model, (x, y) = NETWORKS[network]()
     steps = 200 if network == "mlp" else 20
-    fits = {k: bz.fit(model, x, y, bz.Ensemble(members=k, steps=steps, batch_size=16, progress=False)) for k in (1, 3)}
+    fits = {
+        k: bz.fit(model, x, y, bz.Ensemble(members=k, steps=steps, batch_size=16, progress=False), standardize=False)
+        for k in (1, 3)
+    }
     for name in model.params:
         assert torch.allclose(fits[3].samples[name][:1], fits[1].samples[name], atol=1e-5)
         assert not torch.allclose(fits[3].samples[name][1], fits[3].samples[name][2])  # own starts, own batches
@@ -100,7 +103,13 @@ def test_adversarial_training_changes_the_fit_and_the_ensemble_predicts_their_mi
     x, y = _data()
     model = bz.BNN(bz.models.MLP(2, [8], 2), bz.priors.Normal(1.0), bz.likelihoods.Heteroscedastic())
     plain, adversarial = (
-        bz.fit(model, x, y, bz.Ensemble(members=2, steps=100, adversarial=eps, use_prior=False, progress=False))
+        bz.fit(
+            model,
+            x,
+            y,
+            bz.Ensemble(members=2, steps=100, adversarial=eps, use_prior=False, progress=False),
+            standardize=False,
+        )
         for eps in (0.0, 0.01)
     )
     assert not torch.allclose(plain.samples["layers.0.weight"], adversarial.samples["layers.0.weight"])
@@ -114,7 +123,7 @@ def test_adversarial_training_changes_the_fit_and_the_ensemble_predicts_their_mi
 def test_swags_moments_are_the_running_moments_of_the_collected_iterates():
     x, y = _data()
     method = bz.SWAG(members=2, steps=50, snapshots=12, collect_every=3, rank=5, batch_size=16, progress=False)
-    post = bz.fit(_linear_model(), x, y, method)
+    post = bz.fit(_linear_model(), x, y, method, standardize=False)
     method = method.resolved(post.model, len(y))
     team = Members(post.model, x, y[:, None], method)  # the same members, stepped again to record every iterate
     team.pretrain()
@@ -181,7 +190,7 @@ def test_swags_moments_on_linear_regression_match_the_exact_stationary_law_of_sg
         momentum=0.0,
         progress=False,
     )
-    post = bz.fit(_linear_model(scale=1.0), x, y, method)
+    post = bz.fit(_linear_model(scale=1.0), x, y, method, standardize=False)
     theta, cov = _stationary_sgd_covariance(x, y, 1.0, 1.0, lr, m)
     variance = post.moments.variance.double().mean(0)  # members: weight (2), bias (1)
     mean = post.moments.mean.double().mean(0)
@@ -206,7 +215,12 @@ def test_every_method_learns_a_noise_that_grows_where_the_data_are_noisier(metho
     x = torch.linspace(-3, 3, 300)[:, None]
     y = torch.sin(2 * x[:, 0]) + 0.1 * (1 + x[:, 0].abs()) * torch.randn(300, generator=g)
     model = bz.BNN(bz.models.MLP(1, [30], 2), bz.priors.Normal(1.0), Heteroscedastic())
-    noise = bz.fit(model, x, y, method).predict(torch.tensor([[-3.0], [0.0], [3.0]])).noise_variance[:, 0].sqrt()
+    noise = (
+        bz.fit(model, x, y, method, standardize=False)
+        .predict(torch.tensor([[-3.0], [0.0], [3.0]]))
+        .noise_variance[:, 0]
+        .sqrt()
+    )
     assert noise[0] > 2 * noise[1] and noise[2] > 2 * noise[1], noise
 
 
@@ -226,18 +240,18 @@ def test_an_interrupted_fit_resumes_to_the_same_members(method, at, tmp_path, in
     x, y = _data(64)
     model = bz.BNN(interrupting_mlp(2, [6], 2), bz.priors.Normal(1.0), bz.likelihoods.Heteroscedastic())
     method = dataclasses.replace(method, progress=False)
-    full = bz.fit(model, x, y, method)
+    full = bz.fit(model, x, y, method, standardize=False)
     checkpointed = dataclasses.replace(method, checkpoint=tmp_path / "ck.pt")
     interrupting_mlp.calls, interrupting_mlp.at = 0, at
     with pytest.raises(KeyboardInterrupt):
-        bz.fit(model, x, y, checkpointed)
+        bz.fit(model, x, y, checkpointed, standardize=False)
     assert (tmp_path / "ck.pt").exists()
     interrupting_mlp.at = 0
-    resumed = bz.fit(model, x, y, checkpointed)
+    resumed = bz.fit(model, x, y, checkpointed, standardize=False)
     assert all(torch.equal(resumed.samples[k], full.samples[k]) for k in full.samples)
     assert not (tmp_path / "ck.pt").exists()  # the result supersedes it
     with pytest.raises(KeyboardInterrupt):
         interrupting_mlp.calls, interrupting_mlp.at = 0, at
-        bz.fit(model, x, y, checkpointed)
+        bz.fit(model, x, y, checkpointed, standardize=False)
     with pytest.raises(BnnZooError, match="belongs to a different fit"):
-        bz.fit(model, x, y, dataclasses.replace(checkpointed, lr=0.02))
+        bz.fit(model, x, y, dataclasses.replace(checkpointed, lr=0.02), standardize=False)

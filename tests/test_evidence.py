@@ -13,7 +13,10 @@ from bnn_zoo.evaluation.exact import linear_regression
 @pytest.fixture(scope="module")
 def mean_field(blr_model, blr_data):
     return bz.fit(
-        blr_model, *blr_data, bz.SVI(steps=1500, lr=0.05, lr_decay=0.02, num_particles=16, seed=0, progress=False)
+        blr_model,
+        *blr_data,
+        bz.SVI(steps=1500, lr=0.05, lr_decay=0.02, num_particles=16, seed=0, progress=False),
+        standardize=False,
     )
 
 
@@ -57,11 +60,13 @@ def test_ais_accepts_a_fitted_posterior(mean_field, blr_exact):
 
 
 def test_evidence_refuses_what_it_cannot_estimate(blr_model, blr_data):
-    dropout = bz.fit(blr_model, *blr_data, bz.SVI(guide="dropout", steps=5, progress=False))
+    dropout = bz.fit(blr_model, *blr_data, bz.SVI(guide="dropout", steps=5, progress=False), standardize=False)
     with pytest.raises(bz.BnnZooError, match="log q"):
         evidence.importance_weighted(dropout, k=10)
     with pytest.raises(bz.BnnZooError, match="num_repeats >= 2"):
-        evidence.importance_weighted(bz.fit(blr_model, *blr_data, bz.SVI(steps=5, progress=False)), k=10, num_repeats=1)
+        evidence.importance_weighted(
+            bz.fit(blr_model, *blr_data, bz.SVI(steps=5, progress=False), standardize=False), k=10, num_repeats=1
+        )
     with pytest.raises(bz.BnnZooError, match="log_marginal_likelihood"):
         evidence.ais(bz.GP(), *blr_data)
     with pytest.warns(

@@ -32,7 +32,7 @@ def test_pyro_autoguides_fit_through_bz_fit_with_elbo_below_the_evidence(kind, b
     else:
         with pyro.settings.context(module_local_params=True):
             guide = AutoLowRankMultivariateNormal(blr_model, rank=2, init_scale=0.05)
-    post = bz.fit(blr_model, *blr_data, bz.SVI(guide=guide, **FAST))
+    post = bz.fit(blr_model, *blr_data, bz.SVI(guide=guide, **FAST), standardize=False)
     assert post.settings["guide"].startswith("pyro.infer.autoguide.guides:Auto")
     if kind == "AutoNormal class":
         loc_scale = {k: post.guide._get_loc_and_scale(k) for k in ("layers.0.weight", "layers.0.bias")}
@@ -60,7 +60,7 @@ def test_a_plain_guide_function_fits_and_its_elbo_is_a_lower_bound(blr_model, bl
             scale = pyro.param(f"my.{name}.scale", 0.1 * torch.ones(shape), constraint=dist.constraints.positive)
             pyro.sample(name, dist.Normal(loc, scale).to_event(len(shape)))
 
-    post = bz.fit(blr_model, *blr_data, bz.SVI(guide=guide, **FAST))
+    post = bz.fit(blr_model, *blr_data, bz.SVI(guide=guide, **FAST), standardize=False)
     estimate, se = post.elbo(num_samples=4000)
     loc = flat({k: pyro.param(f"my.{k}.loc").detach() for k in blr_model.params})
     scale = flat({k: pyro.param(f"my.{k}.scale").detach() for k in blr_model.params})
@@ -116,7 +116,9 @@ def test_last_layer_bnn_is_exact_bayesian_linear_regression_on_the_features():
     y = torch.sin(2 * x[:, 0]) + NOISE * torch.randn(25)
     net = bz.models.MLP(1, [3], 1, activation="tanh")
     model = bz.BNN(net, bz.priors.Normal(1.0), bz.likelihoods.Gaussian(NOISE), expose=[last_layer(net)])
-    post = bz.fit(model, x, y, bz.NUTS(num_warmup=200, num_samples=400, num_chains=2, seed=0, progress=False))
+    post = bz.fit(
+        model, x, y, bz.NUTS(num_warmup=200, num_samples=400, num_chains=2, seed=0, progress=False), standardize=False
+    )
     with torch.no_grad():
         features = torch.tanh(net.layers[0](x))
     exact = linear_regression(features, y, weight_scale=1.0, bias_scale=1.0, noise_scale=NOISE)
@@ -138,7 +140,12 @@ def test_last_layer_bnn_on_the_toy_regression_fits_features_and_widens_its_band(
     net = bz.models.MLP(1, [50], 1)
     model = bz.BNN(net, bz.priors.FanInNormal(), bz.likelihoods.Gaussian.learned(), expose=[last_layer(net)])
     before = {k: v.clone() for k, v in model.fixed.items()}
-    post = bz.fit(model, *data.train, bz.SVI(steps=1500, lr=0.02, lr_decay=0.1, num_particles=4, progress=False))
+    post = bz.fit(
+        model,
+        *data.train,
+        bz.SVI(steps=1500, lr=0.02, lr_decay=0.1, num_particles=4, progress=False),
+        standardize=False,
+    )
     assert all(torch.equal(model.fixed[k], v) for k, v in before.items())  # the user's model is not mutated
     assert not torch.equal(post.model.fixed["layers.0.weight"], before["layers.0.weight"])  # features were fitted
     train_rmse = (post.predict(data.train[0]).mean - data.train[1][:, None]).pow(2).mean().sqrt()
@@ -157,16 +164,17 @@ def test_last_layer_bnn_on_the_toy_regression_fits_features_and_widens_its_band(
 
 def test_device_is_chosen_at_fit_and_checked(blr_model, blr_data):
     method = bz.SVI(steps=20, num_draws=10, progress=False)
-    on_cpu = bz.fit(blr_model, *blr_data, method, device="cpu")
+    on_cpu = bz.fit(blr_model, *blr_data, method, device="cpu", standardize=False)
     assert on_cpu.model.device.type == "cpu" and torch.equal(
-        on_cpu.samples["layers.0.weight"], bz.fit(blr_model, *blr_data, method).samples["layers.0.weight"]
+        on_cpu.samples["layers.0.weight"],
+        bz.fit(blr_model, *blr_data, method, standardize=False).samples["layers.0.weight"],
     )
     assert torch.equal(on_cpu.to("cpu").predict(blr_data[0]).f, on_cpu.predict(blr_data[0]).f)
     if not torch.cuda.is_available():
         with pytest.raises(bz.BnnZooError, match="no CUDA device"):
-            bz.fit(blr_model, *blr_data, method, device="cuda")
+            bz.fit(blr_model, *blr_data, method, device="cuda", standardize=False)
     with pytest.raises(bz.BnnZooError, match="unknown device"):
-        bz.fit(blr_model, *blr_data, method, device="banana")
+        bz.fit(blr_model, *blr_data, method, device="banana", standardize=False)
 
 
 GUIDES_AND_OPTIONS = [

@@ -41,7 +41,7 @@ def _numpy_kernel(kind, h, a, b):
 @pytest.mark.parametrize("kind", ["rbf", "matern52", "nngp"])
 def test_log_marginal_likelihood_and_predictive_equal_the_numpy_closed_form(kind):
     x, y = _data()
-    post = bz.fit(bz.GP(kind), x, y, bz.TypeII(steps=60, lr=0.05, progress=False))
+    post = bz.fit(bz.GP(kind), x, y, bz.TypeII(steps=60, lr=0.05, progress=False), standardize=False)
     h = post.hyperparameters()
     x_new = torch.tensor([[0.3, -0.2], [1.5, 1.5]])
     xn, xt = x.double().numpy(), x_new.double().numpy()
@@ -84,7 +84,7 @@ def test_nngp_kernel_is_the_wide_relu_network_prior():
 
 def test_regression_gp_has_the_posterior_interface(tmp_path):
     x, y = _data(60, 1, seed=1)
-    post = bz.fit(bz.GP("matern52"), x, y, bz.TypeII(steps=100, progress=False))
+    post = bz.fit(bz.GP("matern52"), x, y, bz.TypeII(steps=100, progress=False), standardize=False)
     x_test, y_test = _data(200, 1, seed=2)
     out = regression_metrics(post.predict(x_test), y_test[:, None])
     assert out["rmse"] < 0.2 and 0.8 < out["coverage_90"] <= 1.0
@@ -106,7 +106,7 @@ def test_variational_gp_classification(likelihood):
     else:
         y = (x[:, 0] > 0.5).long() + (x[:, 0] > -0.5).long()
         gp = bz.GP("rbf", bz.likelihoods.Categorical(), num_classes=3, num_inducing=24)
-    post = bz.fit(gp, x, y, bz.TypeII(steps=150, lr=0.05, progress=False))
+    post = bz.fit(gp, x, y, bz.TypeII(steps=150, lr=0.05, progress=False), standardize=False)
     out = classification_metrics(post.predict(x), y)
     assert out["accuracy"] > 0.93 and out["nll"] < 0.3
     elbo, se = post.elbo()
@@ -130,13 +130,14 @@ def test_gp_bad_input_is_refused_with_the_fix():
     with pytest.raises(bz.BnnZooError, match="num_classes"):
         bz.GP(likelihood=bz.likelihoods.Categorical())
     with pytest.raises(bz.BnnZooError, match="TypeII"):
-        bz.fit(bz.GP(), x, y, bz.SVI(steps=5))
+        bz.fit(bz.GP(), x, y, bz.SVI(steps=5), standardize=False)
     with pytest.raises(bz.BnnZooError, match="TypeII"):
-        bz.fit(bz.BNN(bz.models.MLP(2, [4], 1)), x, y, bz.TypeII(steps=5))
+        bz.fit(bz.BNN(bz.models.MLP(2, [4], 1)), x, y, bz.TypeII(steps=5), standardize=False)
     with pytest.raises(bz.BnnZooError, match="no closed-form"):
         bz.fit(
             bz.GP(likelihood=bz.likelihoods.Bernoulli(), num_inducing=8),
             x,
             (y > 0).long(),
             bz.TypeII(steps=2, progress=False),
+            standardize=False,
         ).log_marginal_likelihood()

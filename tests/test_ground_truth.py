@@ -21,6 +21,7 @@ def nuts_fit(blr_model, blr_data):
             blr_model,
             *blr_data,
             bz.NUTS(num_warmup=300, num_samples=1000, num_chains=2, seed=0, progress=False, backend="torch"),
+            standardize=False,
         )
 
 
@@ -36,7 +37,7 @@ def svi_fit(blr_model, blr_data, request):
         progress=False,
         guide_options={"local_reparam": request.param},
     )
-    return bz.fit(blr_model, *blr_data, method)
+    return bz.fit(blr_model, *blr_data, method, standardize=False)
 
 
 def test_nuts_matches_exact_posterior_within_4_mcse(nuts_fit, blr_exact):
@@ -56,7 +57,7 @@ def test_hmc_with_capped_trajectories_still_matches_the_exact_posterior(blr_mode
         chain_method="sequential",
         progress=False,
     )
-    fit = bz.fit(blr_model, *blr_data, hmc)
+    fit = bz.fit(blr_model, *blr_data, hmc, standardize=False)
     uncapped = 10.0 / fit.sample_stats["step_size"]  # trajectory_length / step size: what Pyro alone would take
     assert torch.all(uncapped > 3) and torch.all(fit.sample_stats["n_steps"] == 3)
     assert_matches_exact_posterior_within_4_mcse(fit, blr_exact)
@@ -131,8 +132,8 @@ def test_parallel_chains_give_the_sequential_draws(blr_model, blr_data):
     """Chain c is seeded with seed + c in its own process: forking changes the wall time, not one draw."""
     settings = dict(num_warmup=60, num_samples=60, num_chains=2, seed=0, progress=False, backend="torch")
     with torch_threads(2):  # two threads: the chains fork
-        parallel = bz.fit(blr_model, *blr_data, bz.NUTS(chain_method="parallel", **settings))
-    sequential = bz.fit(blr_model, *blr_data, bz.NUTS(chain_method="sequential", **settings))
+        parallel = bz.fit(blr_model, *blr_data, bz.NUTS(chain_method="parallel", **settings), standardize=False)
+    sequential = bz.fit(blr_model, *blr_data, bz.NUTS(chain_method="sequential", **settings), standardize=False)
     assert parallel.settings == sequential.settings  # chain_method is not a setting of the result
     for name in parallel.samples:
         assert torch.equal(parallel.samples[name], sequential.samples[name]), name
@@ -151,7 +152,12 @@ def test_parallel_chains_give_the_sequential_draws(blr_model, blr_data):
 def test_a_failed_chain_process_is_one_clear_error(blr_data, how, message):
     model = bz.BNN(_FailsInChild(how), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.5))
     with torch_threads(2), pytest.raises(bz.BnnZooError, match=message):
-        bz.fit(model, *blr_data, bz.HMC(num_warmup=5, num_samples=5, num_chains=2, jit_compile=False, progress=False))
+        bz.fit(
+            model,
+            *blr_data,
+            bz.HMC(num_warmup=5, num_samples=5, num_chains=2, jit_compile=False, progress=False),
+            standardize=False,
+        )
 
 
 _FORK_WHILE_TQDM_LOCKED = """

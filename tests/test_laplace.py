@@ -25,7 +25,7 @@ def _moments(post):
 @pytest.mark.parametrize("hessian", ["full", "kron"])
 def test_laplace_on_linear_regression_is_the_exact_posterior_and_evidence(hessian, blr_model, blr_data, blr_exact):
     """At its defaults, of the declared model: its prior, its noise."""
-    post = bz.fit(blr_model, *blr_data, bz.Laplace(hessian=hessian, num_draws=20000, **QUICK))
+    post = bz.fit(blr_model, *blr_data, bz.Laplace(hessian=hessian, num_draws=20000, **QUICK), standardize=False)
     assert post.info["log_evidence"] == pytest.approx(blr_exact.log_evidence, abs=1e-6) and post.info["type_ii"] == ""
     assert torch.allclose(flat(post.map).double(), blr_exact.mean, atol=1e-5)
     mean, cov = _moments(post)  # 20000 draws: Monte Carlo error of the mean about sd / 141
@@ -46,7 +46,7 @@ def test_laplace_type_two_prior_precision_maximises_the_exact_evidence_and_says_
 
     best = minimize_scalar(lambda ls: -exact(ls), bounds=(-5, 5), method="bounded", options={"xatol": 1e-10})
     method = bz.Laplace(hessian="full", optimize_prior=True, rounds=8, **QUICK)
-    post = bz.fit(blr_model, x, y, method)
+    post = bz.fit(blr_model, x, y, method, standardize=False)
     assert post.info["log_evidence"] == pytest.approx(exact(best.x), rel=1e-8)
     # precision = 1 / scale^2
     assert post.info["prior_precision_scale"] == pytest.approx(math.exp(-2 * best.x), rel=1e-3)
@@ -64,7 +64,12 @@ def test_laplace_type_two_prior_precision_maximises_the_exact_evidence_and_says_
 
 
 def test_diagonal_laplace_has_the_exact_mean_and_the_mean_field_variances(blr_model, blr_data, blr_exact):
-    post = bz.fit(blr_model, *blr_data, bz.Laplace(hessian="diag", optimize_prior=False, num_draws=20000, **QUICK))
+    post = bz.fit(
+        blr_model,
+        *blr_data,
+        bz.Laplace(hessian="diag", optimize_prior=False, num_draws=20000, **QUICK),
+        standardize=False,
+    )
     _, cov = _moments(post)
     assert torch.allclose(flat(post.map).double(), blr_exact.mean, atol=1e-5)
     assert torch.allclose(cov.diagonal(), blr_exact.mean_field_variance, rtol=0.05)  # 1 / diag(precision)
@@ -107,9 +112,16 @@ def test_laplace_refuses_what_it_cannot_do(blr_data):
             x,
             y,
             bz.Laplace(**QUICK),
+            standardize=False,
         )
     with pytest.raises(bz.BnnZooError, match="one prior scale for all of"):
-        bz.fit(bz.BNN(bz.models.MLP(3, [4], 1), bz.priors.FanInNormal()), x, y, bz.Laplace(hessian="kron", **QUICK))
+        bz.fit(
+            bz.BNN(bz.models.MLP(3, [4], 1), bz.priors.FanInNormal()),
+            x,
+            y,
+            bz.Laplace(hessian="kron", **QUICK),
+            standardize=False,
+        )
     with pytest.raises(bz.BnnZooError, match="hessian in"):
         bz.Laplace(hessian="exact")
 
@@ -122,7 +134,13 @@ def test_auto_hessian_is_full_for_small_networks_and_diag_above_the_full_limit()
     large = bz.BNN(bz.models.MLP(3, [70, 70], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.3))
     for model, same_as in ((small, "full"), (large, "diag")):
         auto, explicit = (
-            bz.fit(model, x, y, bz.Laplace(hessian=h, map_steps=20, optimize_prior=False, seed=0, progress=False))
+            bz.fit(
+                model,
+                x,
+                y,
+                bz.Laplace(hessian=h, map_steps=20, optimize_prior=False, seed=0, progress=False),
+                standardize=False,
+            )
             for h in ("auto", same_as)
         )
         assert auto.info["log_evidence"] == explicit.info["log_evidence"], same_as
@@ -143,7 +161,11 @@ def test_laplace_torch_gives_the_same_evidence_and_glm_predictive_at_the_same_ma
     x_test = torch.linspace(-3, 3, 25)[:, None]
     model = bz.BNN(bz.models.MLP(1, [10], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.2))
     post = bz.fit(
-        model, x, y, bz.Laplace(subset=subset, hessian=hessian, optimize_prior=False, num_draws=4000, progress=False)
+        model,
+        x,
+        y,
+        bz.Laplace(subset=subset, hessian=hessian, optimize_prior=False, num_draws=4000, progress=False),
+        standardize=False,
     )
     net = bz.models.MLP(1, [10], 1).double()
     net.load_state_dict({k: v.double() for k, v in {**post.model.fixed, **post.map}.items()})

@@ -103,7 +103,7 @@ def test_lockstep_and_sequential_fits_agree_in_distribution():
         )
 
     lock = fit_lockstep([job(s) for s in range(6)])
-    seq = [bz.fit(j.model, j.x, j.y, j.method) for j in (job(s) for s in range(6))]
+    seq = [bz.fit(j.model, j.x, j.y, j.method, standardize=False) for j in (job(s) for s in range(6))]
 
     def summary(posts):
         means = torch.stack([p.guide.loc_and_scale("layers.0.weight")[0].detach().flatten() for p in posts])
@@ -182,7 +182,7 @@ def test_the_vmap_forward_for_other_networks_equals_the_mlps_own():
 def test_a_lockstep_posterior_holds_its_data_as_bz_fit_does():
     """Targets given as (N,) are stored as (N, 1), so the training log-likelihood (LOO, WAIC) is per point."""
     job = _job(guide="mean-field", steps=200)
-    lock, alone = fit_lockstep([job])[0], bz.fit(job.model, X, Y, job.method)
+    lock, alone = fit_lockstep([job])[0], bz.fit(job.model, X, Y, job.method, standardize=False)
     assert lock.y.shape == alone.y.shape == (48, 1)
     pointwise = lock.log_likelihood()
     assert pointwise.shape == alone.log_likelihood().shape == (1, 10, 48)

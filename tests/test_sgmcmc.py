@@ -41,7 +41,9 @@ def _mcse_sd(post):
 def test_full_batch_sgld_has_the_exact_mean_and_the_theoretical_step_size_bias(blr_model, blr_data, blr_exact):
     exact_sd = blr_exact.cov.diagonal().sqrt()
     runs = {
-        eps: bz.fit(blr_model, *blr_data, bz.SGMCMC(kind="sgld", step_size=eps, **{**RUN, "burn_in": 1000}))
+        eps: bz.fit(
+            blr_model, *blr_data, bz.SGMCMC(kind="sgld", step_size=eps, **{**RUN, "burn_in": 1000}), standardize=False
+        )
         for eps in (2e-3, 1e-2)
     }
     for eps, post in runs.items():
@@ -70,8 +72,12 @@ def test_full_batch_sgld_has_the_exact_mean_and_the_theoretical_step_size_bias(b
 def test_sghmc_and_cyclical_sgld_find_the_exact_posterior_within_monte_carlo_error(blr_model, blr_data, blr_exact):
     """Means within 4 MCSE; sds within 4 MCSE plus 5% (the discretisation bias at these step sizes)."""
     exact_sd = blr_exact.cov.diagonal().sqrt()
-    sghmc = bz.fit(blr_model, *blr_data, bz.SGMCMC(kind="sghmc", step_size=5e-3, friction=5.0, **RUN))
-    cyclical = bz.fit(blr_model, *blr_data, bz.SGMCMC(kind="cyclical", step_size=4e-3, cycles=20, **RUN))
+    sghmc = bz.fit(
+        blr_model, *blr_data, bz.SGMCMC(kind="sghmc", step_size=5e-3, friction=5.0, **RUN), standardize=False
+    )
+    cyclical = bz.fit(
+        blr_model, *blr_data, bz.SGMCMC(kind="cyclical", step_size=4e-3, cycles=20, **RUN), standardize=False
+    )
     for post in (sghmc, cyclical):
         draws = _draws(post)
         assert torch.all((draws.mean(0) - blr_exact.mean).abs() < 4 * _mcse(post)), post.settings["kind"]
@@ -85,12 +91,12 @@ def _assert_resumes_to_the_same_draws(model, data, settings: dict, checkpoint, a
     """Interrupt a checkpointed fit at the network's ``at``-th forward call, resume it: the draws of an
     uninterrupted fit, bit for bit."""
     Interrupting = type(model.net)
-    full = bz.fit(model, *data, bz.SGMCMC(**settings))
+    full = bz.fit(model, *data, bz.SGMCMC(**settings), standardize=False)
     Interrupting.calls, Interrupting.at = 0, at
     with pytest.raises(KeyboardInterrupt):
-        bz.fit(model, *data, bz.SGMCMC(checkpoint=checkpoint, **settings))
+        bz.fit(model, *data, bz.SGMCMC(checkpoint=checkpoint, **settings), standardize=False)
     Interrupting.at = 0
-    resumed = bz.fit(model, *data, bz.SGMCMC(checkpoint=checkpoint, **settings))
+    resumed = bz.fit(model, *data, bz.SGMCMC(checkpoint=checkpoint, **settings), standardize=False)
     for k in full.samples:
         assert torch.equal(resumed.samples[k], full.samples[k]), k
 
@@ -114,12 +120,12 @@ def test_an_interrupted_sgmcmc_run_resumes_to_the_same_draws(blr_data, tmp_path,
     assert not (tmp_path / "ck.pt").exists()
     Interrupting.calls, Interrupting.at = 0, 30
     with pytest.raises(KeyboardInterrupt):
-        bz.fit(model, *blr_data, bz.SGMCMC(checkpoint=tmp_path / "ck.pt", **settings))
+        bz.fit(model, *blr_data, bz.SGMCMC(checkpoint=tmp_path / "ck.pt", **settings), standardize=False)
     other = bz.BNN(bz.models.MLP(3, [7], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.5))
     with pytest.raises(
         bz.BnnZooError, match="belongs to a different fit"
     ):  # a stale checkpoint is refused, not resumed
-        bz.fit(other, *blr_data, bz.SGMCMC(checkpoint=tmp_path / "ck.pt", **settings))
+        bz.fit(other, *blr_data, bz.SGMCMC(checkpoint=tmp_path / "ck.pt", **settings), standardize=False)
 
 
 def test_bad_sgmcmc_settings_are_refused():
@@ -160,7 +166,7 @@ def test_every_kind_at_its_defaults_finds_a_correlated_posterior(kind):
     exact = linear_regression(x, y, weight_scale=1.0, bias_scale=1.0, noise_scale=0.5)
     model = bz.BNN(bz.models.MLP(3, [], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.5))
     # 2,000 of the default 5,000
-    post = bz.fit(model, x, y, bz.SGMCMC(kind=kind, burn_in=2000, num_chains=1, progress=False))
+    post = bz.fit(model, x, y, bz.SGMCMC(kind=kind, burn_in=2000, num_chains=1, progress=False), standardize=False)
     draws, sd = _draws(post), exact.cov.diagonal().sqrt()
     assert torch.all(2.5 * _mcse(post) < 0.3 * sd) and torch.all(2.5 * _mcse_sd(post) < 0.3 * sd)
     assert torch.all((draws.mean(0) - exact.mean).abs() < 0.3 * sd), (draws.mean(0) - exact.mean) / sd
@@ -189,5 +195,6 @@ def test_adapted_sgmcmc_samples_a_learned_noise_with_the_weights():
         x,
         x.sum(1) + 0.3 * torch.randn(30, generator=g),
         bz.SGMCMC(kind="sghmc", burn_in=200, num_samples=20, progress=False),
+        standardize=False,
     )
     assert all(torch.isfinite(v).all() for v in post.samples.values()) and (post.samples["noise_scale"] > 0).all()

@@ -36,12 +36,20 @@ def test_non_finite_loss_stops_and_keeps_the_last_finite_state():
     # call k is step k - 1 (the mean-field guide is built without running the model): step 10 is NaN
     with pytest.warns(UserWarning, match="SVI stopped early: loss became nan at step 10; kept the last parameters"):
         stopped = bz.fit(
-            Poisoned(at=11), x, y, bz.SVI(steps=50, lr=0.01, lr_decay=1.0, seed=0, progress=False, num_draws=10)
+            Poisoned(at=11),
+            x,
+            y,
+            bz.SVI(steps=50, lr=0.01, lr_decay=1.0, seed=0, progress=False, num_draws=10),
+            standardize=False,
         )
     # the parameters that produced the last finite loss (step 9's) are those a clean 9-step fit ends at
     # a constant rate:
     clean = bz.fit(
-        Poisoned(at=10**9), x, y, bz.SVI(steps=9, lr=0.01, lr_decay=1.0, seed=0, progress=False, num_draws=10)
+        Poisoned(at=10**9),
+        x,
+        y,
+        bz.SVI(steps=9, lr=0.01, lr_decay=1.0, seed=0, progress=False, num_draws=10),
+        standardize=False,
     )
     # with a decay, a 9-step fit's schedule is not the first 9 steps of a 50-step one
     assert stopped.info["stop_reason"] == "loss became nan at step 10"
@@ -61,9 +69,14 @@ def test_a_non_finite_gradient_stops_and_keeps_the_parameters_of_the_last_finite
             x,
             y,
             bz.SVI(steps=steps, lr=0.01, lr_decay=1.0, seed=0, progress=False, num_draws=10),
+            standardize=False,
         )
     clean = bz.fit(
-        Poisoned(at=10**9), x, y, bz.SVI(steps=10, lr=0.01, lr_decay=1.0, seed=0, progress=False, num_draws=10)
+        Poisoned(at=10**9),
+        x,
+        y,
+        bz.SVI(steps=10, lr=0.01, lr_decay=1.0, seed=0, progress=False, num_draws=10),
+        standardize=False,
     )
     assert stopped.info["stop_reason"] == "gradient became non-finite at step 10"
     for (name, a), b in zip(stopped.guide.named_parameters(), clean.guide.parameters()):
@@ -73,7 +86,9 @@ def test_a_non_finite_gradient_stops_and_keeps_the_parameters_of_the_last_finite
 def test_minibatch_fit_runs_and_learns():
     x, y = _data()
     model = bz.BNN(bz.models.MLP(2, [], 1), likelihood=bz.likelihoods.Gaussian(0.1))
-    post = bz.fit(model, x, y, bz.SVI(steps=1500, lr=0.05, batch_size=8, seed=0, progress=False, num_draws=200))
+    post = bz.fit(
+        model, x, y, bz.SVI(steps=1500, lr=0.05, batch_size=8, seed=0, progress=False, num_draws=200), standardize=False
+    )
     assert torch.allclose(post.samples["layers.0.weight"].mean((0, 1)), torch.ones(1, 2), atol=0.1)
 
 
@@ -105,11 +120,11 @@ def test_resume_after_an_interrupt_ends_where_an_uninterrupted_fit_ends(tmp_path
         num_draws=10,
         checkpoint_every=25,
     )
-    full = bz.fit(Interrupted(at=0), x, y, bz.SVI(**settings))
+    full = bz.fit(Interrupted(at=0), x, y, bz.SVI(**settings), standardize=False)
     with pytest.raises(KeyboardInterrupt):  # call 61 is step 60, mid-way through the fit
-        bz.fit(Interrupted(at=61), x, y, bz.SVI(checkpoint=ckpt, **settings))
+        bz.fit(Interrupted(at=61), x, y, bz.SVI(checkpoint=ckpt, **settings), standardize=False)
     assert ckpt.exists()
-    resumed = bz.fit(Interrupted(at=0), x, y, bz.SVI(checkpoint=ckpt, **settings))
+    resumed = bz.fit(Interrupted(at=0), x, y, bz.SVI(checkpoint=ckpt, **settings), standardize=False)
     assert len(resumed.sample_stats["loss"]) == 90
     torch.testing.assert_close(resumed.sample_stats["loss"], full.sample_stats["loss"], rtol=0, atol=0)
     for a, b in zip(resumed.guide.parameters(), full.guide.parameters()):
@@ -123,7 +138,7 @@ def test_a_stale_checkpoint_is_refused_and_its_own_fit_resumes(tmp_path):
     ckpt = tmp_path / "ckpt.pt"
     settings = dict(steps=20, checkpoint=ckpt, checkpoint_every=5, progress=False, num_draws=5)
     with pytest.raises(KeyboardInterrupt):
-        bz.fit(Interrupted(at=13), x, y, bz.SVI(**settings))
+        bz.fit(Interrupted(at=13), x, y, bz.SVI(**settings), standardize=False)
     others = {
         "another network": (bz.BNN(bz.models.MLP(2, [7], 1)), x, y, settings),
         "other data": (Interrupted(at=0), x, y + 1, settings),
@@ -132,9 +147,9 @@ def test_a_stale_checkpoint_is_refused_and_its_own_fit_resumes(tmp_path):
     }
     for what, (other, xs, ys, options) in others.items():
         with pytest.raises(bz.BnnZooError, match="belongs to a different fit .* delete it"):
-            bz.fit(other, xs, ys, bz.SVI(**options))
+            bz.fit(other, xs, ys, bz.SVI(**options), standardize=False)
         assert ckpt.exists(), what  # refused, not overwritten
-    resumed = bz.fit(Interrupted(at=0), x, y, bz.SVI(**settings))
+    resumed = bz.fit(Interrupted(at=0), x, y, bz.SVI(**settings), standardize=False)
     assert resumed.info["resumed_at_step"] == 12 and len(resumed.sample_stats["loss"]) == 20
 
 
@@ -146,11 +161,11 @@ def test_early_stopping_keeps_the_best_guide_and_holds_out_validation_data():
     model = bz.BNN(bz.models.MLP(2, [64], 1), bz.priors.Normal(3.0), bz.likelihoods.Gaussian(0.3))
     # constant: see above
     common = dict(guide="mean-field", lr=0.03, lr_decay=1.0, validation=0.25, progress=False, num_draws=10)
-    post = bz.fit(model, x, y, bz.SVI(steps=3000, eval_every=25, patience=4, **common))
+    post = bz.fit(model, x, y, bz.SVI(steps=3000, eval_every=25, patience=4, **common), standardize=False)
     best, run = post.info["best_step"], post.info["steps_run"]
     assert run == best + 4 * 25 < 3000
     assert post.x.shape == (30, 2)
-    again = bz.fit(model, x, y, bz.SVI(steps=best, eval_every=best, patience=1, **common))
+    again = bz.fit(model, x, y, bz.SVI(steps=best, eval_every=best, patience=1, **common), standardize=False)
     for (k, a), b in zip(post.guide.state_dict().items(), again.guide.state_dict().values()):
         assert torch.equal(a, b), k
 
@@ -160,7 +175,13 @@ def test_bad_validation_settings_are_refused():
         bz.SVI(validation=1.5)
     x, y = _data()
     with pytest.raises(bz.BnnZooError, match="leaves no training or no validation"):
-        bz.fit(bz.BNN(bz.models.MLP(2, [4], 1)), x[:3], y[:3], bz.SVI(validation=0.1, steps=2, progress=False))
+        bz.fit(
+            bz.BNN(bz.models.MLP(2, [4], 1)),
+            x[:3],
+            y[:3],
+            bz.SVI(validation=0.1, steps=2, progress=False),
+            standardize=False,
+        )
 
 
 def test_guide_draws_are_made_on_demand_one_block_at_a_time(monkeypatch):
@@ -169,7 +190,13 @@ def test_guide_draws_are_made_on_demand_one_block_at_a_time(monkeypatch):
     same whichever call makes it; each block has its own seed; the global RNG is left as it was; and
     the draws follow q."""
     x, y = _data()
-    post = bz.fit(bz.BNN(bz.models.MLP(2, [4], 1)), x, y, bz.SVI(steps=20, seed=0, progress=False, num_draws=30))
+    post = bz.fit(
+        bz.BNN(bz.models.MLP(2, [4], 1)),
+        x,
+        y,
+        bz.SVI(steps=20, seed=0, progress=False, num_draws=30),
+        standardize=False,
+    )
     assert post.stored is None and post.num_draws == 30 and post.samples["layers.0.weight"].shape == (1, 30, 4, 2)
     post.BLOCK_FLOATS = 8 * sum(v.numel() for v in post.model.params.values())  # blocks of 8 draws
     post.ROWS_PER_CALL, post.DRAW_ROWS_PER_CALL = 16, 48  # forward calls of 3 draws x 16 of the 40 rows, joined

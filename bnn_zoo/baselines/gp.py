@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 from bnn_zoo import likelihoods, priors, saving
 from bnn_zoo.errors import BnnZooError, check_field_types
 from bnn_zoo.io import bar_disabled
-from bnn_zoo.posterior import Prediction, common_attrs, function_space_inference_data
+from bnn_zoo.posterior import InDataUnits, Prediction, common_attrs, function_space_inference_data
 
 KERNELS = ("rbf", "matern52", "nngp")
 MAX_EXACT = 10_000  # an exact GP's Cholesky is O(N^3) time and O(N^2) float64 memory (10k: 0.8 GB)
@@ -285,9 +285,10 @@ def _exact():
     return gpytorch.settings.max_cholesky_size(MAX_EXACT + 1)
 
 
-class GPPosterior:
+class GPPosterior(InDataUnits):
     """A fitted GP with the Posterior interface: ``predict`` gives draws of the latent function (and, for
-    a Bernoulli, its probit link rewritten as logits), so every metric and plot applies unchanged."""
+    a Bernoulli, its probit link rewritten as logits), so every metric and plot applies unchanged. Fitted
+    on standardised data (``scaling``), it takes and gives the data's units as a BNN's Posterior does."""
 
     method = "gp"
     guide = None
@@ -318,20 +319,24 @@ class GPPosterior:
 
     def latent(self, x):
         """Posterior marginals of the latent function at x: mean and variance, each (N, outputs), float64."""
-        from bnn_zoo.data.validation import check_inputs
+        return self._latent(self._inputs(x))
 
-        x = check_inputs(self.model, x).double()
+    def _latent(self, x):
         with torch.no_grad(), _exact(), warnings.catch_warnings():
             # predicting at the training inputs is intended
             warnings.simplefilter("ignore", gpytorch.utils.warnings.GPInputWarning)
-            f = self.module(x)
+            f = self.module(x.double())
         mean, var = f.mean, f.variance
         return (mean[:, None], var[:, None]) if mean.dim() == 1 else (mean, var)
 
     def predict(self, x, num_samples: int | None = None, at_mean: bool = False) -> Prediction:
         """``num_samples`` (default 1000) draws of the latent function at each x from its posterior
         marginal (seeded: the same call gives the same draws); ``at_mean=True`` is one draw at the mean."""
-        mean, var = self.latent(x)
+        return Prediction(self._draws(self._inputs(x), num_samples, at_mean), {}, self.likelihood, self.scaling)
+
+    def _draws(self, x, num_samples: int | None = None, at_mean: bool = False) -> torch.Tensor:
+        """Latent draws at inputs as the GP sees them (standardised when the fit was)."""
+        mean, var = self._latent(x)
         if at_mean:
             f = mean[None]
         else:
@@ -341,20 +346,22 @@ class GPPosterior:
             self.likelihood, likelihoods.Bernoulli
         ):  # probit link: p = Phi(f) = sigmoid(log Phi(f) - log Phi(-f))
             f = torch.special.log_ndtr(f) - torch.special.log_ndtr(-f)
-        return Prediction(f.to(self.x.dtype), {}, self.likelihood)
+        return f.to(self.x.dtype)
 
     def predictive_mean(self, x, num_samples: int | None = None):
         return self.predict(x, num_samples).mean
 
     def log_marginal_likelihood(self) -> float:
-        """Exact log p(y | X, hyperparameters) of the training targets (regression only), in nats."""
+        """Exact log p(y | X, hyperparameters) of the training targets (regression only), in nats, in the
+        data's units."""
         if self.model.task != "regression":
             raise BnnZooError("a classification GP has no closed-form marginal likelihood; its evidence is elbo()")
         self.module.train(), self.gp_likelihood.train()
         try:
             with torch.no_grad(), _exact():
                 mll = gpytorch.mlls.ExactMarginalLogLikelihood(self.gp_likelihood, self.module)
-                return float(mll(self.module(self.x.double()), self.y[:, 0].double())) * len(self.x)
+                total = float(mll(self.module(self.x.double()), self.y[:, 0].double())) * len(self.x)
+                return self.to_data_units(total, len(self.x))
         finally:
             self.module.eval(), self.gp_likelihood.eval()
 
@@ -370,27 +377,29 @@ class GPPosterior:
         return totals.mean().item() - kl, (totals.std() / math.sqrt(num_samples)).item()
 
     def log_likelihood(self, x=None, y=None, num_samples: int = 1000) -> torch.Tensor:
-        """Pointwise log p(y_n | f_n) for latent draws: (1, draws, N), training data by default."""
-        x, y = (self.x, self.y) if x is None else (x, y)
-        pred = self.predict(x, num_samples)
-        return self.likelihood.distribution(pred.f, {}).log_prob(y)[None]
+        """Pointwise log p(y_n | f_n) for latent draws: (1, draws, N), training data by default; in the
+        data's units."""
+        x, y = self.data(x, y)
+        log_lik = self.likelihood.distribution(self._draws(x, num_samples), {}).log_prob(y)[None]
+        return log_lik if self.scaling is None else log_lik + self.scaling.log_jacobian
 
     def to_inference_data(self, num_samples: int = 1000):
         """ArviZ InferenceData: posterior (latent f at the training inputs), posterior_predictive,
         log_likelihood (for LOO/WAIC), observed and constant data, the type-II loss and, in attrs, the
         hyperparameters."""
-        pred = self.predict(self.x, num_samples)
+        f = self._draws(self.x, num_samples)
         with torch.random.fork_rng(device_type="cuda"):
             torch.manual_seed(int(self.settings.get("seed", 0)))
-            y_rep = self.likelihood.distribution(pred.f, {}).sample()
-        log_lik = self.likelihood.distribution(pred.f, {}).log_prob(self.y)
+            y_rep = self.likelihood.distribution(f, {}).sample()
+        log_lik = self.log_likelihood(num_samples=num_samples)[0]
         draws = np.arange(num_samples)
         posterior = xr.Dataset(
-            {"f": (("chain", "draw", "obs", "f_dim"), pred.f[None].numpy())}, coords={"chain": [0], "draw": draws}
+            {"f": (("chain", "draw", "obs", "f_dim"), f[None].numpy())}, coords={"chain": [0], "draw": draws}
         )
         attrs = {**self.attrs(), "draws_posterior": num_samples, "draws_function_space": num_samples}
+        x, y, y_rep = self._function_space_in_units(y_rep, attrs)
         return function_space_inference_data(
-            posterior, y_rep[None], log_lik[None], draws, self.x, self.y, self.sample_stats, attrs
+            posterior, y_rep[None], log_lik[None], draws, x, y, self.sample_stats, attrs
         )
 
     def save(self, path, idata=None) -> Path:
@@ -402,6 +411,7 @@ class GPPosterior:
             "module": self.module.state_dict(),
             "likelihood": self.gp_likelihood.state_dict(),
             "losses": self.sample_stats["loss"],
+            **self._units_state(),
         }
         header = {
             "model": saving.describe(self.model),
@@ -432,4 +442,4 @@ def _load(header: dict, state: dict, model=None, guide=None) -> GPPosterior:
     module.eval(), lik.eval()
     return GPPosterior(
         gp, module, lik, x, y, header["settings"], state["losses"], header.get("runtime_s", 0.0), header.get("info", {})
-    )
+    )._restore_units(state)

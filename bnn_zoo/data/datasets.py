@@ -11,6 +11,7 @@ import torch
 
 from bnn_zoo.data.validation import as_tensor
 from bnn_zoo.errors import BnnZooError, positive
+from bnn_zoo.scaling import moments
 
 
 @dataclass
@@ -30,9 +31,9 @@ class Dataset:
     scale_inputs: bool = True  # False for token ids
 
     def __post_init__(self):
-        self.x_mean, self.x_std = _moments(self.x_train) if self.scale_inputs else (torch.zeros(()), torch.ones(()))
+        self.x_mean, self.x_std = moments(self.x_train) if self.scale_inputs else (torch.zeros(()), torch.ones(()))
         if self.task == "regression":
-            self.y_mean, self.y_std = _moments(self.y_train)
+            self.y_mean, self.y_std = moments(self.y_train)
         else:
             self.y_mean, self.y_std = torch.zeros(()), torch.ones(())
 
@@ -81,11 +82,6 @@ class Dataset:
     def _scaled(self, x, y):
         y = (y - self.y_mean) / self.y_std if self.task == "regression" else y
         return (x - self.x_mean) / self.x_std, y
-
-
-def _moments(t):
-    std = t.std(0) if t.shape[0] > 1 else torch.ones(t.shape[1:])
-    return t.mean(0), torch.where(std > 0, std, torch.ones_like(std))
 
 
 def toy_cubic(n_train: int = 20, n_test: int = 200, seed: int = 0) -> Dataset:

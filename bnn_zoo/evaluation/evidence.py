@@ -45,11 +45,11 @@ def importance_weighted(posterior, x=None, y=None, k: int = 100, num_repeats: in
             f"importance_weighted needs k >= 1 and num_repeats >= 2 (for a standard error), got k={k}, "
             f"num_repeats={num_repeats}"
         )
-    x, y = (posterior.x, posterior.y) if x is None else check_data(posterior.model, x, y)
+    x, y = posterior.data(x, y)
     with torch.no_grad():
         lw = log_weights(posterior.guide, posterior.model, x, y, k * num_repeats).double().reshape(num_repeats, k)
     bounds = torch.logsumexp(lw, 1) - math.log(k)
-    return bounds.mean().item(), (bounds.std() / math.sqrt(num_repeats)).item()
+    return posterior.to_data_units(bounds.mean().item(), len(y)), (bounds.std() / math.sqrt(num_repeats)).item()
 
 
 def _check_density(posterior, what):
@@ -95,9 +95,10 @@ def ais(
     ``checkpoint``: a path written every 25 temperatures and on Ctrl-C; an existing one is resumed, and
     it is deleted once the estimate is complete.
     """
-    if isinstance(model, Posterior):
-        x, y = (model.x, model.y) if x is None else (x, y)
-        model = model.model
+    units = lambda estimate, n: estimate  # noqa: E731
+    if isinstance(model, Posterior):  # its data as it saw them, and the estimate in the data's units
+        x, y = model.data(x, y)
+        model, units = model.model, model.to_data_units
     if not isinstance(model, BNN):
         raise BnnZooError(
             f"ais needs a bnn_zoo.BNN or a Posterior fitted to one, got {type(model).__name__} (a GP's evidence is its "
@@ -133,7 +134,7 @@ def ais(
         )
     runs = torch.logsumexp(log_w.reshape(num_runs, num_particles), 1) - math.log(num_particles)
     estimate = torch.logsumexp(log_w, 0) - math.log(len(log_w))
-    return estimate.item(), (runs.std() / math.sqrt(num_runs)).item()
+    return units(estimate.item(), len(y)), (runs.std() / math.sqrt(num_runs)).item()
 
 
 class _Target:

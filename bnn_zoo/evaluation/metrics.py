@@ -16,7 +16,9 @@ def regression_metrics(pred, y, y_std=1.0) -> dict[str, float]:
     and model part Var_s[f_s] (law of total variance), all in original units.
 
     ``pred`` and ``y`` are in standardised units y_s = (y - mean) / y_std; the density picks up the
-    Jacobian: log p(y) = log p(y_s) - sum_d log y_std_d. ``y`` is (N,) for one output or (N, outputs).
+    Jacobian: log p(y) = log p(y_s) - sum_d log y_std_d. A prediction of a posterior bnn_zoo.fit
+    standardised is already in the data's units: pass y as it is and y_std 1. ``y`` is (N,) for one
+    output or (N, outputs).
     """
     y = _matching_targets(y, pred.mean.shape)
     y_std = torch.as_tensor(y_std, dtype=y.dtype).reshape(-1)

@@ -18,14 +18,13 @@ from bnn_zoo.errors import BnnZooError
 from bnn_zoo.evaluation import (
     calibration,
     classification_metrics,
-    collapse,
     language_model_metrics,
     reference,
     regression_metrics,
 )
-from bnn_zoo.evaluation.collapse import diagnose
 from bnn_zoo.experiments.config import DEFAULT_LIKELIHOOD, Dropout, RunConfig, build_network, to_dict
-from bnn_zoo.inference import fit
+from bnn_zoo.inference import collapse, fit
+from bnn_zoo.inference.collapse import diagnose
 from bnn_zoo.inference.defaults import batch_size
 from bnn_zoo.io import announce, save_dataset, writable_folder, write_json, write_yaml
 from bnn_zoo.posterior import function_space_draws
@@ -70,7 +69,7 @@ def run(
     """
     x, y = dataset.train
     announce(f"fitting {name} on {dataset.name}")
-    posterior = fit(model, x, y, method, device=device)
+    posterior = fit(model, x, y, method, device=device, standardize=False)  # x, y: the dataset's, standardised
     if device is not None:
         posterior = posterior.to("cpu")  # metrics, plots and files are made on the CPU
     return evaluate(
@@ -144,10 +143,11 @@ def evaluate(
     if posterior.x.shape[0] < x.shape[0]:
         metrics["n_validation"] = int(x.shape[0] - posterior.x.shape[0])  # held out for early stopping
     metrics.update({k: v for k, v in posterior.info.items() if v != ""})  # stop_reason, early-stopping step
-    collapse = diagnose(posterior, metrics, len(dataset.info["vocab"]) if "vocab" in dataset.info else None)
-    if collapse:
-        metrics["collapse_warning"] = collapse
-        warnings.warn(f"{name} on {dataset.name} collapsed: {collapse}", stacklevel=2)
+    if model.likelihood.task == "language-model":  # judged by the test perplexity; fit checked the others
+        collapse = diagnose(posterior, metrics, len(dataset.info["vocab"]))
+        if collapse:
+            metrics["collapse_warning"] = collapse
+            warnings.warn(f"{name} on {dataset.name} collapsed: {collapse}", stacklevel=2)
     result = Result(
         name,
         posterior,
@@ -178,7 +178,7 @@ class Prepared:
     def fit(self):
         """The fitted posterior, on the CPU (metrics, plots and files are made there)."""
         announce(f"fitting {self.name} on {self.dataset.name}")
-        posterior = fit(self.model, *self.dataset.train, self.method, device=self.config.device)
+        posterior = fit(self.model, *self.dataset.train, self.method, device=self.config.device, standardize=False)
         return posterior if self.config.device is None else posterior.to("cpu")
 
     def evaluate(self, posterior) -> Result:

@@ -1,6 +1,7 @@
 """One entry point for inference: ``fit(model, x, y, method)`` with method SVI, NUTS, HMC, ChEES, Laplace, SGMCMC,
 Ensemble or SWAG (a BNN), or ``bnn_zoo.TypeII`` (a ``bnn_zoo.GP``)."""
 
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -10,7 +11,7 @@ from bnn_zoo.baselines import GP, GPPosterior, TypeII
 from bnn_zoo.bnn import BNN
 from bnn_zoo.data.validation import check_data
 from bnn_zoo.errors import BnnZooError, check_device, check_seed
-from bnn_zoo.inference import lockstep
+from bnn_zoo.inference import collapse, lockstep
 from bnn_zoo.inference.chees import ChEES
 from bnn_zoo.inference.ensemble import SWAG, Ensemble
 from bnn_zoo.inference.laplace import Laplace
@@ -18,6 +19,7 @@ from bnn_zoo.inference.mcmc import HMC, NUTS
 from bnn_zoo.inference.sgmcmc import SGMCMC
 from bnn_zoo.inference.svi import SVI
 from bnn_zoo.posterior import Posterior
+from bnn_zoo.scaling import Scaling
 
 ArrayLike = torch.Tensor | np.ndarray | Sequence
 
@@ -39,10 +41,16 @@ def fit(
     y: ArrayLike,
     method: SVI | NUTS | HMC | ChEES | Laplace | SGMCMC | Ensemble | SWAG | TypeII,
     device: str | torch.device | None = None,
+    standardize: bool = True,
 ) -> Posterior | GPPosterior:
     """Fit ``model`` to (x, y) with ``method``.
 
-    Inputs are validated first (shapes, NaN/inf, labels), so bad data fails before any training.
+    Inputs are validated first (shapes, NaN/inf, labels), so bad data fails before any training. A
+    regression is fitted on inputs and targets standardised with their own means and sds (the shipped
+    priors and defaults assume unit scales, as on the command line), and the posterior takes and gives
+    the data's units: predictions, log-likelihoods, ELBO and evidence, the InferenceData's function-space
+    groups; only the weights (``posterior`` group) act on the standardised data (``posterior.scaling``).
+    A fit that learned nothing about the inputs (:mod:`bnn_zoo.inference.collapse`) warns in one line.
 
     Args:
         model: a :class:`bnn_zoo.BNN`, fitted by SVI, NUTS, HMC, ChEES, Laplace, SGMCMC, Ensemble or SWAG; or a
@@ -54,6 +62,9 @@ def fit(
             ``bnn_zoo.Ensemble(...)``, ``bnn_zoo.SWAG(...)`` or ``bnn_zoo.TypeII(...)``.
         device: where to fit a BNN: ``"cpu"`` (default: where the model is) or ``"cuda"``; the model is
             copied there with its data, and the posterior lives there.
+        standardize: standardise a regression's inputs and targets (False: fit them as given, e.g. data
+            already standardised, or a prior chosen for the data's own units). Classifiers and language
+            models are always fitted as given.
 
     Returns:
         A :class:`bnn_zoo.Posterior` (a GP: a ``GPPosterior`` with the same interface).
@@ -82,9 +93,29 @@ def fit(
             raise BnnZooError("the GP baseline fits on the CPU (exact Cholesky in float64); drop device=")
         model = model.to(check_device(device))
         x, y = x.to(model.device), y.to(model.device)
+    task = model.task if isinstance(model, GP) else model.likelihood.task
+    scaling = Scaling.of(x, y) if standardize and task == "regression" else None
+    if scaling is not None:
+        x, y = scaling.inputs(x), scaling.targets(y)
     if isinstance(method, SVI) and method.lockstep:
-        return lockstep.fit_lockstep([lockstep.Job(model, x, y, method)], device=model.device)[0]
-    return method.run(model, x, y)
+        posterior = lockstep.fit_lockstep([lockstep.Job(model, x, y, method)], device=model.device)[0]
+    else:
+        posterior = method.run(model, x, y)
+    if scaling is not None:
+        posterior.scaling = scaling.to(x.device)
+        if "log_evidence" in posterior.info:  # Laplace's; the rest of its info stays of the standardised data
+            posterior.info["log_evidence"] = posterior.to_data_units(posterior.info["log_evidence"], len(y))
+    _warn_if_collapsed(posterior)
+    return posterior
+
+
+def _warn_if_collapsed(posterior) -> None:
+    if posterior.model.likelihood.task == "language-model":  # judged by test perplexity, which a fit has not
+        return
+    found = collapse.diagnose(posterior, {})
+    if found:
+        posterior.info["collapse_warning"] = found
+        warnings.warn(f"this {posterior.method} fit collapsed: {found}", stacklevel=3)
 
 
 __all__ = ["HMC", "METHODS", "NUTS", "SWAG", "ChEES", "Ensemble", "SGMCMC", "SVI", "Laplace", "fit"]

@@ -4,7 +4,7 @@ A BNN whose prior or KL term overwhelms the data predicts the same thing for eve
 mean with everything else called noise (regression), the class frequencies (classification), or the
 uniform next token (language models); a loss that never moved is the same failure seen from the
 optimiser. Test metrics show it only to a reader who knows what chance looks like, so ``diagnose``
-names it, and ``bnn-zoo fit`` warns and records it as ``collapse_warning`` in metrics.json.
+names it: ``bnn_zoo.fit`` warns, and ``bnn-zoo fit`` also records it as ``collapse_warning`` in metrics.json.
 """
 
 from __future__ import annotations
@@ -34,9 +34,10 @@ def diagnose(posterior, metrics: dict, vocabulary: int | None = None) -> str:
     else:
         # a chain's draws are all it has
         stored = getattr(posterior, "num_draws", DRAWS) * getattr(posterior, "num_chains", 1)
+        x, y = posterior.training_data()
         with torch.no_grad():
-            pred = posterior.predict(posterior.x, num_samples=min(DRAWS, stored))
-        signs.append(_regression(pred, posterior.y) if task == "regression" else _classification(pred, posterior.y))
+            pred = posterior.predict(x, num_samples=min(DRAWS, stored))
+        signs.append(_regression(pred, y) if task == "regression" else _classification(pred, y))
     signs.append(_flat_loss(getattr(posterior, "sample_stats", {}).get("loss")))
     return "; ".join(s for s in signs if s)
 
