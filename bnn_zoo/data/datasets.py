@@ -11,7 +11,7 @@ import torch
 
 from bnn_zoo.data.validation import as_tensor
 from bnn_zoo.errors import BnnZooError, positive
-from bnn_zoo.scaling import moments
+from bnn_zoo.scaling import Scaling, moments
 
 
 @dataclass
@@ -36,6 +36,11 @@ class Dataset:
             self.y_mean, self.y_std = moments(self.y_train)
         else:
             self.y_mean, self.y_std = torch.zeros(()), torch.ones(())
+
+    @property
+    def scaling(self) -> Scaling:
+        """The training statistics ``train`` and ``test`` are standardised with."""
+        return Scaling(self.x_mean, self.x_std, self.y_mean, self.y_std)
 
     @property
     def in_features(self) -> int:

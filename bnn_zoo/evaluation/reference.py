@@ -35,7 +35,8 @@ SCORES = ["w2", "variance_ratio", "variance_ratio_certain", "variance_ratio_unce
 
 
 def predictive_quantiles(pred, seed: int = 0) -> torch.Tensor:
-    """Quantiles of the predictive distribution of y at ``QUANTILE_LEVELS``: (levels, N, outputs).
+    """Quantiles of the predictive distribution of y at ``QUANTILE_LEVELS``: (levels, N, outputs), in
+    the prediction's units.
 
     From at least ``Y_DRAWS`` draws of y (each draw of f with fresh noise), under a generator of its
     own so the run's other random numbers are unchanged."""
@@ -46,7 +47,8 @@ def predictive_quantiles(pred, seed: int = 0) -> torch.Tensor:
             pred.likelihood.distribution(pred.f, pred.latent).sample((repeats,)).reshape(-1, *pred.f.shape[1:]).double()
         )
     index = (QUANTILE_LEVELS * draws.shape[0]).long()  # the midpoint level's order statistic
-    return torch.cat([chunk.sort(0).values[index] for chunk in draws.split(256, dim=1)], dim=1).float()
+    q = torch.cat([chunk.sort(0).values[index] for chunk in draws.split(256, dim=1)], dim=1).float()
+    return q if pred.units is None else pred.units.unscaled_targets(q)
 
 
 def convergence(f: torch.Tensor, tree_depth: torch.Tensor | None = None, max_tree_depth: int | None = None) -> dict:

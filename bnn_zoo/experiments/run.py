@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from dataclasses import dataclass
@@ -10,7 +11,6 @@ from pathlib import Path
 import arviz as az
 import numpy as np
 import torch
-import xarray as xr
 
 from bnn_zoo import resources
 from bnn_zoo.bnn import BNN
@@ -19,6 +19,7 @@ from bnn_zoo.evaluation import (
     calibration,
     classification_metrics,
     language_model_metrics,
+    predictions,
     reference,
     regression_metrics,
 )
@@ -451,60 +452,36 @@ def _over_sites(ds, reduce):
 
 
 def test_predictions(name, posterior, dataset, metrics, pred):
-    """What the comparison plots need, in original units, from the test-set prediction ``pred``: per test
-    point, class probabilities with entropy and mutual information, or the predictive mean, sd and PIT
-    (predictive CDF at y); for 1-D regression also the predictive mean and 2.5/25/75/97.5% quantiles on
-    a grid. (Language models keep none: token probabilities are too large.)"""
-    from bnn_zoo.evaluation import uncertainty
-
-    task = posterior.model.likelihood.task
-    y_test = dataset.test[1]
+    """What the comparison plots need, in original units, from the test-set prediction ``pred``
+    (:func:`bnn_zoo.evaluation.predictions.test_predictions`); for 1-D regression also the predictive
+    mean and 2.5/25/75/97.5% quantiles on a grid. (Language models keep none: token probabilities are
+    too large.)"""
     attrs = {
         "name": name,
-        "task": task,
+        "task": posterior.model.likelihood.task,
         "model": metrics.get("model", ""),
         "method": posterior.method,
         **{k: metrics[k] for k in ("rmse", "test_log_likelihood", "accuracy", "nll") if k in metrics},
     }
-    if task == "classification":
-        draws = pred.draw_probs
-        return xr.Dataset(
-            {
-                "probs": (("obs", "class"), draws.mean(0).numpy()),
-                "y": ("obs", y_test.long().numpy()),
-                "entropy": ("obs", uncertainty.predictive_entropy(draws).numpy()),
-                "mutual_information": ("obs", uncertainty.mutual_information(draws).numpy()),
-            },
-            attrs=attrs,
-        )
-    y = posterior.model.likelihood.check_targets(y_test, pred.f.shape[-1])
-    ds = xr.Dataset(
-        {
-            "y": ("obs", (y * dataset.y_std + dataset.y_mean)[:, 0].numpy()),
-            "mean": ("obs", (pred.mean * dataset.y_std + dataset.y_mean)[:, 0].numpy()),
-            "sd": ("obs", (pred.variance.sqrt() * dataset.y_std)[:, 0].numpy()),
-            "pit": ("obs", pred.cdf(y)[:, 0].numpy()),
-        },
-        attrs=attrs,
-    )
-    if dataset.in_features == 1 and y.shape[1] == 1:
+    regression = attrs["task"] == "regression"
+    in_units = dataclasses.replace(pred, units=dataset.scaling) if regression else pred
+    ds = predictions.test_predictions(in_units, dataset.y_test, attrs)
+    if regression and dataset.in_features == 1 and "quantile" in ds:
         x_all = torch.cat([dataset.x_train, dataset.x_test])[:, 0]
         lo, hi = x_all.min().item(), x_all.max().item()
         grid = torch.linspace(lo - 0.25 * (hi - lo), hi + 0.25 * (hi - lo), 200)[:, None]
-        band = posterior.predict((grid - dataset.x_mean) / dataset.x_std)
-        q = band.quantiles([0.025, 0.25, 0.75, 0.975])[..., 0] * dataset.y_std + dataset.y_mean
-        ds = ds.assign(
+        band = dataclasses.replace(posterior.predict(dataset.scaling.inputs(grid)), units=dataset.scaling)
+        quantile = ds["quantile"]  # its name is also the grid's quantile dimension: assigned after it, as files have it
+        ds = ds.drop_vars("quantile").assign(
             x_test=("obs", dataset.x_test[:, 0].numpy()),
             x_grid=("grid", grid[:, 0].numpy()),
-            grid_mean=("grid", (band.mean[:, 0] * dataset.y_std + dataset.y_mean).numpy()),
-            grid_quantile=(("grid", "quantile"), q.T.numpy()),
+            grid_mean=("grid", band.mean[:, 0].numpy()),
+            grid_quantile=(("grid", "quantile"), band.quantiles([0.025, 0.25, 0.75, 0.975])[..., 0].T.numpy()),
             x_train=("train", dataset.x_train[:, 0].numpy()),
             y_train=("train", dataset.y_train.reshape(-1).numpy()),
         )
+        ds = ds.assign(quantile=quantile)
         ds.attrs["truth"] = "x^3" if dataset.name == "toy-cubic" else ""
-    if y.shape[1] == 1:  # for the distance to a reference posterior (bnn_zoo.evaluation.reference)
-        q = reference.predictive_quantiles(pred)[..., 0] * dataset.y_std + dataset.y_mean
-        ds = ds.assign(quantile=(("obs", "level"), q.T.numpy()), level=("level", reference.QUANTILE_LEVELS.numpy()))
     return ds
 
 
