@@ -78,6 +78,11 @@ def main(argv=None) -> int:
         "variance_ratio; "
         "classification: agreement, total_variation)",
     )
+    p.add_argument(
+        "--reference-unconverged",
+        action="store_true",
+        help="score against a --reference that did not converge; every row then says why in reference_unconverged",
+    )
 
     p = sub.add_parser(
         "sweep",
@@ -404,7 +409,9 @@ def _compare(args):
     from bnn_zoo.experiments.demo import print_comparison
     from bnn_zoo.io import writable_folder
 
-    table = report(args.dirs, writable_folder(args.out), reference=args.reference)
+    table = report(
+        args.dirs, writable_folder(args.out), reference=args.reference, allow_unconverged=args.reference_unconverged
+    )
     print_comparison(table, title=f"{len(table)} runs; table and plots in {args.out}")
     return 0
 

@@ -4,6 +4,7 @@ convergence verdict, and compare(reference=...) from Python and the command line
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 import xarray as xr
@@ -155,3 +156,32 @@ def test_an_unconverged_reference_is_refused_in_one_line(runs, capsys):
     assert "short cannot serve as a reference posterior: 2 chains < 4" in err and err.count("\n") == 1
     assert main(["compare", str(runs / "ref"), "--reference", str(runs / "svi"), "--out", str(runs / "cmp")]) == 2
     assert "svi cannot serve as a reference posterior: it is not an MCMC run" in capsys.readouterr().err
+
+
+def test_an_unconverged_reference_scores_when_asked_and_every_row_says_so(runs, capsys):
+    out = runs / "cmp-unconverged"
+    argv = ["compare", str(runs / "svi"), "--reference", str(runs / "short"), "--out", str(out)]
+    assert main([*argv, "--reference-unconverged"]) == 0
+    table = pd.read_csv(out / "comparison.csv")
+    assert np.isfinite(table["w2"]).all() and table["reference_unconverged"].str.startswith("2 chains < 4").all()
+
+
+def test_posteriors_from_fit_compare_against_a_reference_posterior_on_test_data():
+    """The objects bz.fit returns, in the data's units, scored as folders are: test metrics, and W2 to a
+    reference posterior (here two short NUTS chains: unconverged, refused unless allowed)."""
+    g = torch.Generator().manual_seed(0)
+    x = 40 + 10 * torch.randn(60, 1, generator=g)
+    y = 500 + 100 * torch.sin(x[:, 0] / 10) + 10 * torch.randn(60, generator=g)
+    model = bz.BNN(bz.models.MLP(1, [10], 1), bz.priors.FanInNormal(), bz.likelihoods.Gaussian.learned())
+    svi = bz.fit(model, x[:40], y[:40], bz.SVI(steps=500, num_draws=200, progress=False))
+    nuts = bz.fit(model, x[:40], y[:40], bz.NUTS(num_warmup=30, num_samples=30, init=svi, progress=False))
+    test = (x[40:], y[40:])
+    with pytest.raises(bz.BnnZooError, match="cannot serve as a reference posterior: 2 chains < 4.*allow_unconverged"):
+        bz.compare([svi], reference=nuts, test=test)
+    with pytest.raises(bz.BnnZooError, match="pass test=\\(x_test, y_test\\)"):
+        bz.compare([svi], reference=nuts, allow_unconverged=True)
+    table = bz.compare([svi, nuts], reference=nuts, test=test, allow_unconverged=True).set_index("run")
+    assert table.loc["nuts", "w2"] == 0 and table.loc["svi-mean-field", "w2"] > 0
+    assert 5 < table.loc["svi-mean-field", "rmse"] < 60  # in the data's units (target sd about 70)
+    assert table["reference_unconverged"].str.contains("2 chains < 4").all()
+    assert "elbo" in table and np.isfinite(table.loc["svi-mean-field", "elbo"])

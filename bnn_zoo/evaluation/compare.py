@@ -14,8 +14,13 @@ import arviz as az
 import pandas as pd
 import xarray as xr
 
+from bnn_zoo.data.validation import check_data
 from bnn_zoo.errors import BnnZooError
+from bnn_zoo.evaluation import evidence, predictions
+from bnn_zoo.evaluation import reference as ref
+from bnn_zoo.evaluation.metrics import classification_metrics, regression_metrics
 from bnn_zoo.io import load_inference_data
+from bnn_zoo.posterior import PosteriorLike
 
 EVIDENCE = [
     "elbo",
@@ -94,9 +99,44 @@ def load_predictions(path):
         raise BnnZooError(f"{path} is not a readable netCDF file ({type(exc).__name__}); re-run the fit") from None
 
 
-def load_results(results) -> list:
-    """Fitted ``Result`` objects pass through; paths are read as result folders. Names are made unique."""
-    loaded = [_result(r) for r in results]
+class _Scored:
+    """A posterior from ``bnn_zoo.fit``, scored here with the fields compare() uses on a Result: its
+    evidence and InferenceData always; test metrics and predictions with ``test`` data (the data's units)."""
+
+    def __init__(self, posterior, test=None):
+        settings = posterior.settings
+        self.name = settings["method"] + (f"-{settings['guide']}" if settings.get("guide") else "")
+        self.idata = posterior.to_inference_data()
+        self.metrics = {
+            "settings": settings,
+            **posterior.model.describe(),
+            "n_train": len(posterior.x),
+            "runtime_s": posterior.runtime_s,
+            **{k: v for k, v in posterior.info.items() if isinstance(v, str | int | float) and v != ""},
+            **evidence.of(posterior),
+        }
+        self.predictions = None
+        if test is not None:
+            self._score(posterior, *test)
+
+    def _score(self, posterior, x, y):
+        x, y = check_data(posterior.model, x, y)
+        pred = posterior.predict(x)
+        task = pred.likelihood.task
+        self.metrics.update(regression_metrics(pred, y) if task == "regression" else classification_metrics(pred, y))
+        self.metrics["n_test"] = len(y)
+        attrs = {"name": self.name, "task": task, "model": self.metrics.get("model", ""), "method": posterior.method}
+        self.predictions = predictions.test_predictions(pred, y, attrs)
+        if posterior.method in ("nuts", "hmc", "chees"):  # can it serve as a reference posterior?
+            f = pred.f.reshape(posterior.num_chains, -1, *pred.f.shape[1:])
+            depth = posterior.sample_stats.get("tree_depth")
+            self.metrics.update(ref.convergence(f, depth, posterior.settings.get("max_tree_depth")))
+
+
+def load_results(results, test=None) -> list:
+    """Fitted ``Result`` objects pass through; paths are read as result folders; posteriors from
+    ``bnn_zoo.fit`` are scored (on ``test`` = (x, y) when given). Names are made unique."""
+    loaded = [_result(r, test) for r in results]
     if not loaded:
         raise BnnZooError("nothing to compare: pass at least one result or result folder")
     names = [r.name for r in loaded]
@@ -106,19 +146,20 @@ def load_results(results) -> list:
     return loaded
 
 
-def _result(r):
+def _result(r, test=None):
     if hasattr(r, "idata"):
         return r
     if isinstance(r, str | os.PathLike):
         return _Loaded(Path(r))
+    if isinstance(r, PosteriorLike):
+        return _Scored(r, test)
     raise BnnZooError(
-        f"compare scores fitted runs with their test predictions: a Result of bnn_zoo.experiments.run.execute "
-        f"or a result folder (bnn-zoo fit --out DIR), not a {type(r).__name__} (bz.fit's posterior carries no test "
-        "scores; execute(RunConfig(...), DIR) fits and scores a run)"
+        f"compare takes posteriors from bnn_zoo.fit, result folders (bnn-zoo fit --out DIR) or Results of "
+        f"bnn_zoo.experiments.run.execute, not a {type(r).__name__}"
     )
 
 
-def compare(results: list, reference: object | None = None) -> pd.DataFrame:
+def compare(results: list, reference: object | None = None, test=None, allow_unconverged: bool = False) -> pd.DataFrame:
     """One row per run: run, data, model (architecture), inference, the log-evidence estimates with SEs,
     LOO elpd/SE/p_loo and the worst Pareto k, WAIC with its SE, test metrics, MCMC diagnostics and run
     time. Runs on the same training data are also ranked by ``az.compare`` (rank, elpd_diff, dse,
@@ -128,17 +169,21 @@ def compare(results: list, reference: object | None = None) -> pd.DataFrame:
     Evidence and LOO are on the standardised training targets; test metrics in original units.
 
     Args:
-        results: fitted ``bnn_zoo.experiments.run.Result`` objects or result folders (posterior.nc and
-            metrics.json, as ``bnn-zoo fit --out`` writes them).
-        reference: a converged MCMC run of the same model and data (a Result or result folder): each
-            run's predictions are scored against it (:mod:`bnn_zoo.evaluation.reference`: W2 and the
+        results: posteriors from ``bnn_zoo.fit``, result folders (posterior.nc and metrics.json, as
+            ``bnn-zoo fit --out`` writes them) or ``bnn_zoo.experiments.run.Result`` objects.
+        reference: a converged MCMC run of the same model and data (any of the above): each run's
+            predictions are scored against it (:mod:`bnn_zoo.evaluation.reference`: W2 and the
             predictive variance ratios for regression, agreement and total variation for classifiers).
+        test: (x_test, y_test) in the data's units, which posteriors from ``bnn_zoo.fit`` are scored on
+            (test metrics, and the distances to ``reference``); folders and Results carry their own.
+        allow_unconverged: score against a reference that did not converge; every row then names it in
+            a ``reference_unconverged`` column (why it failed), beside the distances.
 
     Returns:
         The comparison table, one row per run.
     """
-    runs = load_results(results)
-    distances = _against_reference(runs, reference) if reference is not None else {}
+    runs = load_results(results, test)
+    distances = _against_reference(runs, reference, test, allow_unconverged) if reference is not None else {}
     rows = []
     for r in runs:
         m = r.metrics
@@ -178,18 +223,22 @@ def compare(results: list, reference: object | None = None) -> pd.DataFrame:
     return table.dropna(axis=1, how="all").reset_index(drop=True)
 
 
-def _against_reference(runs: list, reference) -> dict:
-    """Each run's :func:`~bnn_zoo.evaluation.reference.scores` against ``reference``, by run name."""
-    from bnn_zoo.evaluation import reference as ref
-
-    (truth,) = load_results([reference])
-    ref.check_reference(truth.metrics, truth.name)
-    if truth.predictions is None:
-        raise BnnZooError(f"the reference {truth.name} has no predictions.nc; fit it with bnn-zoo fit --out DIR")
-    missing = [r.name for r in runs if r.predictions is None]
+def _against_reference(runs: list, reference, test=None, allow_unconverged: bool = False) -> dict:
+    """Each run's :func:`~bnn_zoo.evaluation.reference.scores` against ``reference``, by run name; with
+    ``allow_unconverged``, an unconverged reference's note marks every row."""
+    (truth,) = load_results([reference], test)
+    missing = [r.name for r in [truth, *runs] if r.predictions is None]
     if missing:
-        raise BnnZooError(f"{', '.join(missing)} have no test predictions to score against the reference")
-    return {r.name: ref.scores(r.predictions, truth.predictions) for r in runs}
+        raise BnnZooError(
+            f"{', '.join(missing)} have no test predictions to score against the reference: pass test=(x_test, "
+            "y_test) for posteriors from bnn_zoo.fit; fit folders with bnn-zoo fit --out DIR"
+        )
+    mark = {}
+    if not truth.metrics.get("reference_converged", False):
+        if not allow_unconverged:
+            ref.check_reference(truth.metrics, truth.name)
+        mark = {"reference_unconverged": truth.metrics.get("reference_note", "its convergence was not measured")}
+    return {r.name: {**ref.scores(r.predictions, truth.predictions), **mark} for r in runs}
 
 
 def architecture(model: str) -> str:
@@ -211,7 +260,7 @@ def to_markdown(table: pd.DataFrame, digits: int = 3) -> str:
     return "\n".join(lines) + "\n"
 
 
-def report(results, out_dir, reference=None) -> pd.DataFrame:
+def report(results, out_dir, reference=None, test=None, allow_unconverged: bool = False) -> pd.DataFrame:
     """compare() written to ``out_dir``: comparison.csv and comparison.md, and the plots: compare.png
     (az.plot_compare), reliability.png (Heek's calibration bins, or interval coverage for regression),
     bands.png (1-D regression), evidence.png (by architecture) and <run>_trace.png / <run>_rank.png /
@@ -219,8 +268,8 @@ def report(results, out_dir, reference=None) -> pd.DataFrame:
     from bnn_zoo.evaluation import plots
     from bnn_zoo.io import atomic_write
 
-    runs = load_results(results)
-    table = compare(runs, reference)
+    runs = load_results(results, test)
+    table = compare(runs, reference, test, allow_unconverged)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write(out / "comparison.csv", lambda tmp: table.to_csv(tmp, index=False))

@@ -98,7 +98,8 @@ def check_reference(metrics: dict, name: str) -> None:
         why = metrics.get("reference_note", "it is not an MCMC run with its convergence measured")
         raise BnnZooError(
             f"{name} cannot serve as a reference posterior: {why}; run MCMC longer or with more chains (at least "
-            f"{CHAINS_MIN}; examples/sweeps/uci-reference.yaml is one)"
+            f"{CHAINS_MIN}; examples/sweeps/uci-reference.yaml is one), or score against it anyway, marked "
+            "unconverged: compare(..., allow_unconverged=True), bnn-zoo compare --reference-unconverged"
         )
 
 

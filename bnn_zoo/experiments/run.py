@@ -18,6 +18,7 @@ from bnn_zoo.errors import BnnZooError
 from bnn_zoo.evaluation import (
     calibration,
     classification_metrics,
+    evidence,
     language_model_metrics,
     predictions,
     reference,
@@ -397,17 +398,7 @@ def _calibrated_metrics(posterior, dataset, pred, predict_samples) -> dict:
 
 
 def _evidence(posterior, idata, elbo_samples):
-    out = {}
-    if posterior.guide is not None and getattr(posterior.guide, "has_density", True):
-        out["elbo"], out["elbo_se"] = posterior.elbo(num_samples=elbo_samples)
-    elif posterior.method == "laplace":  # MacKay's evidence; under a type-II prior or noise, labelled as such
-        changed = posterior.info.get("type_ii")  # the label itself reaches metrics with the rest of info
-        out["evidence_laplace_type_ii" if changed else "evidence_laplace"] = posterior.info["log_evidence"]
-    elif posterior.method == "gp":  # exact for regression; a variational GP classifier has its ELBO
-        if posterior.model.task == "regression":
-            out["log_marginal_likelihood"] = posterior.log_marginal_likelihood()
-        else:
-            out["elbo"], out["elbo_se"] = posterior.elbo(num_samples=elbo_samples)
+    out = evidence.of(posterior, elbo_samples)  # a type-II label reaches metrics with the rest of info
     draws = idata.log_likelihood.sizes["chain"] * idata.log_likelihood.sizes["draw"]
     if posterior.method == "ensemble" or draws < 2:  # K point estimates, or one draw: too few to importance-sample
         return out
@@ -433,8 +424,6 @@ def _evidence(posterior, idata, elbo_samples):
 
 
 def _extra_evidence(posterior, names, ais_steps, iw_k, progress, ais_checkpoint):
-    from bnn_zoo.evaluation import evidence
-
     out = {}
     if "iw" in names:
         out["evidence_iw"], out["evidence_iw_se"] = evidence.importance_weighted(posterior, k=iw_k, num_repeats=10)
