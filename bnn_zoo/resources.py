@@ -44,6 +44,19 @@ def available_memory() -> int:
     return free
 
 
+CORES_VARIABLE = "BNN_ZOO_CORES"
+
+
+def cores() -> int:
+    """Cores this process may keep busy: its share where a sweep or test worker is given one
+    (``BNN_ZOO_CORES``), else every core it may run on (its CPU affinity). Not torch's thread count:
+    ``OMP_NUM_THREADS=1``, the cluster convention, sets threads per process, not processes."""
+    share = os.environ.get(CORES_VARIABLE, "")
+    if share.isdigit() and int(share) >= 1:
+        return int(share)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 class _Counter(TorchDispatchMode):
     """Sums the bytes of every tensor an operation returns: what a forward pass allocates."""
 

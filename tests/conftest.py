@@ -9,8 +9,9 @@ warnings.filterwarnings("ignore", category=FutureWarning)
 # torch threads per test process: BNN_ZOO_TEST_THREADS=N; by default one per worker (there is a worker per
 # core: pytest_cmdline_main below) and torch's own (one per core) without workers, which CI runs too
 THREADS = os.environ.get("BNN_ZOO_TEST_THREADS") or ("1" if os.environ.get("PYTEST_XDIST_WORKER") else "")
-if THREADS:
+if THREADS:  # a test worker's share of the cores: its torch threads and its forked MCMC chains
     torch.set_num_threads(int(THREADS))
+    os.environ.setdefault("BNN_ZOO_CORES", THREADS)
 
 import arviz as az  # noqa: E402
 
@@ -33,8 +34,7 @@ def pytest_cmdline_main(config):
 
 @contextlib.contextmanager
 def torch_threads(n: int):
-    """torch's thread count set to n for the block (forked MCMC chains run one per thread:
-    bnn_zoo.inference.mcmc._workers)."""
+    """torch's thread count set to n for the block."""
     before = torch.get_num_threads()
     torch.set_num_threads(n)
     try:

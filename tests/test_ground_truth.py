@@ -191,14 +191,15 @@ def test_chains_forked_while_another_thread_holds_tqdms_lock_do_not_hang():
     assert done.returncode == 0 and done.stdout.split() == ["2"], done.stderr[-2000:]
 
 
-def test_forked_chains_never_outnumber_the_threads_the_caller_gives_torch():
-    """A sweep worker runs with its share of the cores as torch threads; its NUTS cell must not fork a
-    chain per core on top (--workers N would run N x cores processes)."""
+def test_chains_run_one_per_core_whatever_the_thread_count_and_within_a_workers_share(monkeypatch):
+    """OMP_NUM_THREADS=1 (every cluster job's setting) sets threads per process, so chains still run a
+    process per core; a sweep worker given a share of the cores (BNN_ZOO_CORES) forks no more chains."""
     from bnn_zoo.inference.mcmc import _workers
 
+    monkeypatch.delenv("BNN_ZOO_CORES", raising=False)
     cores = len(os.sched_getaffinity(0))
     with torch_threads(1):
-        assert _workers(4, parallel=True) == 1
-    with torch_threads(2):
-        assert _workers(4, parallel=True) == min(2, cores)
+        assert _workers(4, parallel=True) == min(4, cores)
         assert _workers(4, parallel=False) == 1
+    monkeypatch.setenv("BNN_ZOO_CORES", "1")
+    assert _workers(4, parallel=True) == 1

@@ -42,6 +42,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bnn_zoo import resources
 from bnn_zoo.errors import BnnZooError, ResourceError
 from bnn_zoo.experiments import config as cfg
 from bnn_zoo.io import announce, fingerprint, read_json_mapping, read_yaml, write_json, write_yaml
@@ -309,8 +310,9 @@ def run_cells(cells: list[tuple[str, dict, dict]], threads: int | None = None) -
 
     from bnn_zoo.inference import lockstep
 
-    if threads:
+    if threads:  # this worker's share of the cores: its torch threads, and its MCMC chains' processes
         torch.set_num_threads(threads)
+        os.environ[resources.CORES_VARIABLE] = str(threads)
     prepared, statuses = {}, {}
     for folder, config, record in cells:
         out = Path(folder)

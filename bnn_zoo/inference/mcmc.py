@@ -19,7 +19,6 @@ import io
 import json
 import math
 import multiprocessing
-import os
 import sys
 import threading
 import time
@@ -34,6 +33,7 @@ import torch
 from pyro.infer.autoguide.initialization import init_to_sample, init_to_value
 from tqdm import std as tqdm_std
 
+from bnn_zoo import resources
 from bnn_zoo.errors import BnnZooError, check_field_types
 from bnn_zoo.inference import defaults, xla
 from bnn_zoo.inference.budget import TimeLimit, check_max_hours
@@ -262,13 +262,13 @@ def _run_chains(chain: Callable[[int], dict], n: int, parallel: bool) -> list[di
 
 
 def _workers(n: int, parallel: bool) -> int:
-    """How many of n chains run at once: in forked processes, one per thread the caller gives torch (a
-    sweep worker is given its share of the cores) and at most one per usable core; or 1 (in this process)."""
+    """How many of n chains run at once: in forked processes, one per core this process may use
+    (:func:`bnn_zoo.resources.cores`: a sweep worker's share, whatever torch's thread count); or 1 (in
+    this process)."""
     # macOS's fork is unsafe, Windows has none, and a forked child cannot use the parent's CUDA context
     if not parallel or sys.platform != "linux" or torch.cuda.is_initialized():
         return 1
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return min(n, cores, torch.get_num_threads())
+    return min(n, resources.cores())
 
 
 def _chain_process(chain: Callable[[int], dict], c: int, threads: int, send) -> None:
@@ -344,9 +344,9 @@ class NUTS(_MCMC):
         target_accept: the acceptance probability step-size adaptation aims at.
         dense_mass: adapt a dense mass matrix instead of a diagonal one.
         jit_compile: compile the potential with ``torch.jit.trace`` (cheaper per gradient on small networks).
-        chain_method: ``"parallel"``: each chain in a forked process, as many at once as this process has
-            torch threads (``torch.set_num_threads``; a sweep worker has its share of the cores) and usable
-            cores, the threads shared among them (on Linux; where ``fork`` is not
+        chain_method: ``"parallel"``: each chain in a forked process, as many at once as this process may
+            use cores (a sweep worker's share; ``OMP_NUM_THREADS=1`` does not make them sequential), torch's
+            threads shared among them, at least one each (on Linux; where ``fork`` is not
             available or safe, as on macOS and Windows, or once CUDA is in use, chains run one after
             another); ``"sequential"``: one after another in this process, where a chain's error keeps
             its full traceback.
