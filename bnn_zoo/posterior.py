@@ -469,6 +469,8 @@ class Posterior(InDataUnits):
             "function": self._keep(function_space_draws(self.y.numel(), self._outputs_per_draw(self.x), max_mb)),
         }
         draws = self._draws_at(self._chain_index(kept["posterior"]))
+        fitted = self.info.get("fitted_sites", [])  # point values (a type-II noise): constant_data, not draws
+        constants = {k: draws.pop(k)[0] for k in fitted if k in draws}
         posterior = xr.Dataset(
             {
                 k: (("chain", "draw", *_dims(k, v.shape[1:])), v.reshape(self.num_chains, -1, *v.shape[1:]).numpy())
@@ -503,6 +505,7 @@ class Posterior(InDataUnits):
             y,
             self.sample_stats,
             attrs,
+            constants,
         )
 
     def _outputs_per_draw(self, x) -> int:
@@ -572,29 +575,35 @@ def common_attrs(settings: dict, runtime_s: float) -> dict:
     }
 
 
-def function_space_inference_data(posterior: xr.Dataset, y_rep, log_lik, draws, x, y, sample_stats: dict, attrs: dict):
-    """InferenceData from a posterior group and function-space draws: y_rep (chain, draw, *y.shape) and
-    pointwise log_lik (chain, draw, N) at the ``draws`` indices, plus observed and constant data and
-    sample_stats (per-draw (chain, draw) arrays, or a per-step optimisation loss).
+def function_space_inference_data(
+    posterior: xr.Dataset, y_rep, log_lik, draws, x, y, sample_stats: dict, attrs: dict, constants: dict | None = None
+):
+    """InferenceData in ArviZ's schema from a posterior group and function-space draws: y_rep (chain,
+    draw, *y.shape) and pointwise log_lik (chain, draw, N) at the ``draws`` indices, observed data,
+    constant data (x and ``constants``, fitted values that are not random), per-draw sample_stats, and
+    a per-step optimisation trace (SVI's loss) in a group of its own, ``optimization``.
 
-    Built from xarray Datasets rather than ``az.from_dict``: thinned groups keep the original draw
-    indices as their ``draw`` coordinate, weights carry per-layer dimension names, and SVI's loss is per
-    optimisation step (dimension ``step``), which from_dict would read as (chain, draw)."""
+    A single-output y is stored as (obs,) in every group, as log_likelihood has it, so az.loo_pit and
+    az.plot_ppc pair them. Built from xarray Datasets rather than ``az.from_dict``: thinned groups keep
+    the original draw indices as their ``draw`` coordinate and weights carry per-layer dimension names."""
     import arviz as az
 
+    if y.dim() == 2 and y.shape[1] == 1:
+        y, y_rep = y[:, 0], y_rep[..., 0]
     coords = {"chain": np.arange(y_rep.shape[0]), "draw": np.asarray(draws)}
     y_dims = ("obs", *(f"y_dim_{i}" for i in range(1, y.dim())))
+    fitted = {k: (tuple(f"{k}_dim_{i}" for i in range(v.dim())), v.numpy()) for k, v in (constants or {}).items()}
     groups = {
         "posterior": posterior,
         "posterior_predictive": xr.Dataset({"y": (("chain", "draw", *y_dims), y_rep.numpy())}, coords=coords),
         "log_likelihood": xr.Dataset({"y": (("chain", "draw", "obs"), log_lik.numpy())}, coords=coords),
         "observed_data": xr.Dataset({"y": (y_dims, y.numpy())}),
-        "constant_data": xr.Dataset({"x": (("obs", "feature"), x.numpy())}),
+        "constant_data": xr.Dataset({"x": (("obs", "feature"), x.numpy()), **fitted}),
     }
-    if sample_stats:
-        groups["sample_stats"] = xr.Dataset(
-            {k: (("step",) if v.dim() == 1 else ("chain", "draw"), v.numpy()) for k, v in sample_stats.items()}
-        )
+    per_draw = {k: (("chain", "draw"), v.numpy()) for k, v in sample_stats.items() if v.dim() == 2}
+    per_step = {k: (("step",), v.numpy()) for k, v in sample_stats.items() if v.dim() == 1}
+    groups.update({"sample_stats": xr.Dataset(per_draw)} if per_draw else {})
+    groups.update({"optimization": xr.Dataset(per_step)} if per_step else {})
     for ds in groups.values():
         ds.attrs.update(attrs)
     return az.InferenceData(**groups)

@@ -190,7 +190,7 @@ class Laplace:
             "prior_precision_scale": scale,
             "scale_and_evidence_by_round": history,
             "log_likelihood_at_map": log_lik,
-            **({"noise_scale": float(values[noise])} if noise else {}),
+            **({"noise_scale": float(values[noise]), "fitted_sites": [noise]} if noise else {}),
             "num_weights": sum(theta[k].numel() for k in names),
             "type_ii": type_ii_label(scale, self.optimize_prior, float(values[noise]) if noise else None),
         }

@@ -45,7 +45,21 @@ from bnn_zoo.posterior import Posterior
 
 
 class _TransitionValues:
-    """Keeps the trajectory's starting energy and its leapfrog steps, which Pyro computes and drops."""
+    """Keeps the trajectory's starting energy, its leapfrog steps and its acceptance probability, which
+    Pyro computes and drops."""
+
+    @property
+    def _mean_accept_prob(self) -> float:
+        return self.__dict__.get("_running_accept", 0.0)
+
+    @_mean_accept_prob.setter
+    def _mean_accept_prob(self, value: float) -> None:
+        # Pyro keeps only a running mean over n iterations (n restarts after warm-up): the last
+        # transition's probability is what moved it, p = m_old + n (m_new - m_old).
+        old, t, warmup = self._mean_accept_prob, getattr(self, "_t", 0) or 0, getattr(self, "_warmup_steps", 0) or 0
+        n = t - warmup if t > warmup else t
+        self.accept_prob = old + n * (value - old) if n >= 1 else float("nan")
+        self.__dict__["_running_accept"] = value
 
     def _sample_r(self, name):
         r, r_unscaled = super()._sample_r(name)
@@ -71,7 +85,8 @@ def _first_mass_update(adapter) -> int:
 
 def _recorder(stats: list, limit: TimeLimit):
     """An MCMC ``hook_fn`` appending, for each kept draw: diverging, leapfrog steps, tree depth, step
-    size, energy and log density; and checking the run's time limit after every iteration."""
+    size, energy, log density and acceptance probability (ArviZ's names); and checking the run's time
+    limit after every iteration."""
 
     def hook(kernel, samples, stage, i):
         if kernel._t == 1 and kernel.cheaper_after_mass_update:  # the schedule exists once the kernel is set up
@@ -89,6 +104,7 @@ def _recorder(stats: list, limit: TimeLimit):
                 "step_size": float(kernel.step_size),
                 "energy": kernel._energy,
                 "lp": -float(kernel._potential_energy_last),
+                "acceptance_rate": kernel.accept_prob,
             }
         )
 

@@ -308,7 +308,7 @@ def run_nuts(target: JaxTarget, q0: torch.Tensor, method, progress: bool) -> tup
 
         def keep(state, _):
             state = advance(state)
-            fields = (state.diverging, state.num_steps, state.energy, state.potential_energy)
+            fields = (state.diverging, state.num_steps, state.energy, state.potential_energy, state.accept_prob)
             return state, (state.z, *fields, state.adapt_state.step_size)
 
         return jax.lax.scan(keep, state, length=method.num_samples)[1]
@@ -323,7 +323,7 @@ def run_nuts(target: JaxTarget, q0: torch.Tensor, method, progress: bool) -> tup
                 for c in range(chains)
             ]
         )
-    draws, diverging, steps, energy, potential, step_size = (
+    draws, diverging, steps, energy, potential, accept, step_size = (
         torch.from_numpy(jax.device_get(jnp.stack(column)).copy()) for column in zip(*runs, strict=True)
     )
     steps = steps.long()
@@ -334,6 +334,7 @@ def run_nuts(target: JaxTarget, q0: torch.Tensor, method, progress: bool) -> tup
         "step_size": step_size.double(),
         "energy": energy.double(),
         "lp": -potential.double(),
+        "acceptance_rate": accept.double(),
     }
     return target.to_torch(draws), stats
 
