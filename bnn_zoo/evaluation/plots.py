@@ -83,9 +83,10 @@ def diagnostics(name, idata, out_dir, prefix: str = ""):
     and trace and rank plots of the four parameters with the worst R-hat (trace.png, rank.png). File
     names start with ``prefix``."""
     stats = idata.sample_stats if "sample_stats" in idata.groups() else {}
-    if "loss" in stats:
+    trace = idata.optimization if "optimization" in idata.groups() else {}  # a per-step loss
+    if "loss" in trace:
         fig, ax = plt.subplots(figsize=(6, 3.5))
-        ax.plot(stats["loss"].values, lw=0.8)
+        ax.plot(trace["loss"].values, lw=0.8)
         ax.set(xlabel="step", ylabel="negative ELBO or log ML", yscale="symlog", title=f"{name}: training loss")
         _save(fig, out_dir / f"{prefix}loss.png")
     elif "energy" in stats:
