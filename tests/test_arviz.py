@@ -58,7 +58,7 @@ def test_inference_data_groups_dims_and_attrs(two_fits):
     assert idata.posterior.sizes["chain"] == 2 and idata.posterior.sizes["draw"] == DRAWS
     assert idata.log_likelihood["y"].shape == (2, DRAWS, 25)
     np.testing.assert_allclose(idata.log_likelihood["y"].values, nuts.log_likelihood().numpy())
-    for stat in ("diverging", "tree_depth", "n_steps", "step_size", "energy", "lp"):
+    for stat in ("diverging", "tree_depth", "n_steps", "step_size", "energy", "lp", "acceptance_rate"):
         assert idata.sample_stats[stat].dims == ("chain", "draw")
     assert idata.sample_stats["diverging"].dtype == bool
     attrs = idata.posterior.attrs
@@ -76,7 +76,8 @@ def test_inference_data_groups_dims_and_attrs(two_fits):
     )
     assert json.loads(attrs["settings"])["num_chains"] == 2
     svi_data = svi.to_inference_data()
-    assert svi_data.sample_stats["loss"].dims == ("step",) and svi_data.sample_stats.sizes["step"] == 800
+    assert "sample_stats" not in svi_data.groups()  # its loss is per optimisation step, not per draw
+    assert svi_data.optimization["loss"].dims == ("step",) and svi_data.optimization.sizes["step"] == 800
 
 
 @pytest.mark.parametrize("which", ["svi", "nuts"])

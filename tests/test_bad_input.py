@@ -896,8 +896,10 @@ def test_python_api_cases_that_raised_internal_errors_now_say_what_is_wrong(reg,
     with pytest.raises(bz.BnnZooError, match="method must be bnn_zoo.SVI"):
         bz.fit(reg, x, y, Foreign())
     post = bz.fit(reg, x, y, QUICK)
-    with pytest.raises(bz.BnnZooError, match="compare scores fitted runs .* not a Posterior"):
+    with pytest.raises(bz.BnnZooError, match=r"no test predictions .* pass test=\(x_test, y_test\)"):
         bz.compare([post], reference=post)
+    with pytest.raises(bz.BnnZooError, match="compare takes posteriors from bnn_zoo.fit, result folders"):
+        bz.compare([object()])
     gp = tmp_path / "gp"
     bz.fit(bz.GP("rbf"), x, y, bz.TypeII()).save(gp)
     with pytest.raises(bz.BnnZooError, match="model is a bnn_zoo.bnn:BNN, the saved one a bnn_zoo.baselines.gp:GP"):

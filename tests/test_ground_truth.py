@@ -149,9 +149,10 @@ def test_parallel_chains_give_the_sequential_draws(blr_model, blr_data):
         ("killed", r"chain \d.s process ended without a result"),
     ],
 )
-def test_a_failed_chain_process_is_one_clear_error(blr_data, how, message):
+def test_a_failed_chain_process_is_one_clear_error(blr_data, how, message, monkeypatch):
     model = bz.BNN(_FailsInChild(how), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.5))
-    with torch_threads(2), pytest.raises(bz.BnnZooError, match=message):
+    monkeypatch.setenv("BNN_ZOO_CORES", "2")  # forked chains, even inside a test worker's share
+    with pytest.raises(bz.BnnZooError, match=message):
         bz.fit(
             model,
             *blr_data,
@@ -187,7 +188,10 @@ def test_chains_forked_while_another_thread_holds_tqdms_lock_do_not_hang():
     """A lock held by another thread at a fork stays held in the child, where no thread releases it;
     tqdm's monitor thread takes tqdm's lock every 10 s, and a chain's first progress bar waited on it
     forever (a CI run, 2026-11-25). Here the lock is held for the whole fork, so the hang is certain."""
-    done = subprocess.run([sys.executable, "-c", _FORK_WHILE_TQDM_LOCKED], capture_output=True, text=True, timeout=60)
+    env = {**os.environ, "BNN_ZOO_CORES": "2"}  # forked chains, even from a test worker
+    done = subprocess.run(
+        [sys.executable, "-c", _FORK_WHILE_TQDM_LOCKED], capture_output=True, text=True, timeout=60, env=env
+    )
     assert done.returncode == 0 and done.stdout.split() == ["2"], done.stderr[-2000:]
 
 
