@@ -24,7 +24,7 @@ from typing import ClassVar, Literal, Union
 import torch
 
 from bnn_zoo import baselines, guides, inference, likelihoods, models, priors
-from bnn_zoo.data import digits, load_uci, text, toy_cubic
+from bnn_zoo.data import digits, load_uci, tables, text, toy_cubic
 from bnn_zoo.errors import BnnZooError, check_seed, first_line, positive
 from bnn_zoo.experiments.options import options
 from bnn_zoo.guides.dropout import default_options
@@ -100,6 +100,18 @@ class UCI(DataConfig):
         if not self.path:
             raise BnnZooError("the uci data needs a folder: --data uci --data.path ../shared/data/uci/yacht")
         return load_uci(**dataclasses.asdict(self))
+
+
+@register("csv")
+@dataclass
+@options(tables.load_table, required=("path",))
+class CSV(DataConfig):
+    """Your own table: a CSV file (or .npz of x and y), one target column, regression or classification."""
+
+    def load(self, seed):
+        if not self.path:
+            raise BnnZooError("the csv data needs a file: --data csv --data.path table.csv --data.target COLUMN")
+        return tables.load_table(**dataclasses.asdict(self))
 
 
 @register("text")
