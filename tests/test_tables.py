@@ -59,3 +59,29 @@ def test_a_bad_table_is_refused_in_one_line_naming_its_row_or_column(tmp_path, c
     err = capsys.readouterr().err
     assert code == 2 and message in err and err.count("\n") == 1, err
     assert table.read_text() == content and not (tmp_path / "o").exists()
+
+
+NET = """import torch
+
+
+class Residual(torch.nn.Module):
+    def __init__(self, in_features, out_features, width=8):
+        super().__init__()
+        self.inp, self.out = torch.nn.Linear(in_features, width), torch.nn.Linear(width, out_features)
+
+    def forward(self, x):
+        return self.out(torch.tanh(self.inp(x)))
+"""
+
+
+def test_your_network_from_a_file_or_a_module_in_the_working_directory(tmp_path, monkeypatch, capsys):
+    """No PYTHONPATH: --model file.py:Class loads the file, --model module:Class finds it from the
+    working directory; one that cannot be imported is one line saying how to name it."""
+    (tmp_path / "mynets.py").write_text(NET)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.path", [p for p in __import__("sys").path if p not in ("", str(tmp_path))])
+    for i, spec in enumerate(("mynets.py:Residual", "mynets:Residual")):
+        assert main(["fit", "--model", spec, "--model.width", "4", *QUICK, "--out", f"run{i}"]) == 0
+    assert main(["fit", "--model", "nowhere:Net", *QUICK, "--out", "o"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot import nowhere" in err and "--model path/to/nowhere.py:Net" in err and err.count("\n") == 1

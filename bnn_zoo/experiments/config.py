@@ -14,11 +14,16 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import importlib
+import importlib.util
 import inspect
 import json
+import os
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import ClassVar, Literal, Union
 
 import torch
@@ -904,6 +909,38 @@ def from_namespace(p, namespace) -> RunConfig:
     return RunConfig(**{f.name: built[f.name] for f in dataclasses.fields(RunConfig)}).check()
 
 
+def user_network(spec: str) -> str:
+    """The class path of ``--model``'s own network, imported now so a bad one fails in one line:
+    ``path/to/file.py:Class`` (the file loaded as module ``file``) or ``module:Class`` /
+    ``package.module:Class``, found from the working directory as ``python -m`` would."""
+    target, _, name = spec.rpartition(":") if ":" in spec else spec.rpartition(".")
+    if target.endswith(".py"):
+        path = Path(target)
+        if not path.is_file():
+            raise BnnZooError(f"--model {spec}: there is no file {target}")
+        module_spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[path.stem] = module  # where jsonargparse and bz.load look the class up
+        try:
+            module_spec.loader.exec_module(module)
+        except Exception as exc:
+            del sys.modules[path.stem]
+            raise BnnZooError(f"--model {spec}: importing {target} failed: {type(exc).__name__}: {exc}") from None
+    else:
+        if os.getcwd() not in sys.path and "" not in sys.path:
+            sys.path.insert(0, os.getcwd())
+        try:
+            module = importlib.import_module(target)
+        except Exception as exc:
+            raise BnnZooError(
+                f"--model {spec}: cannot import {target} ({type(exc).__name__}: {exc}); run bnn-zoo from the folder "
+                f"that holds it, or name its file: --model path/to/{target.rpartition('.')[2]}.py:{name}"
+            ) from None
+    if not isinstance(getattr(module, name, None), type):
+        raise BnnZooError(f"--model {spec}: {target} has no class {name}")
+    return f"{module.__name__}.{name}"
+
+
 def resolve_names(argv: list[str]) -> list[str]:
     """Command-line shorthand: ``--guide dropout`` for the registered class, ``--model pkg.mod:Class`` for
     ``pkg.mod.Class``, and the same names inside a ``--config`` file. (jsonargparse names a choice by its
@@ -912,7 +949,10 @@ def resolve_names(argv: list[str]) -> list[str]:
     from bnn_zoo.io import read_yaml
 
     out = list(argv)
-    trusted = {v.replace(":", ".") for a, v in zip(out, out[1:]) if a == "--model" and not v.startswith(("{", "-"))}
+    for i, arg in enumerate(out[:-1]):  # a network of the user's: imported first, by its file or module
+        if arg == "--model" and ":" in out[i + 1] and not out[i + 1].startswith(("{", "-")):
+            out[i + 1] = user_network(out[i + 1])
+    trusted = {v for a, v in zip(out, out[1:]) if a == "--model" and not v.startswith(("{", "-"))}
     for i, arg in enumerate(out[:-1]):
         if arg == "--config":  # jsonargparse takes the config's content as well as its path
             data = with_names_resolved(read_yaml(out[i + 1], "run config"))
