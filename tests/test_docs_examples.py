@@ -1,6 +1,10 @@
-"""The code on the docs' "Your own network, prior and guide" page runs as written."""
+"""The code on the docs' pages runs as written: "Your own network, prior and guide", and "Your own
+data, end to end", whose shown output is what it prints."""
 
+import contextlib
+import io
 import re
+import warnings
 from pathlib import Path
 
 PAGE = Path(__file__).parent.parent / "docs" / "extending.md"
@@ -56,3 +60,30 @@ def test_the_experiments_page_and_the_example_sweeps_build_their_runs():
     for path in sorted((PAGE.parent.parent / "examples" / "sweeps").glob("*.yaml")):
         sweep = Sweep.from_file(path)
         assert len({sweep.cell(o).key for o in sweep.outer()}) == len(sweep.outer()), path
+
+
+def _numbers_close(shown: str, printed: str) -> bool:
+    """The same text, and each number within 25% (plus 1 in its last place's units): the page's numbers
+    are from one CPU, and another's floating-point path moves a short, unconverged chain."""
+    number = r"-?\d+\.?\d*"
+    if re.sub(number, "#", shown).split() != re.sub(number, "#", printed).split():
+        return False
+    pairs = zip(re.findall(number, shown), re.findall(number, printed), strict=True)
+    return all(abs(float(a) - float(b)) <= 0.25 * max(abs(float(a)), abs(float(b))) + 1 for a, b in pairs)
+
+
+def test_the_own_data_tutorial_prints_what_the_page_shows(tmp_path, monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    monkeypatch.chdir(tmp_path)
+    page = (PAGE.parent / "guide" / "own-data.md").read_text()
+    steps = re.findall(r"```python\n(.*?)```\n(?:\n```text\n(.*?)```)?", page, flags=re.S)
+    namespace: dict = {}
+    for code, shown in steps:
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            exec(compile(code, "own-data.md", "exec"), namespace)
+        assert _numbers_close(shown, printed.getvalue()), f"the page shows\n{shown}\nit prints\n{printed.getvalue()}"
+    assert len(steps) == 5

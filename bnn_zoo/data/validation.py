@@ -116,4 +116,6 @@ def check_data(model, x, y) -> tuple[torch.Tensor, torch.Tensor]:
         )
     if y.shape[0] != x.shape[0]:
         raise BnnZooError(f"x has {x.shape[0]} rows but y has {y.shape[0]}; pass one target per input row")
+    if torch.is_floating_point(y):  # NumPy's float64 targets: in the network's precision, as x is
+        y = y.to(x.dtype)
     return x, model.likelihood.check_targets(y, output_width(model, x))
