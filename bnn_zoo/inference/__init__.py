@@ -1,7 +1,6 @@
 """One entry point for inference: ``fit(model, x, y, method)`` with method SVI, NUTS, HMC, ChEES, Laplace, SGMCMC,
 Ensemble or SWAG (a BNN), or ``bnn_zoo.TypeII`` (a ``bnn_zoo.GP``)."""
 
-import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -105,17 +104,9 @@ def fit(
         posterior.scaling = scaling.to(x.device)
         if "log_evidence" in posterior.info:  # Laplace's; the rest of its info stays of the standardised data
             posterior.info["log_evidence"] = posterior.to_data_units(posterior.info["log_evidence"], len(y))
-    _warn_if_collapsed(posterior)
+    if not (isinstance(method, SVI) and method.lockstep):  # fit_lockstep checks its own
+        collapse.check(posterior)
     return posterior
-
-
-def _warn_if_collapsed(posterior) -> None:
-    if posterior.model.likelihood.task == "language-model":  # judged by test perplexity, which a fit has not
-        return
-    found = collapse.diagnose(posterior, {})
-    if found:
-        posterior.info["collapse_warning"] = found
-        warnings.warn(f"this {posterior.method} fit collapsed: {found}", stacklevel=3)
 
 
 __all__ = ["HMC", "METHODS", "NUTS", "SWAG", "ChEES", "Ensemble", "SGMCMC", "SVI", "Laplace", "fit"]

@@ -10,6 +10,7 @@ names it: ``bnn_zoo.fit`` warns, and ``bnn-zoo fit`` also records it as ``collap
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 
@@ -82,3 +83,14 @@ def _flat_loss(loss) -> str:
     if not (math.isfinite(first) and math.isfinite(last)) or abs(first - last) > MIN_LOSS_CHANGE * abs(first):
         return ""
     return f"the loss never moved ({first:.4g} at the start, {last:.4g} at the end)"
+
+
+def check(posterior) -> None:
+    """After a fit: a collapse is warned of in one line and kept as ``posterior.info["collapse_warning"]``
+    (a language model is judged later, by its test perplexity)."""
+    if posterior.model.likelihood.task == "language-model":
+        return
+    found = diagnose(posterior, {})
+    if found:
+        posterior.info["collapse_warning"] = found
+        warnings.warn(f"this {posterior.method} fit collapsed: {found}", stacklevel=3)

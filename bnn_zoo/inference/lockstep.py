@@ -43,6 +43,7 @@ from bnn_zoo.data.validation import check_data
 from bnn_zoo.errors import BnnZooError, check_device
 from bnn_zoo.guides.dropout import DropoutGuide, default_options
 from bnn_zoo.guides.mean_field import MeanField
+from bnn_zoo.inference import collapse
 from bnn_zoo.inference.svi import SVI, posterior_from
 from bnn_zoo.io import atomic_torch_save, check_identity, fingerprint, safe_torch_load, say_resumed
 from bnn_zoo.likelihoods import Gaussian
@@ -185,7 +186,10 @@ def fit_lockstep(
         if step % 50 == 0:
             bar.set_postfix(loss=f"{batch.losses[:, step].nanmean().item():.4g}")
     runtime = (batch.elapsed + time.perf_counter() - start) / len(jobs)
-    return [batch.posterior(k, runtime) for k in range(len(jobs))]
+    posteriors = [batch.posterior(k, runtime) for k in range(len(jobs))]
+    for posterior in posteriors:
+        collapse.check(posterior)
+    return posteriors
 
 
 # checkpoint key -> (K, P) tensor
