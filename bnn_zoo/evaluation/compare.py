@@ -112,6 +112,7 @@ class _Scored:
             **posterior.model.describe(),
             "n_train": len(posterior.x),
             "runtime_s": posterior.runtime_s,
+            "evidence_units": "data's units" if posterior.scaling is not None else "as given",
             **{k: v for k, v in posterior.info.items() if isinstance(v, str | int | float) and v != ""},
             **evidence.of(posterior),
         }
@@ -133,7 +134,7 @@ class _Scored:
             self.metrics.update(ref.convergence(f, depth, posterior.settings.get("max_tree_depth")))
 
 
-def load_results(results, test=None) -> list:
+def load_results(results, test: tuple | None = None) -> list:
     """Fitted ``Result`` objects pass through; paths are read as result folders; posteriors from
     ``bnn_zoo.fit`` are scored (on ``test`` = (x, y) when given). Names are made unique."""
     loaded = [_result(r, test) for r in results]
@@ -159,14 +160,17 @@ def _result(r, test=None):
     )
 
 
-def compare(results: list, reference: object | None = None, test=None, allow_unconverged: bool = False) -> pd.DataFrame:
+def compare(
+    results: list, reference: object | None = None, test: tuple | None = None, allow_unconverged: bool = False
+) -> pd.DataFrame:
     """One row per run: run, data, model (architecture), inference, the log-evidence estimates with SEs,
     LOO elpd/SE/p_loo and the worst Pareto k, WAIC with its SE, test metrics, MCMC diagnostics and run
     time. Runs on the same training data are also ranked by ``az.compare`` (rank, elpd_diff, dse,
     weight), which warns when a Pareto k exceeds ArviZ's threshold (0.7 at most); the ``loo_warning``
     column marks those runs, whose LOO is unreliable.
 
-    Evidence and LOO are on the standardised training targets; test metrics in original units.
+    Folders and Results of ``bnn-zoo fit`` carry evidence and LOO on the standardised training targets;
+    posteriors from ``bnn_zoo.fit`` carry them in the data's units. Test metrics are in the data's units.
 
     Args:
         results: posteriors from ``bnn_zoo.fit``, result folders (posterior.nc and metrics.json, as
@@ -200,6 +204,8 @@ def compare(results: list, reference: object | None = None, test=None, allow_unc
             "model": m.get("model", ""),
             "inference": inference,
             **{k: m.get(k) for k in EVIDENCE},
+            # a folder's regression evidence is of its standardised targets: never silently beside a posterior's
+            "evidence_units": m.get("evidence_units", "standardised targets" if "rmse" in m else "as given"),
             "loo_elpd": float(loo.elpd_loo),
             "loo_se": float(loo.se),
             "p_loo": float(loo.p_loo),
@@ -260,7 +266,9 @@ def to_markdown(table: pd.DataFrame, digits: int = 3) -> str:
     return "\n".join(lines) + "\n"
 
 
-def report(results, out_dir, reference=None, test=None, allow_unconverged: bool = False) -> pd.DataFrame:
+def report(
+    results, out_dir, reference=None, test: tuple | None = None, allow_unconverged: bool = False
+) -> pd.DataFrame:
     """compare() written to ``out_dir``: comparison.csv and comparison.md, and the plots: compare.png
     (az.plot_compare), reliability.png (Heek's calibration bins, or interval coverage for regression),
     bands.png (1-D regression), evidence.png (by architecture) and <run>_trace.png / <run>_rank.png /
