@@ -14,7 +14,7 @@ import pytest
 
 import bnn_zoo as bz
 from bnn_zoo import baselines, data, guides, inference, likelihoods, priors
-from bnn_zoo.data import text
+from bnn_zoo.data import tables, text
 from bnn_zoo.experiments import config
 
 LIBRARY = {  # (kind, command-line name) -> the library callables whose parameters are its options
@@ -42,6 +42,7 @@ LIBRARY = {  # (kind, command-line name) -> the library callables whose paramete
     ("data", "toy-text"): (text.load_toy_text,),
     ("data", "uci"): (data.load_uci,),
     ("data", "text"): (text.load_text,),
+    ("data", "csv"): (tables.load_table,),
 }
 
 
