@@ -13,7 +13,7 @@ SETTINGS = dict(lr_decay=0.05, num_particles=8, seed=0, progress=False, num_draw
 
 @pytest.fixture(scope="module")
 def mean_field_elbo(blr_model, blr_data):
-    post = bz.fit(blr_model, *blr_data, bz.SVI(guide="mean-field", steps=2000, lr=0.05, **SETTINGS))
+    post = bz.fit(blr_model, *blr_data, bz.SVI(guide="mean-field", steps=2000, lr=0.05, **SETTINGS), standardize=False)
     return post.elbo(num_samples=4000)
 
 
@@ -41,7 +41,12 @@ def mean_field_elbo(blr_model, blr_data):
 def test_richer_guides_beat_mean_field_and_stay_below_the_evidence(
     blr_model, blr_data, blr_exact, mean_field_elbo, guide, options, steps, lr
 ):
-    post = bz.fit(blr_model, *blr_data, bz.SVI(guide=guide, guide_options=options, steps=steps, lr=lr, **SETTINGS))
+    post = bz.fit(
+        blr_model,
+        *blr_data,
+        bz.SVI(guide=guide, guide_options=options, steps=steps, lr=lr, **SETTINGS),
+        standardize=False,
+    )
     elbo, se = post.elbo(num_samples=4000)
     mf, mf_se = mean_field_elbo
     assert mf + 4 * mf_se < blr_exact.log_evidence
@@ -65,7 +70,13 @@ def test_every_guide_fits_an_mlp_and_exports_to_arviz(guide, options):
     x = torch.randn(20, 2, generator=g)
     y = torch.tanh(x[:, 0]) + 0.1 * torch.randn(20, generator=g)
     model = bz.BNN(bz.models.MLP(2, [5], 1), bz.priors.FanInNormal(), bz.likelihoods.Gaussian.learned())
-    post = bz.fit(model, x, y, bz.SVI(guide=guide, guide_options=options, steps=50, num_draws=30, progress=False))
+    post = bz.fit(
+        model,
+        x,
+        y,
+        bz.SVI(guide=guide, guide_options=options, steps=50, num_draws=30, progress=False),
+        standardize=False,
+    )
     idata = post.to_inference_data()
     assert set(idata.posterior.data_vars) == {
         "layers.0.weight",
@@ -86,8 +97,16 @@ def test_an_affine_flow_too_large_for_memory_is_refused_and_the_default_picks_sp
     with pytest.raises(
         bz.BnnZooError, match=r"affine autoregressive flow over 1261 latents needs O\(d\^2\) memory.*transform=spline"
     ):
-        bz.fit(model, x, y, bz.SVI(guide="flow", guide_options={"transform": "affine"}, steps=1, progress=False))
-    post = bz.fit(model, x, y, bz.SVI(guide="flow", steps=2, progress=False, num_draws=2))  # transform="auto"
+        bz.fit(
+            model,
+            x,
+            y,
+            bz.SVI(guide="flow", guide_options={"transform": "affine"}, steps=1, progress=False),
+            standardize=False,
+        )
+    post = bz.fit(
+        model, x, y, bz.SVI(guide="flow", steps=2, progress=False, num_draws=2), standardize=False
+    )  # transform="auto"
     assert any("SplineCoupling" in type(layer).__name__ for layer in post.guide._layers)
 
 
@@ -110,6 +129,7 @@ def test_fits_in_one_process_never_share_parameters_through_pyros_global_store(g
                 x,
                 x.sum(1),
                 bz.SVI(guide=guide, guide_options=options, steps=5, seed=seed, progress=False, num_draws=4),
+                standardize=False,
             )
         )
     for post, in_features in zip(fits, (2, 1)):
@@ -126,7 +146,11 @@ def test_the_affine_flows_layers_are_the_stable_iaf_whose_volume_cannot_blow_up(
 
     model = bz.BNN(bz.models.MLP(2, [3], 1))
     post = bz.fit(
-        model, torch.randn(10, 2), torch.randn(10), bz.SVI(guide="flow", steps=1, progress=False, num_draws=2)
+        model,
+        torch.randn(10, 2),
+        torch.randn(10),
+        bz.SVI(guide="flow", steps=1, progress=False, num_draws=2),
+        standardize=False,
     )
     layers = [t for t in post.guide._layers if isinstance(t, AffineAutoregressive)]
     assert layers
@@ -151,6 +175,11 @@ def test_a_flows_loss_never_goes_below_what_a_negative_elbo_can_reach():
     model = bz.BNN(
         bz.models.MLP(1, [50], 1, activation="tanh"), bz.priors.FanInNormal(), bz.likelihoods.Gaussian(sigma)
     )
-    post = bz.fit(model, *data.train, bz.SVI(guide="flow", steps=600, lr=1e-2, seed=0, progress=False, num_draws=2))
+    post = bz.fit(
+        model,
+        *data.train,
+        bz.SVI(guide="flow", steps=600, lr=1e-2, seed=0, progress=False, num_draws=2),
+        standardize=False,
+    )
     perfect_fit = -20 * math.log(sigma * math.sqrt(2 * math.pi))  # the largest log-likelihood of 20 points
     assert post.sample_stats["loss"].min() > -perfect_fit, post.sample_stats["loss"].min()

@@ -75,6 +75,7 @@ def test_jax_nuts_matches_the_exact_posterior(blr_model, blr_data, blr_exact):
         blr_model,
         *blr_data,
         bz.NUTS(num_warmup=300, num_samples=1000, num_chains=2, seed=0, progress=False, backend="jax"),
+        standardize=False,
     )
     assert fit.settings["backend"] == "jax"
     assert_matches_exact_posterior_within_4_mcse(fit, blr_exact)
@@ -92,6 +93,7 @@ def test_jax_chees_matches_the_exact_posterior(blr_model, blr_data, blr_exact, t
         blr_model,
         *blr_data,
         bz.ChEES(num_chains=16, num_warmup=150, num_samples=200, seed=0, progress=False, backend="jax"),
+        standardize=False,
     )
     assert fit.settings["backend"] == "jax" and fit.sample_stats["n_steps"].shape == (16, 200)
     assert_matches_exact_posterior_within_4_mcse(fit, blr_exact)
@@ -103,7 +105,7 @@ def test_jax_chees_matches_the_exact_posterior(blr_model, blr_data, blr_exact, t
 
 def test_the_same_seed_gives_the_same_draws(blr_model, blr_data):
     method = bz.ChEES(num_chains=4, num_warmup=20, num_samples=10, seed=3, progress=False, backend="jax")
-    first, second = (bz.fit(blr_model, *blr_data, method) for _ in range(2))
+    first, second = (bz.fit(blr_model, *blr_data, method, standardize=False) for _ in range(2))
     assert all(torch.equal(first.samples[k], second.samples[k]) for k in first.samples)
 
 
@@ -134,7 +136,7 @@ def test_a_signal_stops_jax_nuts_inside_the_compiled_loop(blr_model, blr_data, m
         reached = _signal_at(monkeypatch, 100, signum)
         method = bz.NUTS(num_warmup=2000, num_samples=2000, num_chains=2, progress=False, backend="jax")
         with pytest.raises(Terminated if signum == signal.SIGTERM else KeyboardInterrupt):
-            bz.fit(blr_model, *blr_data, method)
+            bz.fit(blr_model, *blr_data, method, standardize=False)
     finally:
         signal.signal(signum, previous)
     # the kernel may hand the signal to the waiting main thread, whose C handler writes the pipe a few
@@ -160,7 +162,7 @@ def test_jax_nuts_stops_at_max_hours(blr_model, blr_data, monkeypatch):
     monkeypatch.setattr(budget, "GRACE_S", 0.0)
     method = bz.NUTS(num_warmup=500, num_samples=500, progress=False, backend="jax", max_hours=1e-6)
     with pytest.raises(budget.TimeLimitExceeded, match=r"NUTS would take .* more than max_hours=1e-06"):
-        bz.fit(blr_model, *blr_data, method)
+        bz.fit(blr_model, *blr_data, method, standardize=False)
 
 
 def test_jax_chees_resumes_its_checkpoint_and_ends_as_an_uninterrupted_run(
@@ -169,25 +171,25 @@ def test_jax_chees_resumes_its_checkpoint_and_ends_as_an_uninterrupted_run(
     def method(**kw):
         return bz.ChEES(num_chains=4, num_warmup=30, num_samples=40, seed=1, progress=False, backend="jax", **kw)
 
-    whole = bz.fit(blr_model, *blr_data, method())
+    whole = bz.fit(blr_model, *blr_data, method(), standardize=False)
     checkpoint = tmp_path / "chees.pt"
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         _signal_at(monkeypatch, 30 + 25)  # in the third chunk of 10 kept draws
         with pytest.raises(KeyboardInterrupt):
-            bz.fit(blr_model, *blr_data, method(checkpoint=checkpoint, checkpoint_every=10))
+            bz.fit(blr_model, *blr_data, method(checkpoint=checkpoint, checkpoint_every=10), standardize=False)
     finally:
         signal.signal(signal.SIGINT, previous)
     assert safe_torch_load(checkpoint)["iteration"] == 30 + 20
     assert f"interrupted: checkpoint at iteration 50 of 70 saved to {checkpoint}" in capsys.readouterr().out
     monkeypatch.undo()
-    resumed = bz.fit(blr_model, *blr_data, method(checkpoint=checkpoint, checkpoint_every=10))
+    resumed = bz.fit(blr_model, *blr_data, method(checkpoint=checkpoint, checkpoint_every=10), standardize=False)
     assert not checkpoint.exists()
     assert all(torch.equal(resumed.samples[k], whole.samples[k]) for k in whole.samples)
     assert all(torch.equal(resumed.sample_stats[k], whole.sample_stats[k]) for k in whole.sample_stats)
     with pytest.raises(bz.BnnZooError, match="belongs to a different fit"):
         atomic_torch_save({"identity": "another"}, checkpoint)
-        bz.fit(blr_model, *blr_data, method(checkpoint=checkpoint))
+        bz.fit(blr_model, *blr_data, method(checkpoint=checkpoint), standardize=False)
 
 
 def test_an_untraceable_network_falls_back_to_torch_with_one_warning(blr_data):
@@ -196,7 +198,10 @@ def test_an_untraceable_network_falls_back_to_torch_with_one_warning(blr_data):
         UserWarning, match=r"NUTS backend='jax' falls back to torch: the log density could not be traced to JAX"
     ) as caught:
         fit = bz.fit(
-            model, *blr_data, bz.NUTS(num_warmup=20, num_samples=20, num_chains=1, progress=False, backend="jax")
+            model,
+            *blr_data,
+            bz.NUTS(num_warmup=20, num_samples=20, num_chains=1, progress=False, backend="jax"),
+            standardize=False,
         )
     assert len([w for w in caught if "falls back" in str(w.message)]) == 1
     assert fit.settings["backend"] == "torch" and fit.samples["layer.weight"].shape == (1, 20, 1, 3)
@@ -212,7 +217,7 @@ def test_a_mismatch_at_the_start_falls_back_to_torch(blr_model, blr_data, monkey
         UserWarning,
         match=r"ChEES backend='jax' falls back to torch: the traced log density differs from torch's at the start",
     ):
-        fit = bz.fit(blr_model, *blr_data, method)
+        fit = bz.fit(blr_model, *blr_data, method, standardize=False)
     assert fit.settings["backend"] == "torch"
 
 
