@@ -95,40 +95,42 @@ class ToyText(DataConfig):
         return text.load_toy_text(**dataclasses.asdict(self), seed=seed)
 
 
-@register("uci")
-@dataclass
-@options(load_uci, required=("path",))
-class UCI(DataConfig):
-    """A UCI regression folder in the standard format (data.txt, index_train_K.txt, ...) at one split."""
+class _FromPath(DataConfig):
+    """Data read from a path the user gives: ``reader`` of the fields; refused without a path, with an
+    example of one."""
 
     def load(self, seed):
         if not self.path:
-            raise BnnZooError("the uci data needs a folder: --data uci --data.path ../shared/data/uci/yacht")
-        return load_uci(**dataclasses.asdict(self))
+            raise BnnZooError(f"the {self.registered_name} data needs {self.example}")
+        return self.reader(**dataclasses.asdict(self))
+
+
+@register("uci")
+@dataclass
+@options(load_uci, required=("path",))
+class UCI(_FromPath):
+    """A UCI regression folder in the standard format (data.txt, index_train_K.txt, ...) at one split."""
+
+    reader, example = staticmethod(load_uci), "a folder: --data uci --data.path ../shared/data/uci/yacht"
 
 
 @register("csv")
 @dataclass
 @options(tables.load_table, required=("path",))
-class CSV(DataConfig):
+class CSV(_FromPath):
     """Your own table: a CSV file (or .npz of x and y), one target column, regression or classification."""
 
-    def load(self, seed):
-        if not self.path:
-            raise BnnZooError("the csv data needs a file: --data csv --data.path table.csv --data.target COLUMN")
-        return tables.load_table(**dataclasses.asdict(self))
+    reader = staticmethod(tables.load_table)
+    example = "a file: --data csv --data.path table.csv --data.target COLUMN"
 
 
 @register("text")
 @dataclass
 @options(text.load_text, required=("path",))
-class Text(DataConfig):
+class Text(_FromPath):
     """A text corpus as next-token windows (first 90% train, last 10% test)."""
 
-    def load(self, seed):
-        if not self.path:
-            raise BnnZooError("the text data needs a file: --data text --data.path corpus.txt")
-        return text.load_text(**dataclasses.asdict(self))
+    reader, example = staticmethod(text.load_text), "a file: --data text --data.path corpus.txt"
 
 
 # ---------------------------------------------------------------------------- models
