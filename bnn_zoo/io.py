@@ -420,8 +420,11 @@ def save_inference_data(idata, path):
     memory and written by Python: HDF5 writing to a full disk crashes the process (a segfault)."""
     import xarray as xr
 
+    from bnn_zoo import arviz_compat
+
     parts = [(xr.Dataset(attrs=idata.attrs), None)] if idata.attrs else []
-    _write_netcdf([*parts, *((getattr(idata, group), group) for group in idata.groups())], path)
+    groups = ((arviz_compat.group(idata, name), name) for name in arviz_compat.group_names(idata))
+    _write_netcdf([*parts, *groups], path)
 
 
 def save_dataset(ds, path):
@@ -440,19 +443,19 @@ def _write_netcdf(groups, path) -> None:
 
 
 def load_inference_data(path):
-    """Read a bnn-zoo result file, or say plainly why it cannot be read."""
-    import arviz as az
+    """Read a bnn-zoo result file as the installed ArviZ's object, or say plainly why it cannot be read."""
+    from bnn_zoo import arviz_compat
 
     path = Path(path)
     if not path.is_file():
         raise BnnZooError(f"result file {path} does not exist; run `bnn-zoo fit ... --out DIR` first")
     try:
-        idata = az.from_netcdf(path, engine="h5netcdf")
+        idata = arviz_compat.read(path)
     except Exception as exc:
         raise BnnZooError(
             f"{path} is not a readable netCDF result ({type(exc).__name__}); the file is truncated or corrupt, re-run "
             "the fit"
         ) from None
-    if "posterior" not in idata.groups():
+    if "posterior" not in arviz_compat.group_names(idata):
         raise BnnZooError(f"{path} has no posterior group; it is not a bnn-zoo result file")
     return idata

@@ -9,15 +9,12 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import pyro
 import torch
 import xarray as xr
-
-if TYPE_CHECKING:
-    import arviz as az
 
 from bnn_zoo import guides, saving
 from bnn_zoo.data.validation import check_data, check_inputs
@@ -141,7 +138,8 @@ class PosteriorLike(Protocol):
         self, x: torch.Tensor | None = None, y: torch.Tensor | None = None, num_samples: int = 1000
     ) -> tuple[float, float]: ...
 
-    def to_inference_data(self) -> az.InferenceData: ...
+    def to_inference_data(self):
+        """ArviZ's posterior object: InferenceData (ArviZ 0.2x) or xarray.DataTree (1.x)."""
 
     def attrs(self) -> dict: ...
 
@@ -455,8 +453,9 @@ class Posterior(InDataUnits):
         return self.to_data_units(lw.mean().item(), len(y)), (lw.std() / math.sqrt(num_samples)).item()
 
     def to_inference_data(self, max_mb: float = 100.0):
-        """ArviZ InferenceData: posterior, posterior_predictive, log_likelihood, observed_data,
-        constant_data (x), sample_stats and attrs naming model, prior, likelihood, method and versions.
+        """The installed ArviZ's posterior object (InferenceData under 0.2x, xarray.DataTree under 1.x):
+        posterior, posterior_predictive, log_likelihood, observed_data, constant_data (x), sample_stats
+        and attrs naming model, prior, likelihood, method and versions.
 
         Large fits are thinned to stay near ``max_mb`` per group (so posterior.nc stays under about
         3 x max_mb): each group keeps evenly spaced draws of every chain, and the function-space groups
@@ -583,10 +582,11 @@ def function_space_inference_data(
     constant data (x and ``constants``, fitted values that are not random), per-draw sample_stats, and
     a per-step optimisation trace (SVI's loss) in a group of its own, ``optimization``.
 
-    A single-output y is stored as (obs,) in every group, as log_likelihood has it, so az.loo_pit and
-    az.plot_ppc pair them. Built from xarray Datasets rather than ``az.from_dict``: thinned groups keep
-    the original draw indices as their ``draw`` coordinate and weights carry per-layer dimension names."""
-    import arviz as az
+    A single-output y is stored as (obs,) in every group, as log_likelihood has it, so ArviZ's LOO-PIT
+    and predictive checks pair them. Built from xarray Datasets rather than ``az.from_dict``: thinned groups keep
+    the original draw indices as their ``draw`` coordinate and weights carry per-layer dimension names.
+    Returned as the installed ArviZ's object: InferenceData (0.2x) or DataTree (1.x)."""
+    from bnn_zoo import arviz_compat
 
     if y.dim() == 2 and y.shape[1] == 1:
         y, y_rep = y[:, 0], y_rep[..., 0]
@@ -606,7 +606,7 @@ def function_space_inference_data(
     groups.update({"optimization": xr.Dataset(per_step)} if per_step else {})
     for ds in groups.values():
         ds.attrs.update(attrs)
-    return az.InferenceData(**groups)
+    return arviz_compat.inference_data(groups)
 
 
 def _take(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:

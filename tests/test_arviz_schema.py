@@ -1,7 +1,9 @@
-"""Every method's InferenceData through ArviZ's own functions: the same dims for y in the predictive,
-observed and log-likelihood groups (az.loo_pit), MCMC sample_stats under ArviZ's names (az.plot_energy,
-az.bfmi), no optimisation trace posing as per-draw stats, fitted constants outside the posterior."""
+"""Every method's posterior object (InferenceData, or a DataTree under ArviZ 1.x) through the installed
+ArviZ's own functions: the same dims for y in the predictive, observed and log-likelihood groups
+(LOO-PIT), MCMC sample_stats under ArviZ's names (plot_energy, bfmi), no optimisation trace posing as
+per-draw stats, fitted constants outside the posterior."""
 
+import re
 import warnings
 
 import arviz as az
@@ -11,6 +13,7 @@ import pytest
 import torch
 
 import bnn_zoo as bz
+from bnn_zoo import arviz_compat
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -63,21 +66,43 @@ def test_arviz_functions_run_on_every_methods_inference_data(name, task):
     assert (
         idata.posterior_predictive["y"].dims[2:] == idata.observed_data["y"].dims == idata.log_likelihood["y"].dims[2:]
     )
-    if "sample_stats" in idata.groups():
+    if "sample_stats" in arviz_compat.group_names(idata):
         assert all(v.dims[:2] == ("chain", "draw") for v in idata.sample_stats.data_vars.values()), idata.sample_stats
+    weights = ["layers.1.bias"] if name != "gp" else None
+    draws = idata.posterior_predictive.sizes["chain"] * idata.posterior_predictive.sizes["draw"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Pareto k and few-draw warnings: the calls must run, not be good
         az.summary(idata)
-        loo = az.loo(idata)
-        assert np.isfinite(loo.elpd_loo)
-        assert np.isfinite(az.loo_pit(idata, y="y")).all()
-        az.compare({"a": idata, "b": idata})
-        az.plot_trace(idata, var_names=["layers.1.bias"] if name != "gp" else None)
-        az.plot_posterior(idata, var_names=["layers.1.bias"] if name != "gp" else None)
-        draws = idata.posterior_predictive.sizes["chain"] * idata.posterior_predictive.sizes["draw"]
-        az.plot_ppc(idata, num_pp_samples=min(20, draws))
+        if arviz_compat.MAJOR >= 1:
+            _arviz_1(idata, weights, draws)
+        else:
+            assert np.isfinite(az.loo(idata).elpd_loo)
+            assert np.isfinite(az.loo_pit(idata, y="y")).all()
+            az.compare({"a": idata, "b": idata})
+            az.plot_trace(idata, var_names=weights)
+            az.plot_posterior(idata, var_names=weights)
+            az.plot_ppc(idata, num_pp_samples=min(20, draws))
         if name in MCMC:
             assert {"lp", "acceptance_rate", "step_size", "diverging", "energy"} <= set(idata.sample_stats)
             az.plot_energy(idata)
-            assert np.isfinite(az.bfmi(idata)).all()
+            bfmi = az.bfmi(idata)
+            assert np.isfinite(bfmi["energy"] if arviz_compat.MAJOR >= 1 else bfmi).all()
     plt.close("all")
+
+
+def _arviz_1(idata, weights, draws):
+    """ArviZ 1.x's own functions. Its PSIS refuses what 0.2x smoothed (a point whose log-likelihood is
+    the same in every draw, as a saturated classifier's can be; fewer than about 25 draws, as an
+    ensemble's 3): it raises, and bnn-zoo's LOO is then NaN and flagged."""
+    try:
+        assert np.isfinite(az.loo(idata).elpd)
+    except (ValueError, IndexError) as refused:
+        assert re.search("tail values are the same|at least 5|out of bounds", str(refused)), refused
+        assert np.isnan(arviz_compat.loo(idata).elpd) and arviz_compat.loo(idata).warning
+    else:
+        assert np.isfinite(az.loo_pit(idata)["y"]).all()
+        az.compare({"a": idata, "b": idata})
+    with az.rc_context({"plot.max_subplots": 100}):  # the GP classifier's f: 2 classes x 30 points
+        az.plot_trace(idata, var_names=weights)
+        az.plot_dist(idata, var_names=weights)
+    az.plot_ppc_dist(idata, num_samples=min(20, draws))

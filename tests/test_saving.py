@@ -4,7 +4,9 @@ corrupt or foreign folder gives one clear error; folders written by `bnn-zoo fit
 import json
 import subprocess
 import sys
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import xarray as xr
@@ -130,3 +132,28 @@ def test_a_bnn_zoo_fit_result_folder_is_loadable(tmp_path):
     stored = xr.open_dataset(out / "predictions.nc", engine="h5netcdf")
     mean = post.predict(data.test[0]).mean[:, 0] * data.y_std + data.y_mean
     assert torch.allclose(mean, torch.as_tensor(stored["mean"].values), atol=1e-4)
+
+
+@pytest.mark.parametrize("major", [0, 1])
+def test_a_posterior_saved_under_either_arviz_major_loads_and_predicts_the_same(major):
+    """Folders written by tests/data/saved/make.py under ArviZ 0.2x (Python 3.11, torch 2.13) and 1.x
+    (Python 3.12, torch 2.15): each predicts what it predicted when saved (float32 forward passes of two
+    torch builds: rtol 1e-5), and its posterior.nc reads as the installed ArviZ's object, with the
+    log-likelihood the loaded posterior computes."""
+    from bnn_zoo import arviz_compat
+    from bnn_zoo.io import load_inference_data
+
+    root = Path(__file__).parent / "data" / "saved" / f"arviz-{major}"
+    expected = json.loads((root / "predictions.json").read_text())
+    assert expected["arviz"].startswith(f"{major}.")
+    for name in ("nuts", "svi", "gp"):
+        posterior = bz.load(root / name)
+        torch.testing.assert_close(posterior.predict(X_NEW).f[:10], torch.tensor(expected[name]), rtol=1e-5, atol=1e-6)
+        idata = load_inference_data(root / name / "posterior.nc")
+        assert type(idata) is type(posterior.to_inference_data()), name
+        log_lik = arviz_compat.group(idata, "log_likelihood")["y"]
+        if name != "gp":  # the GP's log-likelihood draws are fresh function draws, not stored ones
+            torch.testing.assert_close(
+                torch.as_tensor(log_lik.values), posterior.log_likelihood(), rtol=1e-5, atol=1e-5
+            )
+        assert np.isfinite(arviz_compat.loo(idata).elpd), name

@@ -384,9 +384,9 @@ class GPPosterior(InDataUnits):
         return log_lik if self.scaling is None else log_lik + self.scaling.log_jacobian
 
     def to_inference_data(self, num_samples: int = 1000):
-        """ArviZ InferenceData: posterior (latent f at the training inputs), posterior_predictive,
-        log_likelihood (for LOO/WAIC), observed and constant data, the type-II loss and, in attrs, the
-        hyperparameters."""
+        """The installed ArviZ's posterior object (InferenceData or DataTree): posterior (latent f at the
+        training inputs), posterior_predictive, log_likelihood (for LOO/WAIC), observed and constant data,
+        the type-II loss and, in attrs, the hyperparameters."""
         f = self._draws(self.x, num_samples)
         with torch.random.fork_rng(device_type="cuda"):
             torch.manual_seed(int(self.settings.get("seed", 0)))

@@ -10,10 +10,10 @@ import re
 import warnings
 from pathlib import Path
 
-import arviz as az
 import pandas as pd
 import xarray as xr
 
+from bnn_zoo import arviz_compat
 from bnn_zoo.data.validation import check_data
 from bnn_zoo.errors import BnnZooError
 from bnn_zoo.evaluation import evidence, predictions
@@ -166,8 +166,8 @@ def compare(
     """One row per run: run, data, model (architecture), inference, the log-evidence estimates with SEs,
     LOO elpd/SE/p_loo and the worst Pareto k, WAIC with its SE, test metrics, MCMC diagnostics and run
     time. Runs on the same training data are also ranked by ``az.compare`` (rank, elpd_diff, dse,
-    weight), which warns when a Pareto k exceeds ArviZ's threshold (0.7 at most); the ``loo_warning``
-    column marks those runs, whose LOO is unreliable.
+    weight). A warning names the runs whose Pareto k exceed ArviZ's threshold (0.7 at most); the
+    ``loo_warning`` column marks them: their LOO is unreliable (NaN where ArviZ could not compute it).
 
     Folders and Results of ``bnn-zoo fit`` carry evidence and LOO on the standardised training targets;
     posteriors from ``bnn_zoo.fit`` carry them in the data's units. Test metrics are in the data's units.
@@ -196,7 +196,7 @@ def compare(
         inference = settings.get("method", "?") + (f" ({detail})" if detail else "")
         with warnings.catch_warnings():  # flagged in the loo_warning / waic_warning columns instead
             warnings.simplefilter("ignore", UserWarning)
-            loo, waic = az.loo(r.idata), az.waic(r.idata)
+            loo, waic = arviz_compat.loo(r.idata), arviz_compat.waic(r.idata)
         row = {
             "run": r.name,
             "data": m.get("data", ""),
@@ -206,14 +206,14 @@ def compare(
             **{k: m.get(k) for k in EVIDENCE},
             # a folder's regression evidence is of its standardised targets: never silently beside a posterior's
             "evidence_units": m.get("evidence_units", "standardised targets" if "rmse" in m else "as given"),
-            "loo_elpd": float(loo.elpd_loo),
-            "loo_se": float(loo.se),
-            "p_loo": float(loo.p_loo),
-            "max_pareto_k": float(loo.pareto_k.max()),
-            "loo_warning": bool(loo.warning),
-            "waic_elpd": float(waic.elpd_waic),
-            "waic_se": float(waic.se),
-            "waic_warning": bool(waic.warning),
+            "loo_elpd": loo.elpd,
+            "loo_se": loo.se,
+            "p_loo": loo.p,
+            "max_pareto_k": math.nan if loo.pareto_k is None else float(loo.pareto_k.max()),
+            "loo_warning": loo.warning,
+            "waic_elpd": waic.elpd,
+            "waic_se": waic.se,
+            "waic_warning": waic.warning,
             **{k: m.get(k) for k in TEST + DIAGNOSTICS},
             "runtime_s": m.get("runtime_s"),
             "n_train": m.get("n_train"),
@@ -221,12 +221,27 @@ def compare(
         }
         rows.append(row)
     table = pd.DataFrame(rows)
-    if len(runs) > 1 and table["data"].nunique() == 1 and table["n_train"].nunique() == 1:
-        ranked = az.compare({r.name: r.idata for r in runs}, ic="loo")  # warns itself on high Pareto k
-        table = table.merge(
-            ranked[["rank", "elpd_diff", "dse", "weight"]], left_on="run", right_index=True
-        ).sort_values("rank")
+    unreliable = table.loc[table["loo_warning"], "run"].tolist()
+    if unreliable:
+        warnings.warn(
+            f"LOO is unreliable for {', '.join(unreliable)}: some Pareto k exceed ArviZ's threshold (or the importance "
+            "weights could not be smoothed); see the max_pareto_k column",
+            UserWarning,
+            stacklevel=2,
+        )
+    ranked = _ranked(runs, table)
+    if ranked is not None:
+        table = table.merge(ranked, left_on="run", right_index=True, how="left").sort_values("rank")
     return table.dropna(axis=1, how="all").reset_index(drop=True)
+
+
+def _ranked(runs: list, table: pd.DataFrame) -> pd.DataFrame | None:
+    """az.compare's rank, elpd_diff, dse and weight of the runs with a LOO estimate, where at least two
+    were fitted to the same training data; None otherwise."""
+    scored = [r for r, elpd in zip(runs, table["loo_elpd"]) if math.isfinite(elpd)]
+    if len(scored) < 2 or table["data"].nunique() != 1 or table["n_train"].nunique() != 1:
+        return None
+    return arviz_compat.compare({r.name: r.idata for r in scored})[["rank", "elpd_diff", "dse", "weight"]]
 
 
 def _against_reference(runs: list, reference, test=None, allow_unconverged: bool = False) -> dict:
@@ -283,9 +298,8 @@ def report(
     atomic_write(out / "comparison.csv", lambda tmp: table.to_csv(tmp, index=False))
     atomic_write(out / "comparison.md", lambda tmp: Path(tmp).write_text(to_markdown(table)))
     if "rank" in table:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # already raised by compare()
-            plots.compare_plot(az.compare({r.name: r.idata for r in runs}, ic="loo"), out / "compare.png")
+        ranked = set(table.loc[table["rank"].notna(), "run"])
+        plots.compare_plot({r.name: r.idata for r in runs if r.name in ranked}, out / "compare.png")
     predictions = [r.predictions for r in runs if r.predictions is not None]
     if predictions:
         plots.reliability(predictions, out / "reliability.png")
@@ -295,6 +309,6 @@ def report(
     if any(k in table for k in EVIDENCE):
         plots.evidence_by_architecture(table, out / "evidence.png")
     for r in runs:
-        if "sample_stats" in r.idata.groups() and "energy" in r.idata.sample_stats:
+        if "energy" in (arviz_compat.group(r.idata, "sample_stats") or {}):
             plots.diagnostics(r.name, r.idata, out, prefix=f"{r.name}_")
     return table

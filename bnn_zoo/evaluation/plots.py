@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import textwrap
 
-import arviz as az
 import matplotlib.pyplot as plt  # the backend is matplotlib's own choice (Agg when there is no display)
 import numpy as np
 import torch
 
+from bnn_zoo import arviz_compat
 from bnn_zoo.evaluation import calibration
 
 
@@ -82,20 +82,18 @@ def diagnostics(name, idata, out_dir, prefix: str = ""):
     """SVI and GP type II: the loss trace (loss.png). NUTS/HMC: ArviZ's energy plot with E-BFMI (energy.png),
     and trace and rank plots of the four parameters with the worst R-hat (trace.png, rank.png). File
     names start with ``prefix``."""
-    stats = idata.sample_stats if "sample_stats" in idata.groups() else {}
-    trace = idata.optimization if "optimization" in idata.groups() else {}  # a per-step loss
+    stats = arviz_compat.group(idata, "sample_stats") or {}
+    trace = arviz_compat.group(idata, "optimization") or {}  # a per-step loss
     if "loss" in trace:
         fig, ax = plt.subplots(figsize=(6, 3.5))
         ax.plot(trace["loss"].values, lw=0.8)
         ax.set(xlabel="step", ylabel="negative ELBO or log ML", yscale="symlog", title=f"{name}: training loss")
         _save(fig, out_dir / f"{prefix}loss.png")
     elif "energy" in stats:
-        ax = az.plot_energy(idata)
-        _save(ax.figure, out_dir / f"{prefix}energy.png")
+        _save(arviz_compat.plot_energy(idata), out_dir / f"{prefix}energy.png")
         worst = _worst_mixing(idata)
-        for kind, plot in (("trace", az.plot_trace), ("rank", az.plot_rank)):
-            axes = plot(worst, compact=False) if kind == "trace" else plot(worst)
-            fig = np.asarray(axes).ravel()[0].figure
+        for kind, plot in (("trace", arviz_compat.plot_trace), ("rank", arviz_compat.plot_rank)):
+            fig = plot(worst)
             fig.suptitle(f"{name}: the 4 parameters with the worst R-hat")
             _save(fig, out_dir / f"{prefix}{kind}.png")
 
@@ -103,21 +101,20 @@ def diagnostics(name, idata, out_dir, prefix: str = ""):
 def _worst_mixing(idata, count: int = 4):
     """The ``count`` scalar parameters with the highest R-hat, as a small InferenceData (trace plots of
     thousands of weights are unreadable)."""
-    rhat = az.rhat(idata)
+    rhat = arviz_compat.rhat(idata)
     flat = [(float(v), name, idx) for name in rhat.data_vars for idx, v in np.ndenumerate(rhat[name].values)]
     flat.sort(key=lambda t: -np.nan_to_num(t[0], nan=np.inf))
-    post = idata.posterior
+    post = arviz_compat.group(idata, "posterior")
     chosen = {
         f"{name}{list(idx) if idx else ''}": post[name].values[(slice(None), slice(None), *idx)]
         for _, name, idx in flat[:count]
     }
-    return az.from_dict(posterior=chosen)
+    return arviz_compat.from_samples(chosen)
 
 
-def compare_plot(comparison, path):
-    """ArviZ's plot_compare: LOO elpd of each run with its SE, and the difference to the best."""
-    ax = az.plot_compare(comparison, insample_dev=False)
-    _save(ax.figure, path)
+def compare_plot(idatas: dict, path):
+    """ArviZ's plot_compare: LOO elpd of each run (by name) with its SE, and the difference to the best."""
+    _save(arviz_compat.plot_compare(idatas), path)
 
 
 def evidence_by_architecture(table, path):

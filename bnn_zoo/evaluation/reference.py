@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import math
 
-import arviz as az
 import numpy as np
 import torch
 import xarray as xr
 
+from bnn_zoo import arviz_compat
 from bnn_zoo.errors import BnnZooError
 
 QUANTILE_LEVELS = (torch.arange(100, dtype=torch.float64) + 0.5) / 100
@@ -60,7 +60,7 @@ def convergence(f: torch.Tensor, tree_depth: torch.Tensor | None = None, max_tre
     chains, draws = f.shape[:2]
     f = f.reshape(chains, draws, -1)
     rhat = _rhat(f) if chains > 1 else float("nan")
-    ess = float(np.nanmin(az.ess(az.convert_to_dataset({"f": f.numpy()}), method="bulk")["f"].values))
+    ess = float(np.nanmin(arviz_compat.ess(_draws(f))["f"].values))
     within = max(_rhat(chain[: draws // 2 * 2].reshape(2, draws // 2, -1)) for chain in f) if draws >= 8 else None
     failed = [
         *([f"{chains} chains < {CHAINS_MIN}"] if chains < CHAINS_MIN else []),
@@ -89,7 +89,12 @@ def convergence(f: torch.Tensor, tree_depth: torch.Tensor | None = None, max_tre
 
 def _rhat(f: torch.Tensor) -> float:
     """Max R-hat over the points of draws (chains, draws, points)."""
-    return float(np.nanmax(az.rhat(az.convert_to_dataset({"f": f.numpy()}))["f"].values))
+    return float(np.nanmax(arviz_compat.rhat(_draws(f))["f"].values))
+
+
+def _draws(f: torch.Tensor) -> xr.Dataset:
+    """Draws of f (chains, draws, points) as a Dataset for ArviZ's diagnostics."""
+    return xr.Dataset({"f": (("chain", "draw", "point"), f.numpy())})
 
 
 def check_reference(metrics: dict, name: str) -> None:

@@ -8,11 +8,10 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-import arviz as az
 import numpy as np
 import torch
 
-from bnn_zoo import resources
+from bnn_zoo import arviz_compat, resources
 from bnn_zoo.bnn import BNN
 from bnn_zoo.errors import BnnZooError
 from bnn_zoo.evaluation import (
@@ -399,27 +398,29 @@ def _calibrated_metrics(posterior, dataset, pred, predict_samples) -> dict:
 
 def _evidence(posterior, idata, elbo_samples):
     out = evidence.of(posterior, elbo_samples)  # a type-II label reaches metrics with the rest of info
-    draws = idata.log_likelihood.sizes["chain"] * idata.log_likelihood.sizes["draw"]
+    log_lik = arviz_compat.group(idata, "log_likelihood")
+    draws = log_lik.sizes["chain"] * log_lik.sizes["draw"]
     if posterior.method == "ensemble" or draws < 2:  # K point estimates, or one draw: too few to importance-sample
         return out
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        loo = az.loo(idata, pointwise=True)
-    out.update(loo_elpd=float(loo.elpd_loo), loo_se=float(loo.se), loo_max_pareto_k=float(np.max(loo.pareto_k)))
-    if any("Pareto" in str(w.message) for w in caught):
-        out["loo_warning"] = "some Pareto k are high: LOO is unreliable for those points"
+    loo = arviz_compat.loo(idata)
+    if loo.pareto_k is None:
+        out["loo_warning"] = "ArviZ could not smooth the importance weights: no LOO estimate"
+    else:
+        out.update(loo_elpd=loo.elpd, loo_se=loo.se, loo_max_pareto_k=float(np.max(loo.pareto_k)))
+        if loo.warning:
+            out["loo_warning"] = "some Pareto k are high: LOO is unreliable for those points"
     if posterior.method in ("nuts", "hmc", "chees", "sgmcmc"):  # Markov chains: their convergence diagnostics
         if "diverging" in posterior.sample_stats:
             out["divergences"] = int(posterior.sample_stats["diverging"].sum())
         if posterior.num_chains > 1:
-            out["max_rhat"] = _over_sites(az.rhat(idata), np.nanmax)
-        out["min_ess_bulk"] = _over_sites(az.ess(idata, method="bulk"), np.nanmin)
+            out["max_rhat"] = _over_sites(arviz_compat.rhat(idata), np.nanmax)
+        out["min_ess_bulk"] = _over_sites(arviz_compat.ess(idata), np.nanmin)
         # The same in function space, on each training point's log-likelihood: chains of a BNN can
         # disagree on the weights (permutations, sign flips) and still agree on the function.
-        function = idata.log_likelihood
+        function = arviz_compat.group(idata, "log_likelihood")
         if posterior.num_chains > 1:
-            out["max_rhat_function"] = _over_sites(az.rhat(function), np.nanmax)
-        out["min_ess_bulk_function"] = _over_sites(az.ess(function, method="bulk"), np.nanmin)
+            out["max_rhat_function"] = _over_sites(arviz_compat.rhat(function), np.nanmax)
+        out["min_ess_bulk_function"] = _over_sites(arviz_compat.ess(function), np.nanmin)
     return out
 
 
