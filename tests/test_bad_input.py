@@ -72,6 +72,19 @@ def test_bad_method_settings(reg):
         bz.HMC(chain_method="threads")
 
 
+def test_the_xla_backend_outside_the_torch_its_torchax_is_tested_with(monkeypatch):
+    """With the jax extra installed beside a torch outside xla.TORCHAX_TORCH: backend='jax' is one clear
+    error, and 'auto' runs on torch with one warning saying why."""
+    from bnn_zoo.inference import xla
+
+    monkeypatch.setattr(xla, "installed", lambda: True)
+    monkeypatch.setattr(xla.torch, "__version__", "2.99.0+cpu")
+    with pytest.raises(bz.BnnZooError, match=r"backend='jax': torch 2.99.0\+cpu is outside .*; use backend='torch'"):
+        bz.NUTS(backend="jax")
+    with pytest.warns(UserWarning, match="NUTS and ChEES run on torch: torch 2.99.0"):
+        assert xla.resolve_backend("auto", bz.BNN(bz.models.MLP(1, [2], 1))) == "torch"
+
+
 def _uci_folder(root, rows=12, trailing="\n"):
     root.mkdir()
     data = np.random.default_rng(0).normal(size=(rows, 3))

@@ -10,6 +10,7 @@ import pytest
 import torch
 from test_bad_input import _uci_folder
 
+from bnn_zoo import arviz_compat
 from bnn_zoo.cli import main
 from bnn_zoo.io import load_inference_data
 
@@ -46,6 +47,13 @@ def demo_run(tmp_path_factory):
     return out, printed.getvalue()
 
 
+def _has_loo(metrics: dict) -> bool:
+    """LOO's estimate and SE, or, under ArviZ 1.x, whose PSIS needs 5 tail draws (which a chain or two of
+    20 draws can lack), the note that it computed none."""
+    unsmoothed = arviz_compat.MAJOR >= 1 and metrics.get("loo_warning", "").startswith("ArviZ could not")
+    return ("loo_elpd" in metrics and "loo_se" in metrics) or unsmoothed
+
+
 def test_demo_end_to_end_at_reduced_size(demo_run):
     out, table = demo_run
     for header in ("test RMSE", "test LL", "ELBO", "time s", "max R-hat", "min bulk ESS"):
@@ -55,7 +63,7 @@ def test_demo_end_to_end_at_reduced_size(demo_run):
         idata = load_inference_data(out / run / "posterior.nc")
         assert idata.posterior.attrs["method"] == method
         metrics = json.loads((out / run / "metrics.json").read_text())
-        assert metrics["rmse"] > 0 and metrics["runtime_s"] > 0 and "loo_elpd" in metrics and "loo_se" in metrics
+        assert metrics["rmse"] > 0 and metrics["runtime_s"] > 0 and _has_loo(metrics)
     assert "elbo" in json.loads((out / "svi" / "metrics.json").read_text())
     nuts = json.loads((out / "nuts" / "metrics.json").read_text())
     assert {"max_rhat", "min_ess_bulk", "divergences"} <= set(nuts) and nuts["settings"]["init"] == "posterior"
@@ -76,6 +84,9 @@ def test_demo_end_to_end_at_reduced_size(demo_run):
     flagged = {name: m for name, m in zip(("svi-mean-field", "nuts", "gp-rbf"), runs.values()) if "loo_warning" in m}
     note = next(line for line in table.splitlines() if "LOO left out where PSIS is unreliable" in line)
     for name, m in flagged.items():
+        if "loo_max_pareto_k" not in m:  # ArviZ 1.x computed no LOO: too few tail draws
+            assert f"{name} (no estimate)" in note
+            continue
         k = float("inf") if m["loo_max_pareto_k"] is None else m["loo_max_pareto_k"]  # strict JSON writes inf as null
         assert f"{name} {k:.1f}" in note and f"{m['loo_elpd']:.2f}" not in table
     assert ("LOO elpd" in table) == (len(flagged) < 3)
@@ -156,8 +167,9 @@ def test_fit_on_a_uci_folder_writes_results_in_original_units(tmp_path, inferenc
     ]
     assert main([*argv, "--out", str(out), "--quiet"]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
-    for key in ("rmse", "test_log_likelihood", "loo_elpd", "loo_se", "runtime_s", "settings"):
+    for key in ("rmse", "test_log_likelihood", "runtime_s", "settings"):
         assert key in metrics
+    assert _has_loo(metrics)
     guide = extra[1] if extra[:1] == ["--guide"] else "mean-field" if inference == "svi" else ""
     assert metrics["settings"]["method"] == {"sgld": "sgmcmc"}.get(inference, inference)
     assert metrics["data"] == "uci:uci" and metrics["n_train"] == 36

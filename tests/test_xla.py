@@ -235,6 +235,7 @@ def test_bad_backend_settings_are_one_clear_error(monkeypatch):
         bz.NUTS(backend="xla")
     with pytest.raises(bz.BnnZooError, match="mass_matrix='within' exists only with backend='torch'"):
         bz.ChEES(backend="jax", mass_matrix="within")
+    monkeypatch.setattr(xla, "installed", lambda: False)
     monkeypatch.setattr(xla, "available", lambda: False)
     with pytest.raises(bz.BnnZooError, match=r"needs the jax extra: pip install 'bnn-zoo\[jax\]'"):
         bz.ChEES(backend="jax")

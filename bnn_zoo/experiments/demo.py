@@ -10,6 +10,7 @@ weight makes the posterior a thin ridge) and Pyro's potential is jit-compiled
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import torch
@@ -180,10 +181,11 @@ LOO_KEYS = ("loo_elpd", "loo_se")
 
 
 def loo_note(names_and_k: list[tuple[str, float]]) -> str | None:
-    """One line for the runs whose LOO is left out, naming what answers the same question."""
+    """One line for the runs whose LOO is left out (k NaN: ArviZ computed none), naming what answers the
+    same question."""
     if not names_and_k:
         return None
-    runs = ", ".join(f"{name} {k:.1f}" for name, k in names_and_k)
+    runs = ", ".join(f"{name} {k:.1f}" if k == k else f"{name} (no estimate)" for name, k in names_and_k)
     return (
         f"LOO left out where PSIS is unreliable (worst Pareto k: {runs}): each training point moves these posteriors "
         "too far for importance sampling to leave it out; compare them by test LL (held-out data) or by evidence"
@@ -200,7 +202,8 @@ def print_table(results, console=None, title=None):
     for r in results:
         table.add_row(r.name, *(_cell(r.metrics, key, fmt) for _, key, fmt in shown))
     (console or _console()).print(table)
-    notes = [loo_note([(r.name, r.metrics["loo_max_pareto_k"]) for r in results if "loo_warning" in r.metrics])]
+    flagged = [(r.name, r.metrics.get("loo_max_pareto_k", math.nan)) for r in results if "loo_warning" in r.metrics]
+    notes = [loo_note(flagged)]
     notes += [f"{r.name}: stopped early ({r.metrics['stop_reason']})" for r in results if "stop_reason" in r.metrics]
     notes += [
         f"{r.name}: early stopping kept step {r.metrics['best_step']} of {r.metrics['steps_run']} run"

@@ -37,30 +37,55 @@ VALUE_RTOL, GRADIENT_RTOL = 1e-4, 1e-3  # float32 sums of N terms: agreement mea
 LENGTH_FLOOR_MAX_DIM = 4096  # BlackJAX's slow-direction length floor keeps a d x d covariance
 INITIAL_STEP_SIZE = 0.01  # BlackJAX's ChEES adapted from here on Boston 13-50-1, not from larger steps
 NUTS_WATCH_EVERY = 5  # NUTS iterations between host callbacks: a callback costs about one small tree
+# torch releases the pinned torchax 0.0.13, with the alias shim of _torchax, has passed tests/test_xla.py on
+TORCHAX_TORCH = ((2, 13), (2, 15))
+
+
+def installed() -> bool:
+    """Whether the ``jax`` extra is installed."""
+    return all(importlib.util.find_spec(name) is not None for name in EXTRA)
+
+
+def unsupported_torch() -> str | None:
+    """Why the installed torch cannot run the XLA backend, or None where it can (:data:`TORCHAX_TORCH`)."""
+    (low, high), version = TORCHAX_TORCH, tuple(int(v) for v in re.findall(r"\d+", torch.__version__)[:2])
+    if low <= version <= high:
+        return None
+    return (
+        f"torch {torch.__version__} is outside the releases the XLA backend's torchax is tested with "
+        f"({low[0]}.{low[1]} to {high[0]}.{high[1]})"
+    )
 
 
 def available() -> bool:
-    """Whether the ``jax`` extra is installed."""
-    return all(importlib.util.find_spec(name) is not None for name in EXTRA)
+    """Whether the XLA backend can run: the ``jax`` extra is installed beside a torch its torchax supports."""
+    return installed() and unsupported_torch() is None
 
 
 def check_backend(method: str, backend: str) -> None:
     if backend not in BACKENDS:
         raise BnnZooError(f"{method} backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
-    if backend == "jax" and not available():
+    if backend == "jax" and not installed():
         raise BnnZooError(
             f"{method} backend='jax' needs the jax extra: pip install 'bnn-zoo[jax]' (or use backend='torch')"
         )
+    if backend == "jax" and unsupported_torch():
+        raise BnnZooError(f"{method} backend='jax': {unsupported_torch()}; use backend='torch'")
 
 
 def resolve_backend(backend: str, model: BNN) -> str:
-    """``"auto"``: JAX where the extra is installed and the network has no convolution or recurrent
-    layer; torch otherwise. Measured per architecture (benchmarks/backends.py): the MLP's traced
-    gradient is several times cheaper than eager torch's, the digits CNN's dearer, and bnn-zoo's
-    LSTMs do not trace (their input check reads a value)."""
+    """``"auto"``: JAX where the extra is installed beside a supported torch (else one warning says
+    why not) and the network has no convolution or recurrent layer; torch otherwise. Measured per
+    architecture (benchmarks/backends.py): the MLP's traced gradient is several times cheaper than
+    eager torch's, the digits CNN's dearer, and bnn-zoo's LSTMs do not trace (their input check
+    reads a value)."""
     if backend != "auto":
         return backend
-    return "jax" if available() and architecture(model.net) == "dense" else "torch"
+    if architecture(model.net) != "dense":
+        return "torch"
+    if installed() and unsupported_torch():
+        warnings.warn(f"NUTS and ChEES run on torch: {unsupported_torch()}", stacklevel=3)
+    return "jax" if available() else "torch"
 
 
 class FallBack(Exception):
