@@ -417,10 +417,9 @@ def _evidence(posterior, idata, elbo_samples):
         out["min_ess_bulk"] = _over_sites(arviz_compat.ess(idata), np.nanmin)
         # The same in function space, on each training point's log-likelihood: chains of a BNN can
         # disagree on the weights (permutations, sign flips) and still agree on the function.
-        function = arviz_compat.group(idata, "log_likelihood")
         if posterior.num_chains > 1:
-            out["max_rhat_function"] = _over_sites(arviz_compat.rhat(function), np.nanmax)
-        out["min_ess_bulk_function"] = _over_sites(arviz_compat.ess(function), np.nanmin)
+            out["max_rhat_function"] = _over_sites(arviz_compat.rhat(log_lik), np.nanmax)
+        out["min_ess_bulk_function"] = _over_sites(arviz_compat.ess(log_lik), np.nanmin)
     return out
 
 
