@@ -2,7 +2,10 @@
 beyond the training range, W2 and variance ratio to NUTS, evidence, diagnostics, time) written to
 benchmarks/results/demo.json.
 
-python benchmarks/demo.py [--out runs/demo-benchmark]
+python benchmarks/demo.py [--out runs/demo-benchmark] [--name demo]
+
+With the jax extra installed, NUTS runs on XLA: `python benchmarks/demo.py --name demo-jax` keeps that
+table apart from the README's (demo.json, the default install's).
 """
 
 from __future__ import annotations
@@ -32,10 +35,14 @@ KEYS = (
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="runs/demo-benchmark", help="the demo's result folders")
+    parser.add_argument("--name", default="demo", help="the result file: benchmarks/results/NAME.json")
     args = parser.parse_args()
     results = demo(args.out, progress=False)
-    rows = [{"run": r.name} | {k: r.metrics.get(k) for k in KEYS} for r in results]
-    print(write("demo", rows, command="bnn-zoo demo (python benchmarks/demo.py), defaults"))
+    rows = [
+        {"run": r.name, "backend": r.metrics["settings"].get("backend")} | {k: r.metrics.get(k) for k in KEYS}
+        for r in results
+    ]
+    print(write(args.name, rows, command=f"bnn-zoo demo (python benchmarks/demo.py --name {args.name}), defaults"))
 
 
 if __name__ == "__main__":
