@@ -55,7 +55,7 @@ def read(path):
     """A netCDF file of groups, read into memory as the installed ArviZ's posterior object."""
     if MAJOR >= 1:
         with xr.open_datatree(path, engine="h5netcdf") as tree:
-            return tree.load().copy()
+            return tree.load()
     return az.from_netcdf(path, engine="h5netcdf")
 
 
