@@ -2,6 +2,8 @@
 its samplers match the exact posterior of Bayesian linear regression, and what cannot be traced falls
 back to torch with one warning. Runs where the ``jax`` extra is installed."""
 
+import dataclasses
+import json
 import os
 import signal
 import warnings
@@ -210,7 +212,7 @@ def test_an_untraceable_network_falls_back_to_torch_with_one_warning(blr_data):
 def test_a_mismatch_at_the_start_falls_back_to_torch(blr_model, blr_data, monkeypatch):
     trace = xla.JaxTarget._trace
     monkeypatch.setattr(
-        xla.JaxTarget, "_trace", lambda self, *args: (lambda f: lambda q: f(q) + 1.0)(trace(self, *args))
+        xla.JaxTarget, "_trace", lambda self, *args: (lambda f: lambda q, *data: f(q, *data) + 1.0)(trace(self, *args))
     )
     method = bz.ChEES(num_chains=2, num_warmup=5, num_samples=5, progress=False, backend="jax")
     with pytest.warns(
@@ -242,3 +244,77 @@ def test_bad_backend_settings_are_one_clear_error(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert xla.resolve_backend("auto", bz.BNN(bz.models.MLP(1, [2], 1))) == "torch"
+
+
+def _cells(rows=(30, 24, 17)):
+    """Training sets of one regression with different row counts (padding in a batch)."""
+    out = []
+    for k, n in enumerate(rows):
+        g = torch.Generator().manual_seed(k)
+        x = torch.randn(n, 2, generator=g)
+        out.append((x, (torch.sin(2 * x[:, :1]) + 0.1 * torch.randn(n, 1, generator=g))))
+    return out
+
+
+def test_a_padded_cell_has_its_own_log_density():
+    """The mask: a cell padded to a longer one's rows has the log density of its own rows, at many points."""
+    import jax
+    import jax.numpy as jnp
+
+    model = bz.BNN(bz.models.MLP(2, [8], 1), bz.priors.FanInNormal(), bz.likelihoods.Gaussian.learned())
+    cells = _cells()
+    target = xla.JaxTarget(model, *cells[2])
+    x, y, mask = xla.padded(cells)
+    q = jnp.asarray(target.start(_starts(model, 5)).numpy())
+    q = q + 0.3 * jax.random.normal(jax.random.PRNGKey(0), q.shape)
+    alone = jax.vmap(target.logdensity)(q)
+    padded = jax.vmap(lambda p: target.data_logdensity(p, x[2], y[2], mask[2]))(q)
+    assert float(mask[2].sum()) == 17 and x.shape[1] == 30
+    assert jnp.allclose(alone, padded, rtol=1e-6), (alone, padded)
+
+
+@pytest.mark.filterwarnings("ignore:this .* fit collapsed")  # a few iterations: only the draws' equality counts
+@pytest.mark.parametrize("sampler", ["nuts", "chees"])
+def test_cells_in_one_program_equal_each_cell_run_alone(sampler):
+    """Same keys, same kernel, the cell's own rows: draws equal to float rounding over a short run (over
+    hundreds of iterations rounding differences grow, as between any two machines, so the two runs then
+    agree in distribution only)."""
+    model = bz.BNN(bz.models.MLP(2, [8], 1), bz.priors.FanInNormal(), bz.likelihoods.Gaussian.learned())
+    if sampler == "nuts":
+        method = bz.NUTS(num_warmup=3, num_samples=3, num_chains=3, max_tree_depth=6, backend="jax", progress=False)
+    else:
+        method = bz.ChEES(num_warmup=3, num_samples=3, num_chains=4, max_leapfrog=20, backend="jax", progress=False)
+    jobs = [
+        bz.inference.lockstep.Job(model, x, y, dataclasses.replace(method, seed=seed))
+        for seed, (x, y) in enumerate(_cells())
+    ]
+    together = bz.inference.lockstep.fit_lockstep(jobs)
+    for job, posterior in zip(jobs, together):
+        alone = job.method.run(job.model, job.x, job.y)
+        assert posterior.info["cells_in_program"] == 3 and posterior.settings == alone.settings
+        for site, draws in alone.samples.items():
+            torch.testing.assert_close(posterior.samples[site], draws, rtol=1e-4, atol=1e-4)
+        for stat in ("n_steps", "diverging"):
+            assert torch.equal(posterior.sample_stats[stat], alone.sample_stats[stat])
+
+
+@pytest.mark.filterwarnings("ignore:this .* fit collapsed")
+def test_reference_command_runs_every_split_in_one_program(tmp_path, capsys):
+    from test_bad_input import _uci_folder
+
+    from bnn_zoo.cli import main
+
+    _uci_folder(tmp_path / "tiny", rows=40)
+    (tmp_path / "tiny" / "index_train_1.txt").write_text("\n".join(map(str, range(10, 40))) + "\n")  # 30 rows, not 36
+    (tmp_path / "tiny" / "index_test_1.txt").write_text("\n".join(map(str, range(10))) + "\n")
+    argv = ["reference", "--data", str(tmp_path / "tiny"), "--num-chains", "4", "--num-warmup", "20"]
+    assert main([*argv, "--num-samples", "20", "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "2 cells run, 0 already done, 0 failed" in printed
+    rows = (tmp_path / "out" / "references.csv").read_text().splitlines()
+    assert rows[0].startswith("dataset,split,reference_converged") and len(rows) == 3
+    for cell in (tmp_path / "out" / "tiny" / "cells").iterdir():
+        metrics = json.loads((cell / "metrics.json").read_text())
+        assert metrics["cells_in_program"] == 2 and metrics["settings"]["backend"] == "jax"
+        assert metrics["reference_converged"] is False and "bulk ESS of f" in metrics["reference_note"]
+        assert (cell / "posterior.nc").is_file() and metrics["settings"]["num_chains"] == 4

@@ -25,8 +25,8 @@ import numpy as np
 import torch
 import xarray as xr
 
-from bnn_zoo import arviz_compat
 from bnn_zoo.errors import BnnZooError
+from bnn_zoo.evaluation import diagnostics
 
 QUANTILE_LEVELS = (torch.arange(100, dtype=torch.float64) + 0.5) / 100
 Y_DRAWS = 4000  # y draws per test point behind the stored quantiles (each f draw repeated with fresh noise)
@@ -59,9 +59,12 @@ def convergence(f: torch.Tensor, tree_depth: torch.Tensor | None = None, max_tre
     given NUTS's tree depths (chains, draws), the share of transitions that hit ``max_tree_depth``."""
     chains, draws = f.shape[:2]
     f = f.reshape(chains, draws, -1)
-    rhat = _rhat(f) if chains > 1 else float("nan")
-    ess = float(np.nanmin(arviz_compat.ess(_draws(f))["f"].values))
-    within = max(_rhat(chain[: draws // 2 * 2].reshape(2, draws // 2, -1)) for chain in f) if draws >= 8 else None
+    rhat = nanmax(diagnostics.rhat(f)) if chains > 1 else float("nan")
+    ess = nanmin(diagnostics.ess_bulk(f))
+    within = None
+    if draws >= 8:  # each chain's halves as two chains of their own
+        halves = f[:, : draws // 2 * 2].reshape(chains, 2, draws // 2, -1).permute(1, 2, 0, 3)
+        within = nanmax(diagnostics.rhat(halves.reshape(2, draws // 2, -1)))
     failed = [
         *([f"{chains} chains < {CHAINS_MIN}"] if chains < CHAINS_MIN else []),
         *([f"R-hat of f {rhat:.3f} >= {RHAT_MAX}"] if not rhat < RHAT_MAX else []),
@@ -87,14 +90,15 @@ def convergence(f: torch.Tensor, tree_depth: torch.Tensor | None = None, max_tre
     }
 
 
-def _rhat(f: torch.Tensor) -> float:
-    """Max R-hat over the points of draws (chains, draws, points)."""
-    return float(np.nanmax(arviz_compat.rhat(_draws(f))["f"].values))
+def nanmax(values: torch.Tensor) -> float:
+    """The largest value that is not NaN (NaN where all are)."""
+    values = values[~values.isnan()]
+    return float(values.max()) if values.numel() else float("nan")
 
 
-def _draws(f: torch.Tensor) -> xr.Dataset:
-    """Draws of f (chains, draws, points) as a Dataset for ArviZ's diagnostics."""
-    return xr.Dataset({"f": (("chain", "draw", "point"), f.numpy())})
+def nanmin(values: torch.Tensor) -> float:
+    """The smallest value that is not NaN (NaN where all are)."""
+    return -nanmax(-values)
 
 
 def check_reference(metrics: dict, name: str) -> None:

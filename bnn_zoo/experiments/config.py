@@ -33,6 +33,7 @@ from bnn_zoo.data import digits, load_uci, tables, text, toy_cubic
 from bnn_zoo.errors import BnnZooError, check_seed, first_line, positive
 from bnn_zoo.experiments.options import options
 from bnn_zoo.guides.dropout import default_options
+from bnn_zoo.inference import xla
 
 REGISTRY: dict[str, dict[str, type]] = {}  # kind -> {command-line name -> config class}
 
@@ -722,9 +723,17 @@ class RunConfig:
 
     def lockstep_ready(self) -> bool:
         """Whether the lockstep engine can fit this run (its own check, ``lockstep.why_not``, is final):
-        SVI with the dropout or mean-field guide on dense layers, a fixed Gaussian noise, one particle,
-        the ELBO and no early stopping."""
+        NUTS or ChEES on XLA on dense layers; SVI with the dropout or mean-field guide on dense layers, a fixed
+        Gaussian noise, one particle, the ELBO and no early stopping."""
         inf, guide, lik = self.inference, self.guide or self.default_guide(), self.likelihood
+        if isinstance(inf, NUTS | ChEES):  # on XLA: one program for the cells that differ in split or seed
+            return (
+                inf.backend != "torch"
+                and isinstance(self.model, MLP | Linear)
+                and inf.init in ("network", "prior")
+                and getattr(inf, "mass_matrix", "pooled") == "pooled"
+                and xla.available()
+            )
         return (
             isinstance(inf, SVI)
             and isinstance(self.model, MLP | Linear)

@@ -210,7 +210,7 @@ def shift_curves(frame) -> list[dict]:
 
 
 def _checked_splits(folder: Path, count: float, splits: list[int] | None) -> list[int]:
-    positive(f"{folder / 'n_splits.txt'}'s value", count, integer=True)
+    positive(f"{folder}'s number of splits", count, integer=True)
     available = list(range(int(count)))
     if splits is None:
         return available
@@ -220,6 +220,54 @@ def _checked_splits(folder: Path, count: float, splits: list[int] | None) -> lis
             f"{sorted(set(splits) - set(available))}"
         )
     return splits
+
+
+SAMPLERS = {"nuts": cfg.NUTS, "chees": cfg.ChEES}
+
+
+def reference(
+    folder: str | Path,
+    splits: list[int] | None = None,
+    sampler: str = "nuts",
+    chains: int = 16,
+    warmup: int = 1000,
+    samples: int = 1000,
+    device: str | None = None,
+) -> Sweep:
+    """Reference posteriors for the zoo's UCI table on one UCI folder as a sweep, one cell per split: the
+    table's model (one hidden layer of 50 ReLU units, the fan-in prior, a learned Gaussian noise)
+    sampled by NUTS or ChEES on XLA. The sweep runs every split's chains as one vectorised program
+    (:mod:`bnn_zoo.inference.lockstep`); each cell still gets its folder, metrics.json with the
+    convergence verdict (``reference_converged``, ``reference_note``) and its InferenceData.
+
+    Args:
+        folder: a UCI folder (data.txt, index_train_K.txt, index_test_K.txt).
+        splits: the splits to run (default: every index_train_K.txt).
+        sampler: ``"nuts"`` or ``"chees"``.
+        chains: chains per split.
+        warmup: warm-up iterations per chain.
+        samples: kept draws per chain.
+        device: where the XLA program runs (None: the CPU; "cuda": a GPU, with the cuda extra).
+    """
+    if sampler not in SAMPLERS:
+        raise BnnZooError(f"the reference sampler is one of {', '.join(SAMPLERS)}, got {sampler!r}")
+    device = None if device is None else str(check_device(device))
+    for name, value, least in (("chains", chains, 4), ("warmup", warmup, 1), ("samples", samples, 4)):
+        positive(f"reference {name}", value, integer=True, least=least)
+    folder = Path(folder)
+    count = len(list(folder.glob("index_train_*.txt")))
+    splits = _checked_splits(folder, count, splits)
+    options = {"num_chains": chains, "num_warmup": warmup, "num_samples": samples, "backend": "jax"}
+    base = {
+        "data": cfg.node(cfg.UCI, path=str(folder)),
+        "model": cfg.node(cfg.MLP, hidden=[50], activation="relu"),
+        "prior": "fanin",
+        "likelihood": "gaussian",
+        "inference": cfg.node(SAMPLERS[sampler], **options),
+        "evaluation": {"plots": False},
+        **({"device": device} if device else {}),
+    }
+    return Sweep(base, grid={"data.split": splits}, name=f"reference {folder.name}")
 
 
 def uci_folders(path) -> list[Path]:

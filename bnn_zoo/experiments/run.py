@@ -17,6 +17,7 @@ from bnn_zoo.errors import BnnZooError
 from bnn_zoo.evaluation import (
     calibration,
     classification_metrics,
+    diagnostics,
     evidence,
     language_model_metrics,
     predictions,
@@ -412,15 +413,22 @@ def _evidence(posterior, idata, elbo_samples):
     if posterior.method in ("nuts", "hmc", "chees", "sgmcmc"):  # Markov chains: their convergence diagnostics
         if "diverging" in posterior.sample_stats:
             out["divergences"] = int(posterior.sample_stats["diverging"].sum())
+        weights = _chain_draws(arviz_compat.group(idata, "posterior"))
         if posterior.num_chains > 1:
-            out["max_rhat"] = _over_sites(arviz_compat.rhat(idata), np.nanmax)
-        out["min_ess_bulk"] = _over_sites(arviz_compat.ess(idata), np.nanmin)
+            out["max_rhat"] = reference.nanmax(diagnostics.rhat(weights))
+        out["min_ess_bulk"] = reference.nanmin(diagnostics.ess_bulk(weights))
         # The same in function space, on each training point's log-likelihood: chains of a BNN can
         # disagree on the weights (permutations, sign flips) and still agree on the function.
+        function = _chain_draws(log_lik)
         if posterior.num_chains > 1:
-            out["max_rhat_function"] = _over_sites(arviz_compat.rhat(log_lik), np.nanmax)
-        out["min_ess_bulk_function"] = _over_sites(arviz_compat.ess(log_lik), np.nanmin)
+            out["max_rhat_function"] = reference.nanmax(diagnostics.rhat(function))
+        out["min_ess_bulk_function"] = reference.nanmin(diagnostics.ess_bulk(function))
     return out
+
+
+def _chain_draws(ds) -> torch.Tensor:
+    """Every variable of a Dataset of draws as one tensor (chain, draw, quantities)."""
+    return torch.cat([torch.from_numpy(ds[v].values).reshape(*ds[v].shape[:2], -1) for v in ds.data_vars], 2)
 
 
 def _extra_evidence(posterior, names, ais_steps, iw_k, progress, ais_checkpoint):
@@ -433,11 +441,6 @@ def _extra_evidence(posterior, names, ais_steps, iw_k, progress, ais_checkpoint)
             posterior, num_steps=ais_steps, seed=seed, progress=progress, checkpoint=ais_checkpoint
         )
     return out
-
-
-def _over_sites(ds, reduce):
-    """Worst value of a per-parameter diagnostic across every site and element."""
-    return float(reduce(np.concatenate([ds[v].values.ravel() for v in ds.data_vars])))
 
 
 def test_predictions(name, posterior, dataset, metrics, pred):

@@ -83,9 +83,11 @@ class ChEES:
         progress: show a progress bar.
         backend: ``"torch"``: this module's sampler; ``"jax"``: BlackJAX's ChEES (diagonal mass matrix
             pooled over chains) on the model's log density traced to JAX
-            (:mod:`bnn_zoo.inference.xla`; ``pip install 'bnn-zoo[jax]'``), checkpointed from the end
+            (:mod:`bnn_zoo.inference.xla`), checkpointed from the end
             of warm-up on; ``"auto"``: JAX where the extra is installed, the network has no convolution
             or recurrent layer and ``mass_matrix`` is ``"pooled"``, torch otherwise.
+        lockstep: in a sweep (or ``bnn-zoo reference``), run this cell with the others that differ from it
+            only in split or seed as one XLA program (:mod:`bnn_zoo.inference.lockstep`); alone, no effect.
     """
 
     num_warmup: int | None = None
@@ -104,6 +106,7 @@ class ChEES:
     max_hours: float | None = 2.0
     progress: bool = True
     backend: Literal["auto", "torch", "jax"] = "auto"
+    lockstep: bool = False
 
     name = "chees"
 
@@ -137,7 +140,7 @@ class ChEES:
             )
 
     def settings(self) -> dict:
-        skip = ("init", "progress", "checkpoint", "checkpoint_every", "max_hours")
+        skip = ("init", "progress", "checkpoint", "checkpoint_every", "max_hours", "lockstep")
         out = {"method": self.name, **{f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}}
         out["mass_windows"] = list(self.mass_windows)
         out["init"] = (

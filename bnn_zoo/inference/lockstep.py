@@ -1,4 +1,10 @@
-"""Many SVI fits in lockstep: K independent fits of one architecture as one batched computation.
+"""Many fits in lockstep: K independent fits of one architecture as one batched computation.
+
+NUTS and ChEES on the XLA backend: K cells (splits, seeds) of one model and one sampler's settings run
+every chain of every cell in one vectorised XLA program (:func:`~bnn_zoo.inference.xla.run_nuts_cells`,
+:func:`~bnn_zoo.inference.xla.run_chees_cells`); cells with fewer training rows are padded and masked.
+
+SVI:
 
 Each fit keeps its own model (prior scales, noise scale), data (equal sizes), seed, learning rate and
 guide options (dropout's p, say); their parameters are stacked along a leading axis of K, the network
@@ -43,10 +49,14 @@ from bnn_zoo.data.validation import check_data
 from bnn_zoo.errors import BnnZooError, check_device
 from bnn_zoo.guides.dropout import DropoutGuide, default_options
 from bnn_zoo.guides.mean_field import MeanField
-from bnn_zoo.inference import collapse
+from bnn_zoo.inference import collapse, xla
+from bnn_zoo.inference.chees import ChEES
+from bnn_zoo.inference.mcmc import NUTS
+from bnn_zoo.inference.potential import chain_starts
 from bnn_zoo.inference.svi import SVI, posterior_from
 from bnn_zoo.io import atomic_torch_save, check_identity, fingerprint, safe_torch_load, say_resumed
 from bnn_zoo.likelihoods import Gaussian
+from bnn_zoo.models import architecture
 from bnn_zoo.posterior import Posterior
 from bnn_zoo.protocols import ForwardsDraws
 
@@ -62,11 +72,27 @@ class Job:
     model: BNN
     x: torch.Tensor
     y: torch.Tensor
-    method: SVI
+    method: SVI | NUTS | ChEES
 
     def __post_init__(self):
-        if isinstance(self.method, SVI):
+        if isinstance(self.method, SVI | NUTS | ChEES):
             self.method = self.method.resolved(self.model, self.x.shape[0])
+
+
+SAMPLERS = (NUTS, ChEES)  # the samplers whose cells run as one XLA program
+
+
+def _why_not_chains(job: Job) -> str | None:
+    m, model = job.method, job.model
+    checks = [
+        (m.backend == "torch", "backend='torch' samples one cell at a time; batched cells run on XLA"),
+        (not xla.available(), f"the XLA backend cannot run here ({xla.unsupported_torch() or 'jax is missing'})"),
+        (architecture(model.net) != "dense", "batched cells take networks of dense layers"),
+        (m.init not in (None, "network", "prior"), "batched cells start at the network's initialisation or the prior"),
+        (getattr(m, "mass_matrix", "pooled") != "pooled", "BlackJAX's ChEES pools the mass matrix over chains"),
+        (job.x.device.type != "cpu", "batched cells are given on the CPU (XLA places them)"),
+    ]
+    return next((reason for failed, reason in checks if failed), None)
 
 
 def why_not(job: Job) -> str | None:
@@ -74,9 +100,11 @@ def why_not(job: Job) -> str | None:
     mean-field guide (no local reparameterisation) on a BNN of dense layers with a fixed-noise Gaussian
     likelihood, one particle, the ELBO objective and no early stopping. (A batch checkpoints as a whole,
     through ``fit_lockstep(checkpoint=...)``; each fit's ``SVI.checkpoint`` is ignored.)"""
+    if isinstance(job.method, SAMPLERS):
+        return _why_not_chains(job)
     m, model = job.method, job.model
     checks = [
-        (not isinstance(m, SVI), "only SVI fits run in lockstep"),
+        (not isinstance(m, SVI), "only SVI, NUTS and ChEES fits run in lockstep"),
         (
             isinstance(m, SVI) and m.guide not in ("dropout", "mean-field"),
             "the lockstep ELBO covers the dropout and mean-field guides",
@@ -116,6 +144,18 @@ def signature(job: Job) -> tuple:
     size (what may differ: data, seed, lr and its decay, prior, noise scale, guide options)."""
     shapes = tuple((k, tuple(v.shape)) for k, v in job.model.params.items())
     m = job.method
+    if isinstance(m, SAMPLERS):  # one traced log density and one program: the same model and settings; rows may differ
+        settings = {k: v for k, v in m.settings().items() if k != "seed"}
+        described = job.model.describe()
+        return (
+            repr(job.model.net),
+            shapes,
+            described["prior"],
+            described["likelihood"],
+            json.dumps(settings),
+            tuple(job.x.shape[1:]),
+            tuple(job.y.shape[1:]),
+        )
     masks = (
         default_options(job.model.likelihood.task, masks=m.guide_options.get("masks"))[1]
         if m.guide == "dropout"
@@ -145,8 +185,9 @@ def fit_lockstep(
     Args:
         jobs: the fits; they must share a ``signature``.
         progress: a progress bar over the steps.
-        device: where the batch is stepped (default: the CPU). The draws are made on the CPU either way
-            (a block of steps at a time), so a GPU gives the same draws as the CPU for the same seeds.
+        device: where the batch is stepped (default: the CPU). SVI's draws are made on the CPU either way
+            (a block of steps at a time), so a GPU gives the same draws as the CPU for the same seeds; NUTS and
+            ChEES run their XLA program there, with JAX's own random streams.
         checkpoint: a file for the batch's state, written at a block boundary once a minute has passed
             since the last and resumed exactly: a killed batch loses at most that minute. It holds the
             fingerprint of every fit's data, model and settings and refuses another batch. The caller
@@ -163,7 +204,9 @@ def fit_lockstep(
         if reason:
             raise BnnZooError(f"cannot fit in lockstep: {reason}")
     if len({signature(j) for j in jobs}) > 1:
-        raise BnnZooError("lockstep fits must share the architecture, guide, data size, steps and batch size")
+        raise BnnZooError("lockstep fits must share the architecture and the method's settings (see signature)")
+    if isinstance(jobs[0].method, SAMPLERS):
+        return _sample_cells(jobs, progress, device)
     start = time.perf_counter()
     batch = _Batch(jobs, check_device(device or "cpu"))
     path = None if checkpoint is None else Path(checkpoint)
@@ -187,6 +230,43 @@ def fit_lockstep(
             bar.set_postfix(loss=f"{batch.losses[:, step].nanmean().item():.4g}")
     runtime = (batch.elapsed + time.perf_counter() - start) / len(jobs)
     posteriors = [batch.posterior(k, runtime) for k in range(len(jobs))]
+    for posterior in posteriors:
+        collapse.check(posterior)
+    return posteriors
+
+
+def _sample_cells(jobs: list[Job], progress: bool, device) -> list[Posterior]:
+    """NUTS or ChEES on every job's data in one XLA program on ``device`` (None: the CPU): each cell's
+    chains start where its run alone starts (its seed), so its draws equal that run's up to float
+    rounding. Where the log density cannot be traced (one warning says why), each cell runs on its own."""
+    start = time.perf_counter()
+    first, method = jobs[0], jobs[0].method
+    starts = [
+        chain_starts(
+            j.model, j.method.init, method.num_chains, j.method.seed, torch.Generator().manual_seed(j.method.seed)
+        )
+        for j in jobs
+    ]
+    target = xla.jax_target(type(method).__name__, first.model, first.x, first.y, starts[0], device or "cpu")
+    if target is None:
+        return [j.method.run(j.model, j.x, j.y) for j in jobs]
+    run = xla.run_nuts_cells if isinstance(method, NUTS) else xla.run_chees_cells
+    data, seeds = [(j.x, j.y) for j in jobs], [j.method.seed for j in jobs]
+    runs = run(target, data, [target.start(s) for s in starts], seeds, method, progress)
+    runtime = (time.perf_counter() - start) / len(jobs)  # each cell's share of the program
+    posteriors = [
+        Posterior(
+            j.model,
+            j.x,
+            j.y,
+            samples,
+            j.method.settings() | {"backend": "jax"},
+            sample_stats=stats,
+            runtime_s=runtime,
+            info={**(extra[0] if extra else {}), "cells_in_program": len(jobs)},
+        )
+        for j, (samples, stats, *extra) in zip(jobs, runs, strict=True)
+    ]
     for posterior in posteriors:
         collapse.check(posterior)
     return posteriors

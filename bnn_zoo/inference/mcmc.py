@@ -172,7 +172,7 @@ class _MCMC:
             )
 
     def settings(self) -> dict:
-        skip = {"init", "progress", "chain_method", "max_hours"}  # they change the wall time, not the draws
+        skip = {"init", "progress", "chain_method", "max_hours", "lockstep"}  # the wall time, not the draws
         out = {"method": self.name, **{f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}}
         out["init"] = (
             "posterior"
@@ -374,14 +374,16 @@ class NUTS(_MCMC):
             reach the cap at every draw).
         backend: ``"torch"``: Pyro's NUTS; ``"jax"``: NumPyro's NUTS (same adaptation: dual averaging,
             windowed mass matrix) on the model's log density traced to JAX
-            (:mod:`bnn_zoo.inference.xla`; ``pip install 'bnn-zoo[jax]'``), its chains one after another
-            in this process; ``"auto"``: JAX where the extra is installed and the
-            network has no convolution or recurrent layer (:func:`~bnn_zoo.inference.xla.resolve_backend`), torch
-            otherwise.
+            (:mod:`bnn_zoo.inference.xla`), its chains one after another in this process; ``"auto"``: JAX
+            where it runs beside the installed torch and the network has no convolution or recurrent layer
+            (:func:`~bnn_zoo.inference.xla.resolve_backend`), torch otherwise.
+        lockstep: in a sweep (or ``bnn-zoo reference``), run this cell with the others that differ from it
+            only in split or seed as one XLA program (:mod:`bnn_zoo.inference.lockstep`); alone, no effect.
     """
 
     max_tree_depth: int | None = None
     backend: Literal["auto", "torch", "jax"] = "auto"
+    lockstep: bool = False
 
     name = "nuts"
     counts = _MCMC.counts | {"max_tree_depth": 1}

@@ -48,12 +48,15 @@ class LogPosterior:
         return {k: (self.transforms[k](v) if k in self.transforms else v).detach().clone() for k, v in params.items()}
 
     def __call__(self, params: dict, batch) -> tuple[torch.Tensor, torch.Tensor]:
-        x, y = batch
+        """``batch``: a minibatch (x, y), its log-likelihood scaled by N / M; or the whole training data
+        padded to a common length, (x, y, mask), mask 1 on its rows and 0 on the padding (unscaled)."""
+        x, y, *mask = batch
         model = self.model
         weights = {k: params[k] for k in model.params}
         f = functional_call(model.net, {**model.fixed, **weights}, (x,))
         latent, log_latent = self._latent(params, ())
-        log_lik = model.likelihood.distribution(f, latent).log_prob(y).sum() * (self.n / x.shape[0])
+        log_lik = model.likelihood.distribution(f, latent).log_prob(y)
+        log_lik = (log_lik * mask[0]).sum() if mask else log_lik.sum() * (self.n / x.shape[0])
         log_prior = sum(self.weight_prior[k].log_prob(w) for k, w in weights.items()) + log_latent
         return log_lik + log_prior, log_lik.detach()
 

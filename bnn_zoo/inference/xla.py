@@ -13,6 +13,7 @@ samplers with one warning saying why. The optional extra: ``pip install 'bnn-zoo
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import math
 import os
@@ -121,29 +122,44 @@ class JaxTarget:
         y: the training targets.
     """
 
-    def __init__(self, model: BNN, x: torch.Tensor, y: torch.Tensor):
+    def __init__(self, model: BNN, x: torch.Tensor, y: torch.Tensor, device: torch.device | str | None = None):
         self.torch_target = LogPosterior(model, x.shape[0])
         self.shapes = model.latent_shapes()
         self.sizes = [math.prod(s) for s in self.shapes.values()]
         self.x, self.y = x, y
+        self.torch_device = torch.device(device or x.device)
+        self.device = _jax_device(self.torch_device)
         try:
-            self.logdensity = self._trace(model, x, y)
+            self.data_logdensity = self._trace(model.to("cpu"))
         except Exception as exc:  # torchax raises many types for an op it cannot lower
             raise FallBack(f"the log density could not be traced to JAX ({_first_line(exc)})") from None
+        with self.placed():
+            self.data = tuple(a[0] for a in padded([(x, y)]))
 
-    def _trace(self, model: BNN, x, y):
+    def placed(self):
+        """A context in which new JAX arrays, and the programs that take them, live on this target's device."""
+        import jax
+
+        return jax.default_device(self.device)
+
+    def logdensity(self, q):
+        """The log posterior at q (d,) on this target's training data."""
+        return self.data_logdensity(q, *self.data)
+
+    def _trace(self, model: BNN):
+        """The log posterior as a JAX function of (q, x, y, mask): the data are arguments, so one traced
+        function serves every cell of a batch (:func:`padded`)."""
         torchax = _torchax()
         env = torchax.default_env()
         with env, pyro.validation_enabled(False):  # argument checks have no JAX lowering (aten::_is_all_true)
-            on_jax = LogPosterior(model.to("jax"), x.shape[0])
-            xj, yj = x.to("jax"), y.to("jax")
-        view = torchax.interop.jax_view(lambda q: on_jax(self.unflatten(q), (xj, yj))[0])
+            on_jax = LogPosterior(model.to("jax"), 0)
+        view = torchax.interop.jax_view(lambda q, x, y, mask: on_jax(self.unflatten(q), (x, y, mask))[0])
 
-        def logdensity(q):
+        def logdensity(q, x, y, mask):
             with env, pyro.validation_enabled(False), warnings.catch_warnings():
                 # labels as int32: exact below 2^31
                 warnings.filterwarnings("ignore", message="Explicitly requested dtype int64")
-                return view(q)
+                return view(q, x, y, mask)
 
         return logdensity
 
@@ -173,11 +189,12 @@ class JaxTarget:
             (grad,) = torch.autograd.grad(value, leaf)
         value = float(value.detach())
         try:
-            jv, jg = jax.jit(jax.value_and_grad(self.logdensity))(jnp.asarray(q.detach().numpy()))
+            with self.placed():
+                jv, jg = jax.jit(jax.value_and_grad(self.logdensity))(jnp.asarray(q.detach().cpu().numpy()))
         except Exception as exc:
             raise FallBack(f"the log density could not be traced to JAX ({_first_line(exc)})") from None
         value_error = abs(float(jv) - value) / max(1.0, abs(value))
-        grad_error = float(torch.linalg.vector_norm(torch.from_numpy(jax.device_get(jg).copy()) - grad)) / max(
+        grad_error = float(torch.linalg.vector_norm(torch.from_numpy(jax.device_get(jg).copy()) - grad.cpu())) / max(
             float(torch.linalg.vector_norm(grad)), 1e-12
         )
         if not (value_error <= VALUE_RTOL and grad_error <= GRADIENT_RTOL):
@@ -187,20 +204,47 @@ class JaxTarget:
             )
 
     def to_torch(self, draws) -> dict:
-        """Draws (C, S, d) from JAX as constrained site values (C, S, *site shape)."""
+        """Draws (C, S, d) from JAX (or torch) as constrained site values (C, S, *site shape)."""
         import jax
 
-        flat = torch.from_numpy(jax.device_get(draws).copy())
-        return self.torch_target.constrained(self.unflatten(flat))
+        flat = draws if isinstance(draws, torch.Tensor) else torch.from_numpy(np.array(jax.device_get(draws)))
+        return self.torch_target.constrained(self.unflatten(flat.to(self.x.device)))
 
 
-def jax_target(method: str, model: BNN, x, y, starts: dict) -> JaxTarget | None:
-    """The model's :class:`JaxTarget`, checked at the first chain's start (``starts``: site values
-    (C, *site shape)); or None, after one warning saying why the run falls back to torch."""
+def _jax_device(device: torch.device):
+    """The JAX device of a torch device: the CPU, or the GPU of that index (jax's CUDA plugin)."""
+    import jax
+
+    if device.type == "cpu":
+        return jax.devices("cpu")[0]
     try:
-        if x.device.type != "cpu":
-            raise FallBack(f"the JAX backend runs on the CPU, and the data is on {x.device}")
-        target = JaxTarget(model, x, y)
+        return jax.devices("gpu")[device.index or 0]
+    except (RuntimeError, IndexError):
+        raise FallBack(f"JAX sees no GPU {device} (pip install 'bnn-zoo[cuda]')") from None
+
+
+def padded(data: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple:
+    """K cells' training data (x, y) as JAX arrays (K, N, ...) with a row mask (K, N), N the most rows
+    of any cell: a shorter cell repeats its first row, masked out, so every padded term is finite and
+    adds exactly 0 to the log-likelihood (:meth:`LogPosterior.__call__`)."""
+    import jax.numpy as jnp
+
+    n = max(x.shape[0] for x, _ in data)
+
+    def pad(a):
+        return torch.cat([a, a[:1].expand(n - a.shape[0], *a.shape[1:])]).cpu().numpy()
+
+    x, y = (jnp.stack([jnp.asarray(pad(part[i])) for part in data]) for i in (0, 1))
+    mask = jnp.stack([jnp.asarray(np.arange(n) < a.shape[0], dtype=x.dtype) for a, _ in data])
+    return x, y, mask
+
+
+def jax_target(method: str, model: BNN, x, y, starts: dict, device=None) -> JaxTarget | None:
+    """The model's :class:`JaxTarget` on ``device`` (default: the data's), checked at the first chain's
+    start (``starts``: site values (C, *site shape)); or None, after one warning saying why the run
+    falls back to torch."""
+    try:
+        target = JaxTarget(model, x, y, device)
         target.check(target.start(starts)[0])
         return target
     except FallBack as reason:
@@ -231,7 +275,10 @@ class Watch:
         import jax
         from jax.experimental import io_callback
 
-        jax.lax.cond(i % every == 0, lambda: io_callback(self._tick, None, i, ordered=False), lambda: None)
+        if every == 1:  # no cond: under vmap (a batch of cells' warm-ups) a cond cannot hold a callback
+            io_callback(self._tick, None, i, ordered=False)
+        else:
+            jax.lax.cond(i % every == 0, lambda: io_callback(self._tick, None, i, ordered=False), lambda: None)
 
     def _tick(self, i) -> None:
         try:
@@ -305,51 +352,124 @@ class _QuietStop:
         return not isinstance(error, (_Signalled, KeyboardInterrupt, TimeLimitExceeded))
 
 
+def _on_target_device(run):
+    """Run ``run(target, ...)`` with its JAX arrays and programs on the target's device."""
+
+    @functools.wraps(run)
+    def placed(target: JaxTarget, *args, **kwargs):
+        with target.placed():
+            return run(target, *args, **kwargs)
+
+    return placed
+
+
 def run_nuts(target: JaxTarget, q0: torch.Tensor, method, progress: bool) -> tuple[dict, dict]:
     """NumPyro's NUTS kernel from starts q0 (C, d), one chain after another in one compiled loop per chain,
     watched (:class:`Watch`): (site draws (C, S, ...), sample stats (C, S)) in the torch samplers' names."""
+    return run_nuts_cells(target, [(target.x, target.y)], [q0], [method.seed], method, progress)[0]
+
+
+@_on_target_device
+def run_nuts_cells(target: JaxTarget, data: list, q0s: list, seeds: list[int], method, progress: bool) -> list:
+    """NUTS on K cells at once: cell k's chains start at q0s[k] (C, d) on its training data data[k] = (x, y),
+    seeded by seeds[k]; every cell has the model and the settings of ``method``. One cell runs its chains
+    one after another (in lockstep each iteration would cost the longest of the chains' trees); several
+    run every chain of every cell in lockstep, one vectorised program (:func:`padded`). A cell's chain
+    gets the same key and the same kernel either way, so its draws equal the cell's run alone up to
+    float rounding. Returns (site draws (C, S, ...), sample stats (C, S)) per cell."""
     import jax
     import jax.numpy as jnp
-    from numpyro.infer import NUTS as NumPyroNUTS
 
-    kernel = NumPyroNUTS(
-        potential_fn=lambda q: -target.logdensity(q),
-        target_accept_prob=method.target_accept,
-        dense_mass=method.dense_mass,
-        max_tree_depth=method.max_tree_depth,
+    init, step = _nuts_kernel(target, method)
+    chains, length = q0s[0].shape[0], method.num_warmup + method.num_samples
+    cells = padded(data)
+    keys = jnp.stack([jax.random.split(jax.random.PRNGKey(seed), chains) for seed in seeds])
+    q0 = jnp.asarray(torch.stack(q0s).cpu().numpy())
+    if len(data) == 1:
+        watch = Watch("NUTS", chains * length, method.max_hours, progress)
+        one = tuple(a[0] for a in cells)
+
+        @jax.jit
+        def chain(q, key, offset):
+            def advance(i, state):
+                state = step(state, one)
+                watch.hook(offset + i + 1, every=NUTS_WATCH_EVERY)
+                return state
+
+            state = jax.lax.fori_loop(0, method.num_warmup, advance, init(q, key, one))
+            return jax.lax.scan(_keeping(advance), state, method.num_warmup + jnp.arange(method.num_samples))[1]
+
+        with watch.running():  # blocks until XLA is done: its callbacks read the watch's pipe
+            runs = jax.block_until_ready([chain(q0[0, c], keys[0, c], c * length) for c in range(chains)])
+        columns = [jnp.stack(column)[None] for column in zip(*runs, strict=True)]  # (1, C, S, ...)
+    else:
+        watch = Watch(f"NUTS x{len(data)} cells", length, method.max_hours, progress)
+        in_lockstep = jax.vmap(jax.vmap(step, in_axes=(0, None)))  # over cells, then over a cell's chains
+
+        @jax.jit
+        def lockstep(q0, keys, cells):
+            def advance(i, states):
+                states = in_lockstep(states, cells)
+                watch.hook(i + 1, every=NUTS_WATCH_EVERY)
+                return states
+
+            states = jax.vmap(jax.vmap(init, in_axes=(0, 0, None)))(q0, keys, cells)
+            states = jax.lax.fori_loop(0, method.num_warmup, advance, states)
+            return jax.lax.scan(_keeping(advance), states, method.num_warmup + jnp.arange(method.num_samples))[1]
+
+        with watch.running():
+            columns = [jnp.moveaxis(c, 0, 2) for c in jax.block_until_ready(lockstep(q0, keys, cells))]
+    columns = [torch.from_numpy(np.array(jax.device_get(c))) for c in columns]  # (K, C, S, ...)
+    return [_nuts_result(target, [c[k] for c in columns]) for k in range(len(data))]
+
+
+def _nuts_kernel(target: JaxTarget, method):
+    """NumPyro's NUTS (dual averaging, windowed mass matrix) as functions of the data: init(q, key, data)
+    and step(state, data), data = (x, y, mask) of one cell."""
+    from numpyro.infer.hmc import hmc
+
+    init_kernel, sample_kernel = hmc(
+        potential_fn_gen=lambda *data: lambda q: -target.data_logdensity(q, *data), algo="NUTS"
     )
-    chains, length = q0.shape[0], method.num_warmup + method.num_samples
-    watch = Watch("NUTS", chains * length, method.max_hours, progress)
 
-    @jax.jit
-    def chain(state, offset):
-        def advance(state):
-            state = kernel.sample(state, (), {})
-            watch.hook(offset + state.i, every=NUTS_WATCH_EVERY)
-            return state
-
-        state = jax.lax.fori_loop(0, method.num_warmup, lambda _, s: advance(s), state)
-
-        def keep(state, _):
-            state = advance(state)
-            fields = (state.diverging, state.num_steps, state.energy, state.potential_energy, state.accept_prob)
-            return state, (state.z, *fields, state.adapt_state.step_size)
-
-        return jax.lax.scan(keep, state, length=method.num_samples)[1]
-
-    # one chain after another, as NumPyro's chain_method="sequential": in lockstep ("vectorized") every
-    # iteration costs the longest of the chains' trees
-    keys = jax.random.split(jax.random.PRNGKey(method.seed), chains)
-    with watch.running():  # blocks until XLA is done: its callbacks read the watch's pipe
-        runs = jax.block_until_ready(
-            [
-                chain(kernel.init(keys[c], method.num_warmup, jnp.asarray(q0[c].numpy()), (), {}), c * length)
-                for c in range(chains)
-            ]
+    def init(q, key, data):
+        return init_kernel(
+            q,
+            method.num_warmup,
+            dense_mass=method.dense_mass,
+            target_accept_prob=method.target_accept,
+            max_tree_depth=method.max_tree_depth,
+            model_args=data,
+            rng_key=key,
         )
-    draws, diverging, steps, energy, potential, accept, step_size = (
-        torch.from_numpy(jax.device_get(jnp.stack(column)).copy()) for column in zip(*runs, strict=True)
+
+    return init, lambda state, data: sample_kernel(state, model_args=data)
+
+
+def _keeping(advance):
+    """A scan body: advance the state at iteration i and keep its draw and stats."""
+
+    def keep(state, i):
+        state = advance(i, state)
+        return state, _nuts_columns(state)
+
+    return keep
+
+
+def _nuts_columns(state) -> tuple:
+    return (
+        state.z,
+        state.diverging,
+        state.num_steps,
+        state.energy,
+        state.potential_energy,
+        state.accept_prob,
+        state.adapt_state.step_size,
     )
+
+
+def _nuts_result(target: JaxTarget, columns: list) -> tuple[dict, dict]:
+    draws, diverging, steps, energy, potential, accept, step_size = columns
     steps = steps.long()
     stats = {
         "diverging": diverging.bool(),
@@ -363,6 +483,7 @@ def run_nuts(target: JaxTarget, q0: torch.Tensor, method, progress: bool) -> tup
     return target.to_torch(draws), stats
 
 
+@_on_target_device
 def run_chees(target: JaxTarget, q0: torch.Tensor, method, identity: str) -> tuple[dict, dict, dict]:
     """BlackJAX's ChEES adaptation and jittered dynamic HMC, every chain in one vmapped program, from
     starts q0 (C, d), watched (:class:`Watch`): (site draws (C, S, ...), sample stats (C, S), the adapted
@@ -371,7 +492,6 @@ def run_chees(target: JaxTarget, q0: torch.Tensor, method, identity: str) -> tup
     With ``method.checkpoint``, the chains and the adapted kernel are saved at the end of warm-up and
     every ``checkpoint_every`` kept draws after it; an existing checkpoint with this ``identity``
     resumes there. Warm-up is one compiled program: stopped, it starts again."""
-    import blackjax
     import jax
     import jax.numpy as jnp
 
@@ -389,18 +509,12 @@ def run_chees(target: JaxTarget, q0: torch.Tensor, method, identity: str) -> tup
             states, parameters = _chees_state(saved["states"]), saved["parameters"]
             kept = saved["kept"]
         else:
-            states, parameters = _chees_warmup(target, q0, method, key_warmup, watch)
+            q0 = jnp.asarray(q0.cpu().numpy())
+            states, parameters = _chees_warmup(target.logdensity, q0, method, key_warmup, watch)
             kept, done = None, warmup_steps
             if method.checkpoint is not None:
                 _save_chees(method.checkpoint, identity, warmup_steps, states, parameters, kept)
-        kernel = blackjax.dynamic_hmc(
-            target.logdensity,
-            step_size=parameters["step_size"],
-            inverse_mass_matrix=jnp.asarray(parameters["inverse_mass_matrix"]),
-            next_random_arg_fn=lambda i: i + 1,  # as in warm-up: the Halton sequence's index
-            integration_steps_fn=lambda i, n: jnp.asarray(jnp.ceil(_halton(i, total) * n), dtype=int),
-            integration_steps_params=(parameters["steps"],),
-        )
+        kernel = _chees_kernel(target.logdensity, parameters, total)
 
         @jax.jit
         def sample(states, keys, first):
@@ -408,8 +522,7 @@ def run_chees(target: JaxTarget, q0: torch.Tensor, method, identity: str) -> tup
                 key, i = key_and_i
                 states, info = jax.vmap(kernel.step)(jax.random.split(key, chains), states)
                 watch.hook(i)
-                out = (info.is_divergent, info.num_integration_steps, info.energy, info.acceptance_rate)
-                return states, (states.position, states.logdensity, *out)
+                return states, (states.position, states.logdensity, *_chees_info(info))
 
             return jax.lax.scan(one, states, (keys, first + 1 + jnp.arange(keys.shape[0])))
 
@@ -434,9 +547,82 @@ def run_chees(target: JaxTarget, q0: torch.Tensor, method, identity: str) -> tup
             raise
     if method.checkpoint is not None:
         Path(method.checkpoint).unlink(missing_ok=True)  # the posterior supersedes it
+    return _chees_result(target, kept, parameters)
+
+
+@_on_target_device
+def run_chees_cells(target: JaxTarget, data: list, q0s: list, seeds: list[int], method, progress: bool) -> list:
+    """ChEES on K cells in one vectorised program: cell k's chains start at q0s[k] (C, d) on its training
+    data data[k] = (x, y) (:func:`padded`), seeded by seeds[k], every cell with the model and settings of
+    ``method``. Each cell adapts its own step size, trajectory length and mass matrix, with the keys
+    of its run alone, so its draws equal that run's up to float rounding; an iteration costs the
+    longest of the cells' trajectories. No checkpoint: a stopped batch starts again. Returns (site
+    draws (C, S, ...), sample stats (C, S), the adapted step size and trajectory length) per cell."""
+    import jax
+    import jax.numpy as jnp
+
+    chains = q0s[0].shape[0]
+    warmup_steps, total = method.num_warmup, method.num_warmup + method.num_samples
+    keys = jnp.stack([jax.random.split(jax.random.PRNGKey(seed)) for seed in seeds])  # (K, 2: warm-up, sampling)
+    cells, q0 = padded(data), jnp.asarray(torch.stack(q0s).cpu().numpy())
+    watch = Watch(f"ChEES x{len(data)} cells", total, method.max_hours, progress, 0, warmup_steps // 2)
+
+    def warmup(key, q, cell):  # the watch's hook runs once per cell: a callback under vmap is a loop
+        return _chees_warmup(lambda p: target.data_logdensity(p, *cell), q, method, key, watch)
+
+    def step(states, parameters, key, cell):
+        kernel = _chees_kernel(lambda p: target.data_logdensity(p, *cell), parameters, total)
+        states, info = jax.vmap(kernel.step)(jax.random.split(key, chains), states)
+        return states, (states.position, states.logdensity, *_chees_info(info))
+
+    @jax.jit
+    def program(keys, q0, cells):
+        states, parameters = jax.vmap(warmup)(keys[:, 0], q0, cells)
+        sampling = jax.vmap(lambda key: jax.random.split(key, method.num_samples))(keys[:, 1])  # (K, S, 2)
+
+        def one(states, key_and_i):
+            key, i = key_and_i
+            states, out = jax.vmap(step)(states, parameters, key, cells)
+            watch.hook(i)
+            return states, out
+
+        iterations = warmup_steps + 1 + jnp.arange(method.num_samples)
+        return parameters, jax.lax.scan(one, states, (jnp.swapaxes(sampling, 0, 1), iterations))[1]
+
+    with watch.running():
+        parameters, out = jax.block_until_ready(program(keys, q0, cells))
+    kept = {k: np.moveaxis(np.asarray(v), 0, 2) for k, v in zip(_CHEES_COLUMNS, out, strict=True)}  # (K, C, S, ...)
+    parameters = jax.tree.map(np.asarray, parameters)
+    return [
+        _chees_result(target, {k: v[c] for k, v in kept.items()}, {k: v[c] for k, v in parameters.items()})
+        for c in range(len(data))
+    ]
+
+
+def _chees_kernel(logdensity, parameters: dict, total: int):
+    """BlackJAX's jittered dynamic HMC with ChEES's adapted step size, mass matrix and trajectory length."""
+    import blackjax
+    import jax.numpy as jnp
+
+    return blackjax.dynamic_hmc(
+        logdensity,
+        step_size=parameters["step_size"],
+        inverse_mass_matrix=jnp.asarray(parameters["inverse_mass_matrix"]),
+        next_random_arg_fn=lambda i: i + 1,  # as in warm-up: the Halton sequence's index
+        integration_steps_fn=lambda i, n: jnp.asarray(jnp.ceil(_halton(i, total) * n), dtype=int),
+        integration_steps_params=(parameters["steps"],),
+    )
+
+
+def _chees_info(info) -> tuple:
+    return info.is_divergent, info.num_integration_steps, info.energy, info.acceptance_rate
+
+
+def _chees_result(target: JaxTarget, kept: dict, parameters: dict) -> tuple[dict, dict, dict]:
+    """One run's draws, stats (the torch ChEES's names) and adapted kernel from arrays (C, S, ...)."""
     column = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in kept.items()}
     step_size, steps = float(parameters["step_size"]), column["n_steps"].long()
-    stats = {  # the torch ChEES's names
+    stats = {
         "acceptance_rate": column["acceptance_rate"].double(),
         "diverging": column["diverging"].bool(),
         "energy": column["energy"].double(),
@@ -459,10 +645,9 @@ def _halton(i, total: int):
     return halton_sequence(i, math.ceil(math.log2(total)))
 
 
-def _chees_warmup(target: JaxTarget, q0: torch.Tensor, method, key, watch: Watch):
-    """BlackJAX's ChEES adaptation: (the chains' states, the adapted kernel's parameters)."""
+def _chees_warmup(logdensity, q0, method, key, watch: Watch):
+    """BlackJAX's ChEES adaptation of chains from q0 (C, d): (their states, the adapted kernel's parameters)."""
     import blackjax
-    import jax.numpy as jnp
     import optax
     from blackjax.adaptation.base import get_filter_adapt_info_fn
 
@@ -474,7 +659,7 @@ def _chees_warmup(target: JaxTarget, q0: torch.Tensor, method, key, watch: Watch
 
     chains, dim = q0.shape
     warmup = blackjax.chees_adaptation(
-        target.logdensity,
+        logdensity,
         chains,
         target_acceptance_rate=method.target_accept,
         max_leapfrog_steps=method.max_leapfrog,
@@ -484,7 +669,7 @@ def _chees_warmup(target: JaxTarget, q0: torch.Tensor, method, key, watch: Watch
     )
     (states, parameters), _ = warmup.run(
         key,
-        jnp.asarray(q0.numpy()),
+        q0,
         step_size=INITIAL_STEP_SIZE,
         optim=optax.adam(method.trajectory_lr),
         num_steps=method.num_warmup,
