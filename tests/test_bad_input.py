@@ -73,13 +73,13 @@ def test_bad_method_settings(reg):
 
 
 def test_the_xla_backend_outside_the_torch_its_torchax_is_tested_with(monkeypatch):
-    """With the jax extra installed beside a torch outside xla.TORCHAX_TORCH: backend='jax' is one clear
+    """Beside a torch outside xla.TORCHAX_TORCH: backend='jax' is one clear
     error, and 'auto' runs on torch with one warning saying why."""
     from bnn_zoo.inference import xla
 
     monkeypatch.setattr(xla, "installed", lambda: True)
     monkeypatch.setattr(xla.torch, "__version__", "2.99.0+cpu")
-    refused = r"'jax': torch 2.99.0\+cpu is not a release .* \(2.13\); use backend='torch'"
+    refused = r"'jax': torch 2.99.0\+cpu is not a release .* \(2.11 to 2.13\); use backend='torch'"
     with pytest.raises(bz.BnnZooError, match=refused):
         bz.NUTS(backend="jax")
     with pytest.warns(UserWarning, match="NUTS and ChEES run on torch: torch 2.99.0"):

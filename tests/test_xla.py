@@ -1,6 +1,7 @@
 """The JAX backend of NUTS and ChEES (bnn_zoo.inference.xla): the traced log density equals torch's,
 its samplers match the exact posterior of Bayesian linear regression, and what cannot be traced falls
-back to torch with one warning. Runs where the ``jax`` extra is installed."""
+back to torch with one warning; many cells in one program equal each cell alone. Skipped beside a torch
+the XLA backend does not run with (xla.TORCHAX_TORCH)."""
 
 import dataclasses
 import json
@@ -17,7 +18,8 @@ from bnn_zoo.inference import budget, xla
 from bnn_zoo.io import atomic_torch_save, safe_torch_load
 
 if not xla.available():
-    pytest.skip("the jax extra is not installed (pip install 'bnn-zoo[jax]')", allow_module_level=True)
+    why = xla.unsupported_torch() or "jax is missing"
+    pytest.skip(f"the XLA backend cannot run here: {why}", allow_module_level=True)
 
 
 class DataDependent(torch.nn.Module):
@@ -239,7 +241,7 @@ def test_bad_backend_settings_are_one_clear_error(monkeypatch):
         bz.ChEES(backend="jax", mass_matrix="within")
     monkeypatch.setattr(xla, "installed", lambda: False)
     monkeypatch.setattr(xla, "available", lambda: False)
-    with pytest.raises(bz.BnnZooError, match=r"needs the jax extra: pip install 'bnn-zoo\[jax\]'"):
+    with pytest.raises(bz.BnnZooError, match=r"needs jax, numpyro, blackjax, optax and torchax.*reinstall it"):
         bz.ChEES(backend="jax")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -274,11 +276,13 @@ def test_a_padded_cell_has_its_own_log_density():
 
 
 @pytest.mark.filterwarnings("ignore:this .* fit collapsed")  # a few iterations: only the draws' equality counts
+@pytest.mark.parametrize("lockstep", [False, True], ids=["one-after-another", "lockstep"])
 @pytest.mark.parametrize("sampler", ["nuts", "chees"])
-def test_cells_in_one_program_equal_each_cell_run_alone(sampler):
+def test_cells_in_one_program_equal_each_cell_run_alone(sampler, lockstep, monkeypatch):
     """Same keys, same kernel, the cell's own rows: draws equal to float rounding over a short run (over
     hundreds of iterations rounding differences grow, as between any two machines, so the two runs then
-    agree in distribution only)."""
+    agree in distribution only). Both layouts: the CPU's, and a GPU's lockstep, run here on the CPU."""
+    monkeypatch.setattr(xla, "in_lockstep", lambda target: lockstep)
     model = bz.BNN(bz.models.MLP(2, [8], 1), bz.priors.FanInNormal(), bz.likelihoods.Gaussian.learned())
     if sampler == "nuts":
         method = bz.NUTS(num_warmup=3, num_samples=3, num_chains=3, max_tree_depth=6, backend="jax", progress=False)

@@ -7,7 +7,12 @@ small network's gradient costs a fraction of eager PyTorch's (docs/benchmarks.md
 
 Before a run the traced log density and its gradient are compared with the torch potential at the
 first chain's start; a network that cannot be traced, or a mismatch, falls back to the torch
-samplers with one warning saying why. The optional extra: ``pip install 'bnn-zoo[jax]'``.
+samplers with one warning saying why. JAX runs on the CPU, or on a GPU where the data is on one
+(``--device cuda``; ``pip install 'bnn-zoo[cuda]'`` adds jax's CUDA plugin).
+
+Many cells of one model (the splits of a UCI table, seeds) run as one program: :func:`run_nuts_cells`
+and :func:`run_chees_cells` take every cell's data padded to the longest (:func:`padded`), and the
+traced log density takes the data as arguments, masking the padding out.
 """
 
 from __future__ import annotations
@@ -32,20 +37,21 @@ from bnn_zoo.inference.potential import LogPosterior
 from bnn_zoo.io import atomic_torch_save, bar_disabled, check_identity, safe_torch_load, say_resumed
 from bnn_zoo.models import architecture
 
-EXTRA = ("jax", "numpyro", "blackjax", "optax", "torchax")
+PACKAGES = ("jax", "numpyro", "blackjax", "optax", "torchax")
 BACKENDS = ("auto", "torch", "jax")
 VALUE_RTOL, GRADIENT_RTOL = 1e-4, 1e-3  # float32 sums of N terms: agreement measured at 1e-7 (value), 3e-7 (gradient)
 LENGTH_FLOOR_MAX_DIM = 4096  # BlackJAX's slow-direction length floor keeps a d x d covariance
 INITIAL_STEP_SIZE = 0.01  # BlackJAX's ChEES adapted from here on Boston 13-50-1, not from larger steps
 NUTS_WATCH_EVERY = 5  # NUTS iterations between host callbacks: a callback costs about one small tree
-# torch releases (first, last) on which the pinned torchax 0.0.13, the newest, with the shim of _torchax passes
-# tests/test_xla.py: 2.13. Torch 2.15 removed aten.cholesky, which torchax still registers: every trace fails.
-TORCHAX_TORCH = ((2, 13), (2, 13))
+# torch releases (first, last) beside which torchax 0.0.13, the newest, runs (with the shim of _torchax): 2.13
+# passes tests/test_xla.py (benchmarks/results/torchax-torch.json), 2.11 ran the GPU references
+# (gpu-references.json). Torch 2.15 removed aten.cholesky, which torchax still registers: every trace fails.
+TORCHAX_TORCH = ((2, 11), (2, 13))
 
 
 def installed() -> bool:
-    """Whether the ``jax`` extra is installed."""
-    return all(importlib.util.find_spec(name) is not None for name in EXTRA)
+    """Whether the XLA backend's packages are installed (bnn-zoo's dependencies, unless removed)."""
+    return all(importlib.util.find_spec(name) is not None for name in PACKAGES)
 
 
 def unsupported_torch() -> str | None:
@@ -58,7 +64,7 @@ def unsupported_torch() -> str | None:
 
 
 def available() -> bool:
-    """Whether the XLA backend can run: the ``jax`` extra is installed beside a torch its torchax supports."""
+    """Whether the XLA backend can run: its packages are installed beside a torch its torchax supports."""
     return installed() and unsupported_torch() is None
 
 
@@ -67,14 +73,15 @@ def check_backend(method: str, backend: str) -> None:
         raise BnnZooError(f"{method} backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
     if backend == "jax" and not installed():
         raise BnnZooError(
-            f"{method} backend='jax' needs the jax extra: pip install 'bnn-zoo[jax]' (or use backend='torch')"
+            f"{method} backend='jax' needs jax, numpyro, blackjax, optax and torchax, which bnn-zoo depends on: "
+            "reinstall it (pip install bnn-zoo), or use backend='torch'"
         )
     if backend == "jax" and unsupported_torch():
         raise BnnZooError(f"{method} backend='jax': {unsupported_torch()}; use backend='torch'")
 
 
 def resolve_backend(backend: str, model: BNN) -> str:
-    """``"auto"``: JAX where the extra is installed beside a supported torch (else one warning says
+    """``"auto"``: JAX where it is installed beside a supported torch (else one warning says
     why not) and the network has no convolution or recurrent layer; torch otherwise. Measured per
     architecture (benchmarks/backends.py): the MLP's traced gradient is several times cheaper than
     eager torch's, the digits CNN's dearer, and bnn-zoo's LSTMs do not trace (their input check
@@ -371,56 +378,76 @@ def run_nuts(target: JaxTarget, q0: torch.Tensor, method, progress: bool) -> tup
 
 @_on_target_device
 def run_nuts_cells(target: JaxTarget, data: list, q0s: list, seeds: list[int], method, progress: bool) -> list:
-    """NUTS on K cells at once: cell k's chains start at q0s[k] (C, d) on its training data data[k] = (x, y),
-    seeded by seeds[k]; every cell has the model and the settings of ``method``. One cell runs its chains
-    one after another (in lockstep each iteration would cost the longest of the chains' trees); several
-    run every chain of every cell in lockstep, one vectorised program (:func:`padded`). A cell's chain
-    gets the same key and the same kernel either way, so its draws equal the cell's run alone up to
-    float rounding. Returns (site draws (C, S, ...), sample stats (C, S)) per cell."""
+    """NUTS on K cells in one XLA program: cell k's chains start at q0s[k] (C, d) on its training data
+    data[k] = (x, y) (:func:`padded`), seeded by seeds[k]; every cell has the model and the settings of
+    ``method``. On a GPU every chain of every cell advances in lockstep, one vectorised step; on the
+    CPU, which a vectorised step does not make cheaper per chain, the chains run one after another (in
+    lockstep each iteration costs the longest of the chains' trees). A cell's chain gets the same key
+    and the same kernel either way, so its draws equal the cell's run alone up to float rounding.
+    Returns (site draws (C, S, ...), sample stats (C, S)) per cell."""
     import jax
     import jax.numpy as jnp
 
     init, step = _nuts_kernel(target, method)
+    cells, count = padded(data), len(data)
     chains, length = q0s[0].shape[0], method.num_warmup + method.num_samples
-    cells = padded(data)
     keys = jnp.stack([jax.random.split(jax.random.PRNGKey(seed), chains) for seed in seeds])
     q0 = jnp.asarray(torch.stack(q0s).cpu().numpy())
-    if len(data) == 1:
-        watch = Watch("NUTS", chains * length, method.max_hours, progress)
-        one = tuple(a[0] for a in cells)
+    name = "NUTS" + (f" x{count} cells" if count > 1 else "")
+    iterations = method.num_warmup + jnp.arange(method.num_samples)
+    if not in_lockstep(target):
+        watch = Watch(name, count * chains * length, method.max_hours, progress)
 
         @jax.jit
-        def chain(q, key, offset):
-            def advance(i, state):
-                state = step(state, one)
-                watch.hook(offset + i + 1, every=NUTS_WATCH_EVERY)
-                return state
+        def one_by_one(q0, keys, cells):
+            def chain(item):
+                q, key, k, offset = item
+                cell = jax.tree.map(lambda a: a[k], cells)
 
-            state = jax.lax.fori_loop(0, method.num_warmup, advance, init(q, key, one))
-            return jax.lax.scan(_keeping(advance), state, method.num_warmup + jnp.arange(method.num_samples))[1]
+                def advance(i, state):
+                    state = step(state, cell)
+                    watch.hook(offset + i + 1, every=NUTS_WATCH_EVERY)
+                    return state
 
-        with watch.running():  # blocks until XLA is done: its callbacks read the watch's pipe
-            runs = jax.block_until_ready([chain(q0[0, c], keys[0, c], c * length) for c in range(chains)])
-        columns = [jnp.stack(column)[None] for column in zip(*runs, strict=True)]  # (1, C, S, ...)
+                state = jax.lax.fori_loop(0, method.num_warmup, advance, init(q, key, cell))
+                return jax.lax.scan(_keeping(advance), state, iterations)[1]
+
+            k = jnp.repeat(jnp.arange(count), chains)
+            items = (
+                q0.reshape(count * chains, -1),
+                keys.reshape(count * chains, -1),
+                k,
+                jnp.arange(count * chains) * length,
+            )
+            return [c.reshape(count, chains, *c.shape[1:]) for c in jax.lax.map(chain, items)]
+
+        run = one_by_one
     else:
-        watch = Watch(f"NUTS x{len(data)} cells", length, method.max_hours, progress)
-        in_lockstep = jax.vmap(jax.vmap(step, in_axes=(0, None)))  # over cells, then over a cell's chains
+        watch = Watch(name, length, method.max_hours, progress)
+        vectorised = jax.vmap(jax.vmap(step, in_axes=(0, None)))  # over cells, then over a cell's chains
 
         @jax.jit
         def lockstep(q0, keys, cells):
             def advance(i, states):
-                states = in_lockstep(states, cells)
+                states = vectorised(states, cells)
                 watch.hook(i + 1, every=NUTS_WATCH_EVERY)
                 return states
 
             states = jax.vmap(jax.vmap(init, in_axes=(0, 0, None)))(q0, keys, cells)
             states = jax.lax.fori_loop(0, method.num_warmup, advance, states)
-            return jax.lax.scan(_keeping(advance), states, method.num_warmup + jnp.arange(method.num_samples))[1]
+            return [jnp.moveaxis(c, 0, 2) for c in jax.lax.scan(_keeping(advance), states, iterations)[1]]
 
-        with watch.running():
-            columns = [jnp.moveaxis(c, 0, 2) for c in jax.block_until_ready(lockstep(q0, keys, cells))]
-    columns = [torch.from_numpy(np.array(jax.device_get(c))) for c in columns]  # (K, C, S, ...)
-    return [_nuts_result(target, [c[k] for c in columns]) for k in range(len(data))]
+        run = lockstep
+    with watch.running():  # blocks until XLA is done: its callbacks read the watch's pipe
+        columns = jax.block_until_ready(run(q0, keys, cells))  # (K, C, S, ...)
+    columns = [torch.from_numpy(np.array(jax.device_get(c))) for c in columns]
+    return [_nuts_result(target, [c[k] for c in columns]) for k in range(count)]
+
+
+def in_lockstep(target: JaxTarget) -> bool:
+    """Whether a batch of cells advances in lockstep (one vectorised step): on a GPU, yes; on the CPU,
+    whose cost per chain a vectorised step does not lower, the chains and cells run one after another."""
+    return target.device.platform != "cpu"
 
 
 def _nuts_kernel(target: JaxTarget, method):
@@ -552,51 +579,60 @@ def run_chees(target: JaxTarget, q0: torch.Tensor, method, identity: str) -> tup
 
 @_on_target_device
 def run_chees_cells(target: JaxTarget, data: list, q0s: list, seeds: list[int], method, progress: bool) -> list:
-    """ChEES on K cells in one vectorised program: cell k's chains start at q0s[k] (C, d) on its training
-    data data[k] = (x, y) (:func:`padded`), seeded by seeds[k], every cell with the model and settings of
-    ``method``. Each cell adapts its own step size, trajectory length and mass matrix, with the keys
-    of its run alone, so its draws equal that run's up to float rounding; an iteration costs the
-    longest of the cells' trajectories. No checkpoint: a stopped batch starts again. Returns (site
-    draws (C, S, ...), sample stats (C, S), the adapted step size and trajectory length) per cell."""
+    """ChEES on K cells in one XLA program: cell k's chains start at q0s[k] (C, d) on its training data
+    data[k] = (x, y) (:func:`padded`), seeded by seeds[k], every cell with the model and settings of
+    ``method``. Each cell adapts its own step size, trajectory length and mass matrix with the keys of
+    its run alone, so its draws equal that run's up to float rounding. On a GPU the cells advance in
+    lockstep (an iteration costs the longest of their trajectories), on the CPU one after another.
+    No checkpoint: a stopped batch starts again. Returns (site draws (C, S, ...), sample stats (C, S),
+    the adapted step size and trajectory length) per cell."""
     import jax
     import jax.numpy as jnp
 
-    chains = q0s[0].shape[0]
+    chains, count = q0s[0].shape[0], len(data)
     warmup_steps, total = method.num_warmup, method.num_warmup + method.num_samples
     keys = jnp.stack([jax.random.split(jax.random.PRNGKey(seed)) for seed in seeds])  # (K, 2: warm-up, sampling)
     cells, q0 = padded(data), jnp.asarray(torch.stack(q0s).cpu().numpy())
-    watch = Watch(f"ChEES x{len(data)} cells", total, method.max_hours, progress, 0, warmup_steps // 2)
+    lockstep = in_lockstep(target)
+    name = "ChEES" + (f" x{count} cells" if count > 1 else "")
+    watch = Watch(name, total * (1 if lockstep else count), method.max_hours, progress, 0, warmup_steps // 2)
 
-    def warmup(key, q, cell):  # the watch's hook runs once per cell: a callback under vmap is a loop
-        return _chees_warmup(lambda p: target.data_logdensity(p, *cell), q, method, key, watch)
-
-    def step(states, parameters, key, cell):
-        kernel = _chees_kernel(lambda p: target.data_logdensity(p, *cell), parameters, total)
-        states, info = jax.vmap(kernel.step)(jax.random.split(key, chains), states)
-        return states, (states.position, states.logdensity, *_chees_info(info))
-
-    @jax.jit
-    def program(keys, q0, cells):
-        states, parameters = jax.vmap(warmup)(keys[:, 0], q0, cells)
-        sampling = jax.vmap(lambda key: jax.random.split(key, method.num_samples))(keys[:, 1])  # (K, S, 2)
+    def cell_program(item):
+        (key_warmup, key_sample), q, cell, offset = item
+        logdensity = lambda p: target.data_logdensity(p, *cell)  # noqa: E731
+        offset_watch = _Offset(watch, offset, every=1 if lockstep else 5)  # under vmap a callback takes no cond
+        states, parameters = _chees_warmup(logdensity, q, method, key_warmup, offset_watch)
+        kernel = _chees_kernel(logdensity, parameters, total)
 
         def one(states, key_and_i):
             key, i = key_and_i
-            states, out = jax.vmap(step)(states, parameters, key, cells)
-            watch.hook(i)
-            return states, out
+            states, info = jax.vmap(kernel.step)(jax.random.split(key, chains), states)
+            offset_watch.hook(i)
+            return states, (states.position, states.logdensity, *_chees_info(info))
 
-        iterations = warmup_steps + 1 + jnp.arange(method.num_samples)
-        return parameters, jax.lax.scan(one, states, (jnp.swapaxes(sampling, 0, 1), iterations))[1]
+        sampling = (jax.random.split(key_sample, method.num_samples), warmup_steps + 1 + jnp.arange(method.num_samples))
+        return parameters, jax.lax.scan(one, states, sampling)[1]
 
+    over_cells = jax.vmap(cell_program) if lockstep else lambda items: jax.lax.map(cell_program, items)
+    offsets = jnp.zeros(count, int) if lockstep else jnp.arange(count) * total
     with watch.running():
-        parameters, out = jax.block_until_ready(program(keys, q0, cells))
-    kept = {k: np.moveaxis(np.asarray(v), 0, 2) for k, v in zip(_CHEES_COLUMNS, out, strict=True)}  # (K, C, S, ...)
+        parameters, out = jax.block_until_ready(jax.jit(over_cells)((keys, q0, cells, offsets)))
+    kept = {k: np.moveaxis(np.asarray(v), 1, 2) for k, v in zip(_CHEES_COLUMNS, out, strict=True)}  # (K, C, S, ...)
     parameters = jax.tree.map(np.asarray, parameters)
     return [
         _chees_result(target, {k: v[c] for k, v in kept.items()}, {k: v[c] for k, v in parameters.items()})
-        for c in range(len(data))
+        for c in range(count)
     ]
+
+
+class _Offset:
+    """A :class:`Watch` seen from one cell of a batch: its iterations counted after ``offset`` others."""
+
+    def __init__(self, watch: Watch, offset, every: int):
+        self.watch, self.offset, self.every = watch, offset, every
+
+    def hook(self, i) -> None:
+        self.watch.hook(self.offset + i, every=self.every)
 
 
 def _chees_kernel(logdensity, parameters: dict, total: int):
