@@ -22,6 +22,7 @@ from results import RESULTS
 def header(record: dict) -> str:
     m = record["machine"]
     line = f"{record['date']}, {m['cpu']} ({m['cores']} cores), torch {m['torch']}, commit {record['commit']}"
+    line += f", on {record['settings']['device']}" if record["settings"].get("device", "cpu") != "cpu" else ""
     earlier = record["settings"].get("earlier rows")  # sweep_tables.py --add
     return line + (f"; the rows it did not re-run: {earlier['date']}, commit {earlier['commit']}" if earlier else "")
 

@@ -31,6 +31,8 @@ def _cases():
         "ties": np.round(rng.normal(size=(4, 100, 30)), 1),  # rejected proposals repeat draws
         "one chain": _ar1(rng, 1, 100, 20, 0.5),
         "anticorrelated": rng.normal(size=(4, 100, 20)) * (-1.0) ** np.arange(100)[None, :, None],
+        "four draws": rng.normal(size=(4, 4, 20)),
+        "seven draws": _ar1(rng, 2, 7, 20, 0.5),
     }
 
 

@@ -92,7 +92,7 @@ def _ess(points: torch.Tensor) -> torch.Tensor:
     var_plus = mean_var * (n - 1) / n + (points.mean(2).var(1) if chains > 1 else 0)
     rho = 1 - (mean_var[:, None] - acov.mean(1)) / var_plus[:, None]  # (quantities, n)
     rho[:, 0] = 1
-    last = math.ceil((n - 2) / 2) - 1  # the last pair (2k, 2k + 1) ArviZ's loop may reach
+    last = max(math.ceil((n - 2) / 2) - 1, 0)  # the last pair (2k, 2k + 1) ArviZ's loop may reach
     pairs = rho[:, : 2 * last + 2].reshape(len(rho), -1, 2).sum(2)  # pair sums, k = 0..last
     k = torch.arange(pairs.shape[1], device=pairs.device)
     # the loop stops at the first pair whose sum is <= 0 (or at the last); the pairs before it count
