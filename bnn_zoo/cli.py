@@ -181,21 +181,22 @@ def main(argv=None) -> int:
 
     p = sub.add_parser(
         "reference",
-        help="reference posteriors for a UCI table: every split sampled by NUTS or ChEES on XLA, all splits as one "
+        help="reference posteriors for a UCI table: every split sampled by ChEES or NUTS on XLA, all splits as one "
         "program, each split's folder with its convergence verdict",
         description="The zoo's UCI model (one hidden layer of 50 ReLU units, fan-in prior, learned Gaussian noise) on "
-        "every split of a UCI folder (or of each folder in a folder of them), sampled on XLA: the chains of every "
-        "split of a dataset advance in one vectorised program (splits with fewer rows padded and masked), and each "
-        "split is scored and written to OUT/DATASET/cells/KEY/ as a sweep cell (metrics.json says whether it "
-        "converged: R-hat of f below 1.01 on 4+ chains, bulk ESS of f above 400). Resumable: finished splits are "
-        "skipped. `bnn-zoo table SWEEPDIR --reference-method nuts` scores other runs against them.",
+        "every split of a UCI folder (or of each folder in a folder of them), sampled on XLA, every split of a "
+        "dataset in one program (on a GPU all chains in lockstep, on the CPU one after another; splits with fewer "
+        "rows padded and masked). Each split is scored and written to OUT/DATASET/cells/KEY/ as a sweep cell "
+        "(metrics.json says whether it converged: R-hat of f below 1.01 on 4+ chains, bulk ESS of f above 400); "
+        "OUT/references.csv lists the verdicts. Resumable: finished splits are skipped. `bnn-zoo table SWEEPDIR "
+        "--reference-method chees` scores other runs against them.",
     )
     p.add_argument("--data", required=True, help="a UCI folder (holding data.txt) or a folder of them")
     p.add_argument("--splits", help="splits to run, e.g. 0-19 or 0,3,5 (default all)")
-    p.add_argument("--sampler", choices=["nuts", "chees"], default="nuts", help="the sampler (default nuts)")
-    p.add_argument("--num-chains", type=_positive, default=16, help="chains per split (default 16)")
-    p.add_argument("--num-warmup", type=_positive, default=1000, help="warm-up iterations per chain (default 1000)")
-    p.add_argument("--num-samples", type=_positive, default=1000, help="kept draws per chain (default 1000)")
+    p.add_argument("--sampler", choices=["chees", "nuts"], default="chees", help="the sampler (default chees)")
+    p.add_argument("--num-chains", type=_positive, default=32, help="chains per split (default 32)")
+    p.add_argument("--num-warmup", type=_positive, default=500, help="warm-up iterations per chain (default 500)")
+    p.add_argument("--num-samples", type=_positive, default=250, help="kept draws per chain (default 250)")
     p.add_argument("--device", help="where the XLA program runs: cpu (default) or cuda (pip install 'bnn-zoo[cuda]')")
     p.add_argument("--out", required=True, help="output folder")
     _execution_options(p)

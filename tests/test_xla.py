@@ -304,6 +304,8 @@ def test_cells_in_one_program_equal_each_cell_run_alone(sampler, lockstep, monke
 
 @pytest.mark.filterwarnings("ignore:this .* fit collapsed")
 def test_reference_command_runs_every_split_in_one_program(tmp_path, capsys):
+    """Each split's folder, verdict and posterior, the posterior equal (over a short run, to float rounding)
+    to the same cell fitted alone from its config.yaml: targets shaped as bz.fit shapes them, seeds as alone."""
     from test_bad_input import _uci_folder
 
     from bnn_zoo.cli import main
@@ -311,14 +313,21 @@ def test_reference_command_runs_every_split_in_one_program(tmp_path, capsys):
     _uci_folder(tmp_path / "tiny", rows=40)
     (tmp_path / "tiny" / "index_train_1.txt").write_text("\n".join(map(str, range(10, 40))) + "\n")  # 30 rows, not 36
     (tmp_path / "tiny" / "index_test_1.txt").write_text("\n".join(map(str, range(10))) + "\n")
-    argv = ["reference", "--data", str(tmp_path / "tiny"), "--num-chains", "4", "--num-warmup", "20"]
-    assert main([*argv, "--num-samples", "20", "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    argv = ["reference", "--data", str(tmp_path / "tiny"), "--num-chains", "4", "--num-warmup", "3"]
+    assert main([*argv, "--num-samples", "4", "--out", str(tmp_path / "out"), "--quiet"]) == 0
     printed = capsys.readouterr().out
     assert "2 cells run, 0 already done, 0 failed" in printed
     rows = (tmp_path / "out" / "references.csv").read_text().splitlines()
     assert rows[0].startswith("dataset,split,reference_converged") and len(rows) == 3
-    for cell in (tmp_path / "out" / "tiny" / "cells").iterdir():
+    cells = sorted((tmp_path / "out" / "tiny" / "cells").iterdir())
+    for cell in cells:
         metrics = json.loads((cell / "metrics.json").read_text())
         assert metrics["cells_in_program"] == 2 and metrics["settings"]["backend"] == "jax"
         assert metrics["reference_converged"] is False and "bulk ESS of f" in metrics["reference_note"]
         assert (cell / "posterior.nc").is_file() and metrics["settings"]["num_chains"] == 4
+    padded = next(c for c in cells if json.loads((c / "metrics.json").read_text())["n_train"] == 30)
+    assert main(["fit", "--config", str(padded / "config.yaml"), "--out", str(tmp_path / "alone"), "--quiet"]) == 0
+    together, alone = bz.load(padded), bz.load(tmp_path / "alone")
+    assert together.y.shape == alone.y.shape == (30, 1)
+    for site, draws in alone.samples.items():
+        torch.testing.assert_close(together.samples[site], draws, rtol=1e-4, atol=1e-4)

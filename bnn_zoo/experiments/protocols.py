@@ -222,35 +222,36 @@ def _checked_splits(folder: Path, count: float, splits: list[int] | None) -> lis
     return splits
 
 
-SAMPLERS = {"nuts": cfg.NUTS, "chees": cfg.ChEES}
+REFERENCE_SAMPLERS = {"nuts": cfg.NUTS, "chees": cfg.ChEES}
 
 
 def reference(
     folder: str | Path,
     splits: list[int] | None = None,
-    sampler: str = "nuts",
-    chains: int = 16,
-    warmup: int = 1000,
-    samples: int = 1000,
+    sampler: str = "chees",
+    chains: int = 32,
+    warmup: int = 500,
+    samples: int = 250,
     device: str | None = None,
 ) -> Sweep:
     """Reference posteriors for the zoo's UCI table on one UCI folder as a sweep, one cell per split: the
     table's model (one hidden layer of 50 ReLU units, the fan-in prior, a learned Gaussian noise)
-    sampled by NUTS or ChEES on XLA. The sweep runs every split's chains as one vectorised program
+    sampled by ChEES (or NUTS) on XLA. The sweep runs every split's chains as one XLA program
     (:mod:`bnn_zoo.inference.lockstep`); each cell still gets its folder, metrics.json with the
-    convergence verdict (``reference_converged``, ``reference_note``) and its InferenceData.
+    convergence verdict (``reference_converged``, ``reference_note``) and its InferenceData. The defaults
+    converged on every split of yacht and Boston (benchmarks/results/gpu-references-splits.json).
 
     Args:
         folder: a UCI folder (data.txt, index_train_K.txt, index_test_K.txt).
         splits: the splits to run (default: every index_train_K.txt).
-        sampler: ``"nuts"`` or ``"chees"``.
+        sampler: ``"chees"`` or ``"nuts"``.
         chains: chains per split.
         warmup: warm-up iterations per chain.
         samples: kept draws per chain.
         device: where the XLA program runs (None: the CPU; "cuda": a GPU, with the cuda extra).
     """
-    if sampler not in SAMPLERS:
-        raise BnnZooError(f"the reference sampler is one of {', '.join(SAMPLERS)}, got {sampler!r}")
+    if sampler not in REFERENCE_SAMPLERS:
+        raise BnnZooError(f"the reference sampler is one of {', '.join(REFERENCE_SAMPLERS)}, got {sampler!r}")
     device = None if device is None else str(check_device(device))
     for name, value, least in (("chains", chains, 4), ("warmup", warmup, 1), ("samples", samples, 4)):
         positive(f"reference {name}", value, integer=True, least=least)
@@ -263,7 +264,7 @@ def reference(
         "model": cfg.node(cfg.MLP, hidden=[50], activation="relu"),
         "prior": "fanin",
         "likelihood": "gaussian",
-        "inference": cfg.node(SAMPLERS[sampler], **options),
+        "inference": cfg.node(REFERENCE_SAMPLERS[sampler], **options),
         "evaluation": {"plots": False},
         **({"device": device} if device else {}),
     }

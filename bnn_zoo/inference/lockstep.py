@@ -1,8 +1,9 @@
 """Many fits in lockstep: K independent fits of one architecture as one batched computation.
 
 NUTS and ChEES on the XLA backend: K cells (splits, seeds) of one model and one sampler's settings run
-every chain of every cell in one vectorised XLA program (:func:`~bnn_zoo.inference.xla.run_nuts_cells`,
-:func:`~bnn_zoo.inference.xla.run_chees_cells`); cells with fewer training rows are padded and masked.
+as one XLA program (:func:`~bnn_zoo.inference.xla.run_nuts_cells`, :func:`~bnn_zoo.inference.xla.run_chees_cells`:
+on a GPU every chain of every cell in lockstep, on the CPU one after another); cells with fewer training
+rows are padded and masked.
 
 SVI:
 
@@ -96,7 +97,8 @@ def _why_not_chains(job: Job) -> str | None:
 
 
 def why_not(job: Job) -> str | None:
-    """Why a fit cannot run in lockstep (None: it can): the direct ELBO covers the dropout and the
+    """Why a fit cannot run in lockstep (None: it can). NUTS and ChEES: on XLA, on dense layers, from the
+    network's initialisation or the prior. SVI: the direct ELBO covers the dropout and the
     mean-field guide (no local reparameterisation) on a BNN of dense layers with a fixed-noise Gaussian
     likelihood, one particle, the ELBO objective and no early stopping. (A batch checkpoints as a whole,
     through ``fit_lockstep(checkpoint=...)``; each fit's ``SVI.checkpoint`` is ignored.)"""
@@ -205,6 +207,7 @@ def fit_lockstep(
             raise BnnZooError(f"cannot fit in lockstep: {reason}")
     if len({signature(j) for j in jobs}) > 1:
         raise BnnZooError("lockstep fits must share the architecture and the method's settings (see signature)")
+    jobs = [_checked(job) for job in jobs]
     if isinstance(jobs[0].method, SAMPLERS):
         return _sample_cells(jobs, progress, device)
     start = time.perf_counter()
@@ -233,6 +236,12 @@ def fit_lockstep(
     for posterior in posteriors:
         collapse.check(posterior)
     return posteriors
+
+
+def _checked(job: Job) -> Job:
+    """The job's data in the likelihood's canonical form, as bz.fit checks it: targets (N, out), or the
+    log-likelihood would broadcast (N,) targets against (N, 1) outputs."""
+    return dataclasses.replace(job, **dict(zip("xy", check_data(job.model, job.x, job.y))))
 
 
 def _sample_cells(jobs: list[Job], progress: bool, device) -> list[Posterior]:
@@ -294,9 +303,7 @@ class _Batch:
     """The stacked state of K fits: parameters, Adam moments, random streams, losses."""
 
     def __init__(self, jobs: list[Job], device: torch.device | None = None):
-        # the data in the likelihood's canonical form, as bz.fit checks it: targets (N, out), or the
-        # posterior's log-likelihood would broadcast (N,) targets against (N, 1) outputs
-        jobs = [dataclasses.replace(job, **dict(zip("xy", check_data(job.model, job.x, job.y)))) for job in jobs]
+        jobs = [_checked(job) for job in jobs]
         device = self.device = device or torch.device("cpu")
         self.jobs, self.K = jobs, len(jobs)
         first = jobs[0]

@@ -371,8 +371,8 @@ def _on_target_device(run):
 
 
 def run_nuts(target: JaxTarget, q0: torch.Tensor, method, progress: bool) -> tuple[dict, dict]:
-    """NumPyro's NUTS kernel from starts q0 (C, d), one chain after another in one compiled loop per chain,
-    watched (:class:`Watch`): (site draws (C, S, ...), sample stats (C, S)) in the torch samplers' names."""
+    """NumPyro's NUTS from starts q0 (C, d) on the target's data, watched (:class:`Watch`): one cell of
+    :func:`run_nuts_cells`. (site draws (C, S, ...), sample stats (C, S)) in the torch samplers' names."""
     return run_nuts_cells(target, [(target.x, target.y)], [q0], [method.seed], method, progress)[0]
 
 
