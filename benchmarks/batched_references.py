@@ -27,13 +27,18 @@ def run(sweep, lockstep: bool) -> dict:
         start = time.perf_counter()
         summary = run_sweep(sweep, Path(out), show_progress=False, lockstep=lockstep)
         wall = time.perf_counter() - start
-        cells = [json.loads(p.read_text()) for p in Path(out).glob("cells/*/metrics.json")]
-    cells.sort(key=lambda m: m["data"])
+        cells = [
+            json.loads((p / "metrics.json").read_text())
+            | {"split": json.loads((p / "cell.json").read_text())["labels"]["data.split"]}
+            for p in Path(out).glob("cells/*")
+        ]
+    cells.sort(key=lambda m: m["split"])
     return {
         "program": "one for all splits" if lockstep else "one per split",
         "wall_s": round(wall, 1),
         "sampling_s": round(sum(m["runtime_s"] for m in cells), 1),
         "failed": len(summary["failed"]),
+        "splits": " ".join(str(m["split"]) for m in cells),
         "converged": " ".join("yes" if m.get("reference_converged") else "no" for m in cells),
         "max R-hat of f": " ".join(f"{m['max_rhat_test_f']:.3f}" for m in cells),
         "min ESS of f": " ".join(f"{m['min_ess_bulk_test_f']:.0f}" for m in cells),

@@ -4,8 +4,7 @@ benchmarks/results/demo.json.
 
 python benchmarks/demo.py [--out runs/demo-benchmark] [--name demo]
 
-With the jax extra installed, NUTS runs on XLA: `python benchmarks/demo.py --name demo-jax` keeps that
-table apart from the README's (demo.json, the default install's).
+NUTS runs on XLA (the default install's backend for this MLP).
 """
 
 from __future__ import annotations

@@ -239,7 +239,7 @@ def reference(
     sampled by ChEES (or NUTS) on XLA. The sweep runs every split's chains as one XLA program
     (:mod:`bnn_zoo.inference.lockstep`); each cell still gets its folder, metrics.json with the
     convergence verdict (``reference_converged``, ``reference_note``) and its InferenceData. The defaults
-    converged on every split of yacht and Boston (benchmarks/results/gpu-references-splits.json).
+    are ChEES's own with twice its chains.
 
     Args:
         folder: a UCI folder (data.txt, index_train_K.txt, index_test_K.txt).

@@ -44,8 +44,8 @@ LENGTH_FLOOR_MAX_DIM = 4096  # BlackJAX's slow-direction length floor keeps a d 
 INITIAL_STEP_SIZE = 0.01  # BlackJAX's ChEES adapted from here on Boston 13-50-1, not from larger steps
 NUTS_WATCH_EVERY = 5  # NUTS iterations between host callbacks: a callback costs about one small tree
 # torch releases (first, last) beside which torchax 0.0.13, the newest, runs (with the shim of _torchax): 2.13
-# passes tests/test_xla.py (benchmarks/results/torchax-torch.json), 2.11 ran the GPU references
-# (gpu-references.json). Torch 2.15 removed aten.cholesky, which torchax still registers: every trace fails.
+# passes tests/test_xla.py (benchmarks/results/torchax-torch.json); 2.11, a GPU machine's, traced and sampled
+# the UCI MLP on an H200. Torch 2.15 removed aten.cholesky, which torchax still registers: every trace fails.
 TORCHAX_TORCH = ((2, 11), (2, 13))
 
 
