@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 import time
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -73,6 +74,7 @@ class ChEES:
             scale the chains have not crossed (docs/benchmarks-speed.md).
         compile: compile the potential and its gradient with ``torch.compile`` (needs a C++ compiler on
             the CPU): the first step pays the compile, each leapfrog step is then cheaper (benchmarks/chees.py).
+            Not in a process where the XLA backend has run: torchax's "jax" device breaks torch.compile.
         checkpoint: a path written every ``checkpoint_every`` iterations and on Ctrl-C (the chains, the
             adaptation's state, the random generator and the draws so far); an existing one is resumed,
             and the run ends exactly where an uninterrupted one ends.
@@ -247,6 +249,11 @@ class _Target:
         self.sizes = [math.prod(s) for s in shapes.values()]
         # compiled: autograd through LogPosterior.batched under torch.compile; eager: the network's own
         # backward where it has one (LogPosterior.batched_value_and_grad; the MLP: 2.2x autograd)
+        if compile and "torchax" in sys.modules:
+            raise BnnZooError(
+                "ChEES compile=True cannot run in a process where the XLA backend has run: torchax registers a "
+                "'jax' device that torch.compile then fails on; run it in a new process, or with compile=False"
+            )
         self._compiled = torch.compile(self._log_density, dynamic=False) if compile else None
 
     def flatten(self, values: dict) -> torch.Tensor:
