@@ -4,7 +4,7 @@ ChEES on XLA, on the GPU. Writes benchmarks/results/NAME.json after each step (t
 time per dataset, every split's convergence verdict; the CNN's R-hat and ESS of f, sampling and
 scoring time), and a copy to $OUT when that is set. Needs the cuda extra (jax's CUDA plugin).
 
-python benchmarks/gpu_references.py --uci ../shared/data/uci    # one command, under 10 minutes on an H200
+python benchmarks/gpu_references.py --uci ../shared/data/uci    # one command; its time on a GPU is not yet measured
 """
 
 from __future__ import annotations

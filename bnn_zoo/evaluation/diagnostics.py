@@ -49,6 +49,17 @@ def ess_bulk(draws: torch.Tensor) -> torch.Tensor:
     return torch.where(_finite(draws), _ess(_z_scale(_split(draws))), math.nan)
 
 
+def nanmax(values: torch.Tensor) -> float:
+    """The largest value that is not NaN (NaN where all are)."""
+    values = values[~values.isnan()]
+    return float(values.max()) if values.numel() else float("nan")
+
+
+def nanmin(values: torch.Tensor) -> float:
+    """The smallest value that is not NaN (NaN where all are)."""
+    return -nanmax(-values)
+
+
 def _as_points(draws: torch.Tensor) -> torch.Tensor:
     """(chains, draws, ...) as (quantities, chains, draws) in float64."""
     return draws.reshape(*draws.shape[:2], -1).permute(2, 0, 1).double()

@@ -59,12 +59,12 @@ def convergence(f: torch.Tensor, tree_depth: torch.Tensor | None = None, max_tre
     given NUTS's tree depths (chains, draws), the share of transitions that hit ``max_tree_depth``."""
     chains, draws = f.shape[:2]
     f = f.reshape(chains, draws, -1)
-    rhat = nanmax(diagnostics.rhat(f)) if chains > 1 else float("nan")
-    ess = nanmin(diagnostics.ess_bulk(f))
+    rhat = diagnostics.nanmax(diagnostics.rhat(f)) if chains > 1 else float("nan")
+    ess = diagnostics.nanmin(diagnostics.ess_bulk(f))
     within = None
     if draws >= 8:  # each chain's halves as two chains of their own
         halves = f[:, : draws // 2 * 2].reshape(chains, 2, draws // 2, -1).permute(1, 2, 0, 3)
-        within = nanmax(diagnostics.rhat(halves.reshape(2, draws // 2, -1)))
+        within = diagnostics.nanmax(diagnostics.rhat(halves.reshape(2, draws // 2, -1)))
     failed = [
         *([f"{chains} chains < {CHAINS_MIN}"] if chains < CHAINS_MIN else []),
         *([f"R-hat of f {rhat:.3f} >= {RHAT_MAX}"] if not rhat < RHAT_MAX else []),
@@ -88,17 +88,6 @@ def convergence(f: torch.Tensor, tree_depth: torch.Tensor | None = None, max_tre
         "reference_converged": not failed,
         "reference_note": note,
     }
-
-
-def nanmax(values: torch.Tensor) -> float:
-    """The largest value that is not NaN (NaN where all are)."""
-    values = values[~values.isnan()]
-    return float(values.max()) if values.numel() else float("nan")
-
-
-def nanmin(values: torch.Tensor) -> float:
-    """The smallest value that is not NaN (NaN where all are)."""
-    return -nanmax(-values)
 
 
 def check_reference(metrics: dict, name: str) -> None:

@@ -415,14 +415,14 @@ def _evidence(posterior, idata, elbo_samples):
             out["divergences"] = int(posterior.sample_stats["diverging"].sum())
         weights = _chain_draws(arviz_compat.group(idata, "posterior"))
         if posterior.num_chains > 1:
-            out["max_rhat"] = reference.nanmax(diagnostics.rhat(weights))
-        out["min_ess_bulk"] = reference.nanmin(diagnostics.ess_bulk(weights))
+            out["max_rhat"] = diagnostics.nanmax(diagnostics.rhat(weights))
+        out["min_ess_bulk"] = diagnostics.nanmin(diagnostics.ess_bulk(weights))
         # The same in function space, on each training point's log-likelihood: chains of a BNN can
         # disagree on the weights (permutations, sign flips) and still agree on the function.
         function = _chain_draws(log_lik)
         if posterior.num_chains > 1:
-            out["max_rhat_function"] = reference.nanmax(diagnostics.rhat(function))
-        out["min_ess_bulk_function"] = reference.nanmin(diagnostics.ess_bulk(function))
+            out["max_rhat_function"] = diagnostics.nanmax(diagnostics.rhat(function))
+        out["min_ess_bulk_function"] = diagnostics.nanmin(diagnostics.ess_bulk(function))
     return out
 
 
