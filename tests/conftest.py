@@ -1,4 +1,5 @@
 import contextlib
+import importlib.util
 import os
 import warnings
 
@@ -12,6 +13,11 @@ THREADS = os.environ.get("BNN_ZOO_TEST_THREADS") or ("1" if os.environ.get("PYTE
 if THREADS:  # a test worker's share of the cores: its torch threads and its forked MCMC chains
     torch.set_num_threads(int(THREADS))
     os.environ.setdefault("BNN_ZOO_CORES", THREADS)
+
+if importlib.util.find_spec("jax"):  # two JAX CPU devices on any machine: chains and cells split over both
+    import jax
+
+    jax.config.update("jax_num_cpu_devices", 2)
 
 import arviz as az  # noqa: E402
 

@@ -303,6 +303,33 @@ def test_cells_in_one_program_equal_each_cell_run_alone(sampler, lockstep, monke
 
 
 @pytest.mark.filterwarnings("ignore:this .* fit collapsed")
+@pytest.mark.parametrize("sampler", ["nuts", "chees"])
+def test_draws_do_not_depend_on_how_many_cores_run_them(sampler, monkeypatch):
+    """Chains (NUTS) and cells (ChEES) split over the two CPU devices conftest gives JAX, the last
+    device's share filled with a copy, equal the same run on one device to float rounding: each item runs
+    the same program, compiled for one device or for two."""
+    import jax
+
+    model = bz.BNN(bz.models.MLP(2, [8], 1), bz.priors.FanInNormal(), bz.likelihoods.Gaussian.learned())
+    if sampler == "nuts":
+        method = bz.NUTS(num_warmup=3, num_samples=3, num_chains=3, max_tree_depth=6, backend="jax", progress=False)
+    else:
+        method = bz.ChEES(num_warmup=3, num_samples=3, num_chains=2, max_leapfrog=20, backend="jax", progress=False)
+    jobs = [
+        bz.inference.lockstep.Job(model, x, y, dataclasses.replace(method, seed=seed))
+        for seed, (x, y) in enumerate(_cells((30, 17, 24)))
+    ]
+    assert len(jax.devices("cpu")) == 2
+    two = bz.inference.lockstep.fit_lockstep(jobs)
+    monkeypatch.setattr(xla, "cpu_lanes", lambda target, items: 1)
+    one = bz.inference.lockstep.fit_lockstep(jobs)
+    for a, b in zip(two, one, strict=True):
+        for site, draws in a.samples.items():
+            torch.testing.assert_close(draws, b.samples[site], rtol=1e-4, atol=1e-4)
+        assert torch.equal(a.sample_stats["n_steps"], b.sample_stats["n_steps"])
+
+
+@pytest.mark.filterwarnings("ignore:this .* fit collapsed")
 def test_reference_command_runs_every_split_in_one_program(tmp_path, capsys):
     """Each split's folder, verdict and posterior, the posterior equal (over a short run, to float rounding)
     to the same cell fitted alone from its config.yaml: targets shaped as bz.fit shapes them, seeds as alone."""

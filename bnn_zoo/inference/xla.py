@@ -30,6 +30,7 @@ import numpy as np
 import pyro
 import torch
 
+from bnn_zoo import resources
 from bnn_zoo.bnn import BNN
 from bnn_zoo.errors import BnnZooError
 from bnn_zoo.inference.budget import TimeLimit, TimeLimitExceeded
@@ -222,12 +223,48 @@ def _jax_device(device: torch.device):
     """The JAX device of a torch device: the CPU, or the GPU of that index (jax's CUDA plugin)."""
     import jax
 
+    _use_every_core()
     if device.type == "cpu":
         return jax.devices("cpu")[0]
     try:
         return jax.devices("gpu")[device.index or 0]
     except (RuntimeError, IndexError):
         raise FallBack(f"JAX sees no GPU {device} (pip install 'bnn-zoo[cuda]')") from None
+
+
+def _use_every_core() -> None:
+    """One JAX CPU device per core this process may keep busy (``jax_num_cpu_devices``;
+    :func:`bnn_zoo.resources.cores`, a sweep worker's share), so that independent chains and cells run
+    side by side (:func:`_on_cores`): XLA runs a small network's step on one thread. Left alone where
+    the user chose a count, or JAX has already started in this process."""
+    import jax
+
+    if jax.config.jax_num_cpu_devices != -1 or "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
+        return
+    with contextlib.suppress(RuntimeError):  # JAX's backends have started: the count is fixed
+        jax.config.update("jax_num_cpu_devices", resources.cores())
+
+
+def cpu_lanes(target: JaxTarget, items: int) -> int:
+    """How many CPU devices share ``items`` independent programs (chains, cells): one per item up to
+    the devices JAX has (:func:`_use_every_core`); 1 where the target is on a GPU."""
+    import jax
+
+    return min(len(jax.devices("cpu")), items) if target.device.platform == "cpu" else 1
+
+
+def _on_cores(program, items, shared, lanes: int):
+    """``program(block, shared)`` on items (lanes x m, ...) as ``lanes`` blocks of m, one per CPU device,
+    run side by side (``jax.pmap``); one jitted program where ``lanes`` is 1. ``program`` maps a block
+    (m, ...) to outputs (m, ...); returns the outputs (lanes x m, ...). An item's computation is the
+    same either way, so its result does not depend on the number of lanes."""
+    import jax
+
+    if lanes == 1:
+        return jax.jit(program)(items, shared)
+    blocks = jax.tree.map(lambda a: a.reshape(lanes, -1, *a.shape[1:]), items)
+    out = jax.pmap(program, in_axes=(0, None), devices=jax.devices("cpu")[:lanes])(blocks, shared)
+    return jax.tree.map(lambda a: a.reshape(-1, *a.shape[2:]), out)
 
 
 def padded(data: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple:
@@ -273,23 +310,26 @@ class Watch:
     def __init__(self, method: str, total: int, max_hours, progress: bool, done: int = 0, settle: int = 0):
         from tqdm.auto import tqdm
 
-        self.first, self.stop, self._wake = done, None, None
+        self.first, self.stop, self._wake, self.lanes = done, None, None, {0: done}
         self.limit = TimeLimit(method, max_hours, total - done, settle=max(settle - done, 0))
         self.bar = tqdm(total=total, initial=done, desc=method.lower(), disable=not progress)
 
-    def hook(self, i, every: int = 1) -> None:
-        """In the compiled loop: iteration ``i`` (a traced integer) has finished."""
+    def hook(self, i, every: int = 1, lane=0) -> None:
+        """In the compiled loop: iteration ``i`` (a traced integer) of those run on CPU device ``lane``
+        (:func:`_on_cores`) has finished."""
         import jax
         from jax.experimental import io_callback
 
+        tick = lambda: io_callback(self._tick, None, i, lane, ordered=False)  # noqa: E731
         if every == 1:  # no cond: under vmap (a batch of cells' warm-ups) a cond cannot hold a callback
-            io_callback(self._tick, None, i, ordered=False)
+            tick()
         else:
-            jax.lax.cond(i % every == 0, lambda: io_callback(self._tick, None, i, ordered=False), lambda: None)
+            jax.lax.cond(i % every == 0, tick, lambda: None)
 
-    def _tick(self, i) -> None:
+    def _tick(self, i, lane=0) -> None:
         try:
-            self._progress(int(i))
+            self.lanes[int(lane)] = int(i)
+            self._progress(sum(self.lanes.values()))
             if self._signalled():  # its handler raises on the main thread once XLA returns
                 raise _Signalled
         except BaseException as exc:  # or the handler raised here: XLA may call back on the main thread
@@ -327,6 +367,7 @@ class Watch:
         try:
             yield
         except Exception:  # XLA's error for an abandoned program
+            _forget_runtime_tokens()
             if isinstance(self.stop, _Signalled):
                 _run_signal_handlers()  # raises what the handler raises
                 raise KeyboardInterrupt from None  # a handler that did not raise
@@ -341,6 +382,15 @@ class Watch:
                 os.close(write)
                 os.close(wake)
             self.bar.close()
+
+
+def _forget_runtime_tokens() -> None:
+    """Drop the tokens of an abandoned program on several devices (:func:`_on_cores`): JAX keeps them,
+    and at exit waits on them and prints the callback's error again. JAX has no public call for this."""
+    with contextlib.suppress(ImportError, AttributeError):
+        from jax._src import dispatch
+
+        dispatch.runtime_tokens.clear()
 
 
 class _Signalled(Exception):
@@ -396,32 +446,39 @@ def run_nuts_cells(target: JaxTarget, data: list, q0s: list, seeds: list[int], m
     name = "NUTS" + (f" x{count} cells" if count > 1 else "")
     iterations = method.num_warmup + jnp.arange(method.num_samples)
     if not in_lockstep(target):
-        watch = Watch(name, count * chains * length, method.max_hours, progress)
+        items = count * chains
+        lanes = cpu_lanes(target, items)
+        per = -(-items // lanes)  # chains per CPU device, the last device's filled with copies of the last chain
+        watch = Watch(name, lanes * per * length, method.max_hours, progress)
 
-        @jax.jit
-        def one_by_one(q0, keys, cells):
+        def chains_on_a_core(block, cells):
             def chain(item):
-                q, key, k, offset = item
+                q, key, k, offset, lane = item
                 cell = jax.tree.map(lambda a: a[k], cells)
 
                 def advance(i, state):
                     state = step(state, cell)
-                    watch.hook(offset + i + 1, every=NUTS_WATCH_EVERY)
+                    watch.hook(offset + i + 1, every=NUTS_WATCH_EVERY, lane=lane)
                     return state
 
                 state = jax.lax.fori_loop(0, method.num_warmup, advance, init(q, key, cell))
                 return jax.lax.scan(_keeping(advance), state, iterations)[1]
 
-            k = jnp.repeat(jnp.arange(count), chains)
-            items = (
-                q0.reshape(count * chains, -1),
-                keys.reshape(count * chains, -1),
-                k,
-                jnp.arange(count * chains) * length,
-            )
-            return [c.reshape(count, chains, *c.shape[1:]) for c in jax.lax.map(chain, items)]
+            return jax.lax.map(chain, block)
 
-        run = one_by_one
+        def run(q0, keys, cells):
+            slot = jnp.arange(lanes * per)
+            real = jnp.minimum(slot, items - 1)
+            block = (
+                q0.reshape(items, -1)[real],
+                keys.reshape(items, -1)[real],
+                real // chains,
+                slot % per * length,
+                slot // per,
+            )
+            out = _on_cores(chains_on_a_core, block, cells, lanes)
+            return [c[:items].reshape(count, chains, *c.shape[1:]) for c in out]
+
     else:
         watch = Watch(name, length, method.max_hours, progress)
         vectorised = jax.vmap(jax.vmap(step, in_axes=(0, None)))  # over cells, then over a cell's chains
@@ -594,13 +651,15 @@ def run_chees_cells(target: JaxTarget, data: list, q0s: list, seeds: list[int], 
     keys = jnp.stack([jax.random.split(jax.random.PRNGKey(seed)) for seed in seeds])  # (K, 2: warm-up, sampling)
     cells, q0 = padded(data), jnp.asarray(torch.stack(q0s).cpu().numpy())
     lockstep = in_lockstep(target)
+    lanes = 1 if lockstep else cpu_lanes(target, count)
+    per = count if lockstep else -(-count // lanes)  # cells per CPU device, the last filled with copies
     name = "ChEES" + (f" x{count} cells" if count > 1 else "")
-    watch = Watch(name, total * (1 if lockstep else count), method.max_hours, progress, 0, warmup_steps // 2)
+    watch = Watch(name, total * (1 if lockstep else lanes * per), method.max_hours, progress, 0, warmup_steps // 2)
 
     def cell_program(item):
-        (key_warmup, key_sample), q, cell, offset = item
+        (key_warmup, key_sample), q, cell, offset, lane = item
         logdensity = lambda p: target.data_logdensity(p, *cell)  # noqa: E731
-        offset_watch = _Offset(watch, offset, every=1 if lockstep else 5)  # under vmap a callback takes no cond
+        offset_watch = _Offset(watch, offset, lane, every=1 if lockstep else 5)  # under vmap a callback takes no cond
         states, parameters = _chees_warmup(logdensity, q, method, key_warmup, offset_watch)
         kernel = _chees_kernel(logdensity, parameters, total)
 
@@ -613,10 +672,18 @@ def run_chees_cells(target: JaxTarget, data: list, q0s: list, seeds: list[int], 
         sampling = (jax.random.split(key_sample, method.num_samples), warmup_steps + 1 + jnp.arange(method.num_samples))
         return parameters, jax.lax.scan(one, states, sampling)[1]
 
-    over_cells = jax.vmap(cell_program) if lockstep else lambda items: jax.lax.map(cell_program, items)
-    offsets = jnp.zeros(count, int) if lockstep else jnp.arange(count) * total
+    slot = jnp.arange(lanes * per)
+    real = jnp.minimum(slot, count - 1)
+    items = (keys[real], q0[real], jax.tree.map(lambda a: a[real], cells))
+    if lockstep:
+        program = lambda block, _: jax.vmap(cell_program)(block)  # noqa: E731
+        items = (*items, jnp.zeros(count, int), jnp.zeros(count, int))
+    else:
+        program = lambda block, _: jax.lax.map(cell_program, block)  # noqa: E731
+        items = (*items, slot % per * total, slot // per)
     with watch.running():
-        parameters, out = jax.block_until_ready(jax.jit(over_cells)((keys, q0, cells, offsets)))
+        parameters, out = jax.block_until_ready(_on_cores(program, items, None, lanes))
+    parameters, out = jax.tree.map(lambda a: a[:count], (parameters, out))
     kept = {k: np.moveaxis(np.asarray(v), 1, 2) for k, v in zip(_CHEES_COLUMNS, out, strict=True)}  # (K, C, S, ...)
     parameters = jax.tree.map(np.asarray, parameters)
     return [
@@ -628,11 +695,11 @@ def run_chees_cells(target: JaxTarget, data: list, q0s: list, seeds: list[int], 
 class _Offset:
     """A :class:`Watch` seen from one cell of a batch: its iterations counted after ``offset`` others."""
 
-    def __init__(self, watch: Watch, offset, every: int):
-        self.watch, self.offset, self.every = watch, offset, every
+    def __init__(self, watch: Watch, offset, lane, every: int):
+        self.watch, self.offset, self.lane, self.every = watch, offset, lane, every
 
     def hook(self, i) -> None:
-        self.watch.hook(self.offset + i, every=self.every)
+        self.watch.hook(self.offset + i, every=self.every, lane=self.lane)
 
 
 def _chees_kernel(logdensity, parameters: dict, total: int):
