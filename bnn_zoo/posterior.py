@@ -479,16 +479,11 @@ class Posterior(InDataUnits):
         )
         with torch.random.fork_rng(device_type="cuda"):  # the same fit always writes the same file
             torch.manual_seed(int(self.settings.get("seed", 0)))
-            y_rep = torch.cat(
-                list(
-                    self._per_draw(
-                        self.x,
-                        self._chain_index(kept["function"]),
-                        lambda f, lat: self.model.likelihood.distribution(f, lat).sample(),
-                    )
-                )
-            )
+            parts = list(self._per_draw(self.x, self._chain_index(kept["function"]), self._replicate_and_score))
+        y_rep, log_lik = (torch.cat(part) for part in zip(*parts))
         y_rep = y_rep.reshape(self.num_chains, len(kept["function"]), *self.y.shape)
+        log_lik = log_lik.reshape(self.num_chains, -1, log_lik.shape[-1])  # as log_likelihood() shapes it
+        log_lik = log_lik if self.scaling is None else log_lik + self.scaling.log_jacobian
         attrs = {
             **self.attrs(),
             "draws_posterior": len(kept["posterior"]),
@@ -498,7 +493,7 @@ class Posterior(InDataUnits):
         return function_space_inference_data(
             posterior,
             y_rep,
-            self.log_likelihood(draw_index=kept["function"]),
+            log_lik,
             kept["function"].numpy(),
             x,
             y,
@@ -506,6 +501,11 @@ class Posterior(InDataUnits):
             attrs,
             constants,
         )
+
+    def _replicate_and_score(self, f, latent) -> tuple[torch.Tensor, torch.Tensor]:
+        """A replicated training set and the training data's pointwise log-likelihood, from one forward pass."""
+        likelihood = self.model.likelihood.distribution(f, latent)
+        return likelihood.sample(), likelihood.log_prob(self.y)
 
     def _outputs_per_draw(self, x) -> int:
         """Numbers in the network's output on all of ``x`` for one draw (read off one example)."""
