@@ -73,15 +73,17 @@ def ess(data, method: str = "bulk") -> xr.Dataset:
     return az.ess(_dataset(data), method=method)
 
 
-def loo(idata) -> Elpd:
+def loo(idata, reff: float | None = None) -> Elpd:
     """PSIS-LOO (Vehtari, Gelman and Gabry 2017) from the ``log_likelihood`` group, ArviZ's warnings
     silenced (``warning`` says it). Where ArviZ cannot smooth the importance weights (1.x refuses a
     point whose log-likelihood is the same in every draw, and fewer than about 25 draws: its Pareto
-    tail needs 5), the estimate is NaN and ``warning`` is set."""
+    tail needs 5), the estimate is NaN and ``warning`` is set. ``reff``: the relative efficiency, which
+    ArviZ otherwise computes from the posterior group
+    (:func:`bnn_zoo.evaluation.diagnostics.loo_relative_efficiency` computes the same)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            result = az.loo(idata, pointwise=True)
+            result = az.loo(idata, pointwise=True, reff=reff)
         except (ValueError, IndexError):
             return Elpd(math.nan, math.nan, math.nan, None, True)
     if MAJOR >= 1:

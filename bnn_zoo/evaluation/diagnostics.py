@@ -26,27 +26,56 @@ import torch
 def rhat(draws: torch.Tensor) -> torch.Tensor:
     """Rank-normalised split R-hat of draws (chains, draws, quantities): (quantities,), float64; NaN
     with fewer than 2 chains or 4 draws, or where a quantity is not finite."""
-    chains, n = draws.shape[:2]
-    draws = _as_points(draws)
-    if chains < 2 or n < 4:
-        return torch.full(draws.shape[:1], math.nan, dtype=torch.float64, device=draws.device)
-    split = _split(draws)
-    ordered = split.flatten(1).sort(1).values
-    m = ordered.shape[1]
-    median = (ordered[:, (m - 1) // 2] + ordered[:, m // 2]) / 2  # numpy's: the mean of the middle two
-    folded = (split - median[:, None, None]).abs()
-    value = torch.maximum(_split_rhat(_z_scale(split)), _split_rhat(_z_scale(folded)))
-    return torch.where(_finite(draws), value, math.nan)
+    return rhat_and_ess_bulk(draws, ess=False)[0]
 
 
 def ess_bulk(draws: torch.Tensor) -> torch.Tensor:
     """Bulk effective sample size of draws (chains, draws, quantities): (quantities,), float64; NaN with
     fewer than 4 draws or where a quantity is not finite."""
+    return rhat_and_ess_bulk(draws, rhat=False)[1]
+
+
+def rhat_and_ess_bulk(draws: torch.Tensor, rhat: bool = True, ess: bool = True) -> tuple:
+    """(:func:`rhat`, :func:`ess_bulk`) of draws (chains, draws, quantities), ranking the draws once;
+    None for one not asked for."""
+    chains, n = draws.shape[:2]
+    points = _as_points(draws)
+    nan = torch.full(points.shape[:1], math.nan, dtype=torch.float64, device=points.device)
+    if n < 4:
+        return nan if rhat else None, nan if ess else None
+    finite = _finite(points)
+    split = _split(points)
+    z, ordered = _z_scale(split)
+    bulk = torch.where(finite, _ess(z), math.nan) if ess else None
+    if not rhat:
+        return None, bulk
+    if chains < 2:
+        return nan, bulk
+    m = ordered.shape[1]
+    median = (ordered[:, (m - 1) // 2] + ordered[:, m // 2]) / 2  # numpy's: the mean of the middle two
+    folded = (split - median[:, None, None]).abs()
+    value = torch.maximum(_split_rhat(z), _split_rhat(_z_scale(folded)[0]))
+    return torch.where(finite, value, math.nan), bulk
+
+
+def ess_mean(draws: torch.Tensor) -> torch.Tensor:
+    """Effective sample size of the mean (``az.ess(method="mean")``: split chains, no rank
+    normalisation) of draws (chains, draws, quantities): (quantities,), float64; NaN as :func:`ess_bulk`."""
     n = draws.shape[1]
     draws = _as_points(draws)
     if n < 4:
         return torch.full(draws.shape[:1], math.nan, dtype=torch.float64, device=draws.device)
-    return torch.where(_finite(draws), _ess(_z_scale(_split(draws))), math.nan)
+    return torch.where(_finite(draws), _ess(_split(draws)), math.nan)
+
+
+def loo_relative_efficiency(weights: torch.Tensor, log_likelihood_draws: int) -> float:
+    """PSIS-LOO's relative efficiency r_eff, as ArviZ computes it when given none: the mean over the
+    posterior's quantities of their ESS of the mean, divided by the number of log-likelihood draws; 1
+    for one chain. ``weights``: the posterior group's draws (chains, draws, quantities). Pass it to
+    ``az.loo(reff=...)``, whose own computation loops over quantities in Python."""
+    if weights.shape[0] == 1:
+        return 1.0
+    return float(ess_mean(weights).mean()) / log_likelihood_draws
 
 
 def nanmax(values: torch.Tensor) -> float:
@@ -75,15 +104,21 @@ def _split(points: torch.Tensor) -> torch.Tensor:
     return torch.cat([points[..., :half], points[..., -half:]], dim=1)
 
 
-def _z_scale(points: torch.Tensor) -> torch.Tensor:
-    """Normal scores of the average ranks of each quantity's draws (Blom's offset, 3/8)."""
+def _z_scale(points: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Normal scores of the average ranks of each quantity's draws (Blom's offset, 3/8), and each
+    quantity's draws in order (quantities, all draws)."""
     flat = points.flatten(1)
-    ordered = flat.sort(1).values
-    lower = torch.searchsorted(ordered, flat, side="left")
-    upper = torch.searchsorted(ordered, flat, side="right")
-    rank = (lower + upper + 1).double() / 2
+    ordered, order = flat.sort(1)
     size = flat.shape[1]
-    return torch.special.ndtri((rank - 3 / 8) / (size + 1 / 4)).reshape(points.shape)
+    position = torch.arange(1, size + 1, dtype=torch.float64, device=flat.device)
+    starts = torch.ones_like(ordered, dtype=torch.bool)  # where a run of equal draws begins, and ends
+    starts[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
+    ends = torch.ones_like(starts)
+    ends[:, :-1] = starts[:, 1:]
+    first = torch.where(starts, position, 0.0).cummax(1).values
+    last = torch.where(ends, position, size + 1.0).flip(1).cummin(1).values.flip(1)
+    rank = torch.empty_like(first).scatter_(1, order, (first + last) / 2)  # ties: their average rank
+    return torch.special.ndtri((rank - 3 / 8) / (size + 1 / 4)).reshape(points.shape), ordered
 
 
 def _split_rhat(points: torch.Tensor) -> torch.Tensor:

@@ -59,8 +59,9 @@ def convergence(f: torch.Tensor, tree_depth: torch.Tensor | None = None, max_tre
     given NUTS's tree depths (chains, draws), the share of transitions that hit ``max_tree_depth``."""
     chains, draws = f.shape[:2]
     f = f.reshape(chains, draws, -1)
-    rhat = diagnostics.nanmax(diagnostics.rhat(f)) if chains > 1 else float("nan")
-    ess = diagnostics.nanmin(diagnostics.ess_bulk(f))
+    rhat, ess = diagnostics.rhat_and_ess_bulk(f, rhat=chains > 1)
+    rhat = diagnostics.nanmax(rhat) if rhat is not None else float("nan")
+    ess = diagnostics.nanmin(ess)
     within = None
     if draws >= 8:  # each chain's halves as two chains of their own
         halves = f[:, : draws // 2 * 2].reshape(chains, 2, draws // 2, -1).permute(1, 2, 0, 3)

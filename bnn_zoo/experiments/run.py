@@ -403,7 +403,9 @@ def _evidence(posterior, idata, elbo_samples):
     draws = log_lik.sizes["chain"] * log_lik.sizes["draw"]
     if posterior.method == "ensemble" or draws < 2:  # K point estimates, or one draw: too few to importance-sample
         return out
-    loo = arviz_compat.loo(idata)
+    several = log_lik.sizes["chain"] > 1  # one chain: ArviZ's r_eff is 1
+    weights = _chain_draws(arviz_compat.group(idata, "posterior")) if several else None
+    loo = arviz_compat.loo(idata, diagnostics.loo_relative_efficiency(weights, draws) if several else None)
     if loo.pareto_k is None:
         out["loo_warning"] = "ArviZ could not smooth the importance weights: no LOO estimate"
     else:
@@ -413,16 +415,14 @@ def _evidence(posterior, idata, elbo_samples):
     if posterior.method in ("nuts", "hmc", "chees", "sgmcmc"):  # Markov chains: their convergence diagnostics
         if "diverging" in posterior.sample_stats:
             out["divergences"] = int(posterior.sample_stats["diverging"].sum())
-        weights = _chain_draws(arviz_compat.group(idata, "posterior"))
-        if posterior.num_chains > 1:
-            out["max_rhat"] = diagnostics.nanmax(diagnostics.rhat(weights))
-        out["min_ess_bulk"] = diagnostics.nanmin(diagnostics.ess_bulk(weights))
+        weights = _chain_draws(arviz_compat.group(idata, "posterior")) if weights is None else weights
         # The same in function space, on each training point's log-likelihood: chains of a BNN can
         # disagree on the weights (permutations, sign flips) and still agree on the function.
-        function = _chain_draws(log_lik)
-        if posterior.num_chains > 1:
-            out["max_rhat_function"] = diagnostics.nanmax(diagnostics.rhat(function))
-        out["min_ess_bulk_function"] = diagnostics.nanmin(diagnostics.ess_bulk(function))
+        for space, draws in (("", weights), ("_function", _chain_draws(log_lik))):
+            rhat, ess = diagnostics.rhat_and_ess_bulk(draws, rhat=posterior.num_chains > 1)
+            if rhat is not None:
+                out[f"max_rhat{space}"] = diagnostics.nanmax(rhat)
+            out[f"min_ess_bulk{space}"] = diagnostics.nanmin(ess)
     return out
 
 
