@@ -54,7 +54,12 @@ def xla() -> None:
     cores = len(os.sched_getaffinity(0))
     rows = [
         {"chains": 4, "JAX CPU devices": 1, "runtime_s": round(one, 1), "ratio_to_one_device": 1.0},
-        {"chains": 4, "JAX CPU devices": cores, "runtime_s": round(every, 1), "ratio_to_one_device": round(every / one, 2)},
+        {
+            "chains": 4,
+            "JAX CPU devices": cores,
+            "runtime_s": round(every, 1),
+            "ratio_to_one_device": round(every / one, 2),
+        },
     ]
     print(write("parallel-chains-xla", rows, command="python benchmarks/parallel_chains.py --backend jax"))
 

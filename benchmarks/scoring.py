@@ -4,7 +4,7 @@ scoring (test predictions, convergence of f, InferenceData, LOO, R-hat and ESS o
 timed apart; and the R-hat and ESS of the same draws by ArviZ's own functions (the scoring's former
 path, a Python loop per quantity under ArviZ 0.2x) against bnn_zoo.evaluation.diagnostics.
 
-python benchmarks/scoring.py [--warmup 20] [--samples 100] [--max-leapfrog 4]
+python benchmarks/scoring.py [--warmup 20] [--samples 100] [--max-leapfrog 4] [--name scoring]
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--samples", type=int, default=100)
     parser.add_argument("--max-leapfrog", type=int, default=4)
+    parser.add_argument("--name", default="scoring")
     args = parser.parse_args()
     inference = cfg.node(
         cfg.ChEES, num_chains=args.chains, num_warmup=args.warmup, num_samples=args.samples,
@@ -46,13 +47,13 @@ def main() -> None:
     f = f.reshape(posterior.num_chains, -1, *f.shape[1:])
     weights = _chain_draws(arviz_compat.group(result.idata, "posterior"))
     timings = {}
-    for name, rhat, ess in (
-        ("ArviZ", lambda d: arviz_compat.rhat(_dataset(d)), lambda d: arviz_compat.ess(_dataset(d))),
-        ("bnn_zoo.evaluation.diagnostics", diagnostics.rhat, diagnostics.ess_bulk),
+    for name, both in (
+        ("ArviZ", lambda d: (arviz_compat.rhat(_dataset(d)), arviz_compat.ess(_dataset(d)))),
+        ("bnn_zoo.evaluation.diagnostics", diagnostics.rhat_and_ess_bulk),
     ):
         start = time.perf_counter()
         for draws in (f, weights):
-            rhat(draws), ess(draws)
+            both(draws)
         timings[name] = round(time.perf_counter() - start, 1)
     rows = [
         {
@@ -69,9 +70,10 @@ def main() -> None:
     print(rows)
     print(
         write(
-            "scoring",
+            args.name,
             rows,
-            command="python benchmarks/scoring.py " + " ".join(f"--{k} {v}" for k, v in vars(args).items()),
+            command="python benchmarks/scoring.py "
+            + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "name"),
         )
     )
 

@@ -64,9 +64,10 @@ class HandlesLocalNoise(Protocol):
 @runtime_checkable
 class ForwardsDraws(Protocol):
     """Optional: a network that evaluates a batch of weight draws itself, faster than ``torch.func.vmap``
-    over its ``forward`` (bnn_zoo's MLP: batched matrix products). ``weights[name]`` is (B, *shape);
-    ``x`` is (N, in), shared by the draws, or (B, N, in), one minibatch per draw; ``input_masks[name]``,
-    (B, N, in), multiplies the input of the layer owning weight ``name`` (per-example dropout).
+    over its ``forward`` (bnn_zoo's MLP: batched matrix products; its LeNet: grouped convolutions).
+    ``weights[name]`` is (B, *shape); ``x`` is (N, in), shared by the draws, or (B, N, in), one
+    minibatch per draw; ``input_masks[name]``, (B, N, *that layer's input shape), multiplies the input
+    of the layer owning weight ``name`` (per-example dropout).
     Returns (B, N, out): what vmap over ``forward`` returns, to floating-point rounding."""
 
     def forward_draws(

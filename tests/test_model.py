@@ -51,6 +51,55 @@ def test_vectorised_forward_equals_a_loop_over_draws(hidden, out):
     torch.testing.assert_close(model.net.forward_draws(flat, xs, masks), masked)
 
 
+def _lenet_draw(net, weights, x, masks):
+    """One draw of the LeNet by its own forward, each mask multiplying its layer's input (as lockstep's hooks)."""
+    hooks = [
+        net.get_submodule(name.rpartition(".")[0]).register_forward_pre_hook(lambda m, args, mask=mask: args[0] * mask)
+        for name, mask in masks.items()
+    ]
+    try:
+        return torch.func.functional_call(net, weights, (x,))
+    finally:
+        for h in hooks:
+            h.remove()
+
+
+@pytest.mark.parametrize("inputs", ["shared", "per-draw", "per-draw masked", "shared masked"])
+def test_the_lenets_forward_draws_equal_its_forward_draw_by_draw(inputs):
+    """Outputs and weight gradients, to float32 rounding; the masks of a convolution (C, H, W) and of
+    dense layers (in,) per example, as lockstep draws them; a masked shared input becomes per draw."""
+    net = bz.models.LeNet(channels=(4, 6), dense=8, out_features=3)
+    g = torch.Generator().manual_seed(0)
+    draws, rows = 3, 5
+    weights = {k: (0.5 * torch.randn(draws, *p.shape, generator=g)).requires_grad_() for k, p in net.named_parameters()}
+    x = torch.rand(rows, 64, generator=g) if inputs.startswith("shared") else torch.rand(draws, rows, 64, generator=g)
+    masks = {}
+    if inputs.endswith("masked"):
+        masks = {
+            "features.4.weight": torch.rand(draws, rows, 4, 4, 4, generator=g) < 0.7,
+            "hidden.weight": torch.rand(draws, rows, 24, generator=g) < 0.7,
+            "out.weight": torch.rand(draws, rows, 8, generator=g) < 0.7,
+        }
+    batched = net.forward_draws(weights, x, masks)
+    looped = torch.stack(
+        [
+            _lenet_draw(
+                net,
+                {k: v[s] for k, v in weights.items()},
+                x if x.dim() == 2 else x[s],
+                {k: m[s] for k, m in masks.items()},
+            )
+            for s in range(draws)
+        ]
+    )
+    assert batched.shape == (draws, rows, 3)
+    torch.testing.assert_close(batched, looped)
+    ours = torch.autograd.grad(batched.square().sum(), list(weights.values()))
+    theirs = torch.autograd.grad(looped.square().sum(), list(weights.values()))
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
 def test_model_runs_under_vectorised_particles():
     model = _mlp_model(likelihood=Gaussian.learned())
     x, y = torch.randn(10, 2), torch.randn(10, 1)

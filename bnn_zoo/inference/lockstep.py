@@ -527,7 +527,7 @@ class _Batch:
 
     def _forward(self, weights: dict, xb: torch.Tensor, masks: dict) -> torch.Tensor:
         """The K networks on their minibatches, (K, M, out): by the network's own ``forward_draws``
-        (:class:`~bnn_zoo.protocols.ForwardsDraws`; bnn_zoo's MLP) where it has one, else under vmap."""
+        (:class:`~bnn_zoo.protocols.ForwardsDraws`; bnn_zoo's MLP and LeNet) where it has one, else under vmap."""
         if isinstance(self.net, ForwardsDraws):
             return self.net.forward_draws(weights, xb, masks)
         return self._forward_vmap(weights, xb, masks)

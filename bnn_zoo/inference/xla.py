@@ -239,7 +239,9 @@ def _use_every_core() -> None:
     the user chose a count, or JAX has already started in this process."""
     import jax
 
-    if jax.config.jax_num_cpu_devices != -1 or "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
+    if jax.config.jax_num_cpu_devices != -1 or "xla_force_host_platform_device_count" in os.environ.get(
+        "XLA_FLAGS", ""
+    ):
         return
     with contextlib.suppress(RuntimeError):  # JAX's backends have started: the count is fixed
         jax.config.update("jax_num_cpu_devices", resources.cores())
@@ -265,6 +267,16 @@ def _on_cores(program, items, shared, lanes: int):
     blocks = jax.tree.map(lambda a: a.reshape(lanes, -1, *a.shape[1:]), items)
     out = jax.pmap(program, in_axes=(0, None), devices=jax.devices("cpu")[:lanes])(blocks, shared)
     return jax.tree.map(lambda a: a.reshape(-1, *a.shape[2:]), out)
+
+
+def _slots(count: int, lanes: int) -> tuple:
+    """``count`` items dealt to ``lanes`` CPU devices in blocks of ``per``: (per, slot, item), item[j]
+    the item in slot j; the last item fills the last block's spare slots (their results are dropped)."""
+    import jax.numpy as jnp
+
+    per = -(-count // lanes)
+    slot = jnp.arange(lanes * per)
+    return per, slot, jnp.minimum(slot, count - 1)
 
 
 def padded(data: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple:
@@ -431,8 +443,9 @@ def run_nuts_cells(target: JaxTarget, data: list, q0s: list, seeds: list[int], m
     """NUTS on K cells in one XLA program: cell k's chains start at q0s[k] (C, d) on its training data
     data[k] = (x, y) (:func:`padded`), seeded by seeds[k]; every cell has the model and the settings of
     ``method``. On a GPU every chain of every cell advances in lockstep, one vectorised step; on the
-    CPU, which a vectorised step does not make cheaper per chain, the chains run one after another (in
-    lockstep each iteration costs the longest of the chains' trees). A cell's chain gets the same key
+    CPU, which a vectorised step does not make cheaper per chain, the chains run side by side on the
+    cores (:func:`_on_cores`), one after another on each (in lockstep each iteration would cost the
+    longest of the chains' trees). A cell's chain gets the same key
     and the same kernel either way, so its draws equal the cell's run alone up to float rounding.
     Returns (site draws (C, S, ...), sample stats (C, S)) per cell."""
     import jax
@@ -448,7 +461,7 @@ def run_nuts_cells(target: JaxTarget, data: list, q0s: list, seeds: list[int], m
     if not in_lockstep(target):
         items = count * chains
         lanes = cpu_lanes(target, items)
-        per = -(-items // lanes)  # chains per CPU device, the last device's filled with copies of the last chain
+        per, slot, real = _slots(items, lanes)
         watch = Watch(name, lanes * per * length, method.max_hours, progress)
 
         def chains_on_a_core(block, cells):
@@ -467,8 +480,6 @@ def run_nuts_cells(target: JaxTarget, data: list, q0s: list, seeds: list[int], m
             return jax.lax.map(chain, block)
 
         def run(q0, keys, cells):
-            slot = jnp.arange(lanes * per)
-            real = jnp.minimum(slot, items - 1)
             block = (
                 q0.reshape(items, -1)[real],
                 keys.reshape(items, -1)[real],
@@ -503,7 +514,8 @@ def run_nuts_cells(target: JaxTarget, data: list, q0s: list, seeds: list[int], m
 
 def in_lockstep(target: JaxTarget) -> bool:
     """Whether a batch of cells advances in lockstep (one vectorised step): on a GPU, yes; on the CPU,
-    whose cost per chain a vectorised step does not lower, the chains and cells run one after another."""
+    whose cost per chain a vectorised step does not lower, the chains and cells run one after another
+    on each core (:func:`_on_cores`)."""
     return target.device.platform != "cpu"
 
 
@@ -640,7 +652,8 @@ def run_chees_cells(target: JaxTarget, data: list, q0s: list, seeds: list[int], 
     data[k] = (x, y) (:func:`padded`), seeded by seeds[k], every cell with the model and settings of
     ``method``. Each cell adapts its own step size, trajectory length and mass matrix with the keys of
     its run alone, so its draws equal that run's up to float rounding. On a GPU the cells advance in
-    lockstep (an iteration costs the longest of their trajectories), on the CPU one after another.
+    lockstep (an iteration costs the longest of their trajectories); on the CPU side by side on the
+    cores, one after another on each (:func:`_on_cores`).
     No checkpoint: a stopped batch starts again. Returns (site draws (C, S, ...), sample stats (C, S),
     the adapted step size and trajectory length) per cell."""
     import jax
@@ -652,7 +665,7 @@ def run_chees_cells(target: JaxTarget, data: list, q0s: list, seeds: list[int], 
     cells, q0 = padded(data), jnp.asarray(torch.stack(q0s).cpu().numpy())
     lockstep = in_lockstep(target)
     lanes = 1 if lockstep else cpu_lanes(target, count)
-    per = count if lockstep else -(-count // lanes)  # cells per CPU device, the last filled with copies
+    per, slot, real = _slots(count, lanes)
     name = "ChEES" + (f" x{count} cells" if count > 1 else "")
     watch = Watch(name, total * (1 if lockstep else lanes * per), method.max_hours, progress, 0, warmup_steps // 2)
 
@@ -672,8 +685,6 @@ def run_chees_cells(target: JaxTarget, data: list, q0s: list, seeds: list[int], 
         sampling = (jax.random.split(key_sample, method.num_samples), warmup_steps + 1 + jnp.arange(method.num_samples))
         return parameters, jax.lax.scan(one, states, sampling)[1]
 
-    slot = jnp.arange(lanes * per)
-    real = jnp.minimum(slot, count - 1)
     items = (keys[real], q0[real], jax.tree.map(lambda a: a[real], cells))
     if lockstep:
         program = lambda block, _: jax.vmap(cell_program)(block)  # noqa: E731

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
+import torch
+import torch.nn.functional as F
 from torch import nn
 
 from bnn_zoo.errors import BnnZooError
@@ -92,6 +94,52 @@ class LeNet(nn.Module):
         lead = x.shape[:-1]
         h = self.features(x.reshape(-1, x.shape[-1]))
         return self.out(self.hidden(h).relu()).reshape(*lead, -1)
+
+    def forward_draws(
+        self, weights: dict[str, torch.Tensor], x: torch.Tensor, input_masks: dict[str, torch.Tensor] | None = None
+    ) -> torch.Tensor:
+        """B weight draws at once (:class:`~bnn_zoo.protocols.ForwardsDraws`): (B, N, out).
+
+        The draws' channels side by side: a convolution of B draws is one convolution with B groups (as
+        vmap batches it, without vmap's per-call cost), the dense layers batched products. Each block
+        pools before its ReLU, on a quarter of the numbers: max pooling commutes with the monotone ReLU.
+
+        Args:
+            weights: every parameter by name, (B, *shape).
+            x: inputs (N, C*H*W) shared by the draws, or (B, N, C*H*W).
+            input_masks: per-example masks on a layer's input, by its weight's name: (B, N, C, H, W)
+                for a convolution, (B, N, in) for a dense layer.
+        """
+        masks = input_masks or {}
+        draws, rows = next(iter(weights.values())).shape[0], x.shape[-2]
+        # (N, draws x channels, H, W); shared inputs stay one copy until a layer's weights differ per draw
+        h = x.reshape(-1, rows, *self.image_shape).transpose(0, 1).flatten(1, 2)
+        per_draw = x.dim() == 3
+        for i, module in enumerate(self.features):
+            if isinstance(module, nn.Conv2d):
+                name = f"features.{i}.weight"
+                if name in masks:
+                    h = h if per_draw else h.unsqueeze(1).expand(rows, draws, *h.shape[1:]).flatten(1, 2)
+                    h, per_draw = h * masks[name].transpose(0, 1).flatten(1, 2), True
+                h = F.conv2d(
+                    h,
+                    weights[name].flatten(0, 1),
+                    weights[f"features.{i}.bias"].flatten(),
+                    module.stride,
+                    module.padding,
+                    module.dilation,
+                    groups=draws if per_draw else 1,
+                )
+                per_draw = True
+            elif isinstance(module, nn.MaxPool2d):
+                h = F.max_pool2d(h, module.kernel_size, module.stride, module.padding, module.dilation).relu_()
+        h = h.reshape(rows, draws, -1).transpose(0, 1)  # (B, N, C*H*W), as nn.Flatten orders a draw's features
+        for name in ("hidden", "out"):
+            if f"{name}.weight" in masks:
+                h = h * masks[f"{name}.weight"]
+            h = torch.baddbmm(weights[f"{name}.bias"].unsqueeze(1), h, weights[f"{name}.weight"].transpose(1, 2))
+            h = h.relu_() if name == "hidden" else h
+        return h
 
     def extra_repr(self):
         return (
