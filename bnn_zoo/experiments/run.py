@@ -418,8 +418,8 @@ def _evidence(posterior, idata, elbo_samples):
         weights = _chain_draws(arviz_compat.group(idata, "posterior")) if weights is None else weights
         # The same in function space, on each training point's log-likelihood: chains of a BNN can
         # disagree on the weights (permutations, sign flips) and still agree on the function.
-        for space, draws in (("", weights), ("_function", _chain_draws(log_lik))):
-            rhat, ess = diagnostics.rhat_and_ess_bulk(draws, rhat=posterior.num_chains > 1)
+        for space, values in (("", weights), ("_function", _chain_draws(log_lik))):
+            rhat, ess = diagnostics.rhat_and_ess_bulk(values, rhat=posterior.num_chains > 1)
             if rhat is not None:
                 out[f"max_rhat{space}"] = diagnostics.nanmax(rhat)
             out[f"min_ess_bulk{space}"] = diagnostics.nanmin(ess)
