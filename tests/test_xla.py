@@ -258,6 +258,21 @@ def _cells(rows=(30, 17)):
     return out
 
 
+def _short_jobs(sampler: str, cells: list, chees_chains: int) -> list:
+    """A few iterations of NUTS or ChEES on XLA per cell, one seed per cell, as the sweep batches them."""
+    model = bz.BNN(bz.models.MLP(2, [8], 1), bz.priors.FanInNormal(), bz.likelihoods.Gaussian.learned())
+    if sampler == "nuts":
+        method = bz.NUTS(num_warmup=3, num_samples=3, num_chains=3, max_tree_depth=6, backend="jax", progress=False)
+    else:
+        method = bz.ChEES(
+            num_warmup=3, num_samples=3, num_chains=chees_chains, max_leapfrog=20, backend="jax", progress=False
+        )
+    return [
+        bz.inference.lockstep.Job(model, x, y, dataclasses.replace(method, seed=seed))
+        for seed, (x, y) in enumerate(cells)
+    ]
+
+
 def test_a_padded_cell_has_its_own_log_density():
     """The mask: a cell padded to a longer one's rows has the log density of its own rows, at many points."""
     import jax
@@ -283,15 +298,7 @@ def test_cells_in_one_program_equal_each_cell_run_alone(sampler, lockstep, monke
     hundreds of iterations rounding differences grow, as between any two machines, so the two runs then
     agree in distribution only). Both layouts: the CPU's, and a GPU's lockstep, run here on the CPU."""
     monkeypatch.setattr(xla, "in_lockstep", lambda target: lockstep)
-    model = bz.BNN(bz.models.MLP(2, [8], 1), bz.priors.FanInNormal(), bz.likelihoods.Gaussian.learned())
-    if sampler == "nuts":
-        method = bz.NUTS(num_warmup=3, num_samples=3, num_chains=3, max_tree_depth=6, backend="jax", progress=False)
-    else:
-        method = bz.ChEES(num_warmup=3, num_samples=3, num_chains=4, max_leapfrog=20, backend="jax", progress=False)
-    jobs = [
-        bz.inference.lockstep.Job(model, x, y, dataclasses.replace(method, seed=seed))
-        for seed, (x, y) in enumerate(_cells())
-    ]
+    jobs = _short_jobs(sampler, _cells(), chees_chains=4)
     together = bz.inference.lockstep.fit_lockstep(jobs)
     for job, posterior in zip(jobs, together):
         alone = job.method.run(job.model, job.x, job.y)
@@ -310,15 +317,7 @@ def test_draws_do_not_depend_on_how_many_cores_run_them(sampler, monkeypatch):
     the same program, compiled for one device or for two."""
     import jax
 
-    model = bz.BNN(bz.models.MLP(2, [8], 1), bz.priors.FanInNormal(), bz.likelihoods.Gaussian.learned())
-    if sampler == "nuts":
-        method = bz.NUTS(num_warmup=3, num_samples=3, num_chains=3, max_tree_depth=6, backend="jax", progress=False)
-    else:
-        method = bz.ChEES(num_warmup=3, num_samples=3, num_chains=2, max_leapfrog=20, backend="jax", progress=False)
-    jobs = [
-        bz.inference.lockstep.Job(model, x, y, dataclasses.replace(method, seed=seed))
-        for seed, (x, y) in enumerate(_cells((30, 17, 24)))
-    ]
+    jobs = _short_jobs(sampler, _cells((30, 17, 24)), chees_chains=2)
     assert len(jax.devices("cpu")) == 2
     two = bz.inference.lockstep.fit_lockstep(jobs)
     monkeypatch.setattr(xla, "cpu_lanes", lambda target, items: 1)
