@@ -185,10 +185,11 @@ def main(argv=None) -> int:
         "program, each split's folder with its convergence verdict",
         description="The zoo's UCI model (one hidden layer of 50 ReLU units, fan-in prior, learned Gaussian noise) on "
         "every split of a UCI folder (or of each folder in a folder of them), sampled on XLA, every split of a "
-        "dataset in one program (on a GPU all chains in lockstep, on the CPU one after another; splits with fewer "
-        "rows padded and masked). Each split is scored and written to OUT/DATASET/cells/KEY/ as a sweep cell "
+        "dataset in one program (on a GPU all chains in lockstep, on the CPU a split per core at a time; splits with "
+        "fewer rows padded and masked). Each split is scored and written to OUT/DATASET/cells/KEY/ as a sweep cell "
         "(metrics.json says whether it converged: R-hat of f below 1.01 on 4+ chains, bulk ESS of f above 400); "
-        "OUT/references.csv lists the verdicts. Resumable: finished splits are skipped. `bnn-zoo table SWEEPDIR "
+        "OUT/references.csv lists the verdicts. Resumable: each split's draws are saved as it finishes, and a run "
+        "again skips what is done. `bnn-zoo table SWEEPDIR "
         "--reference-method chees` scores other runs against them.",
     )
     p.add_argument("--data", required=True, help="a UCI folder (holding data.txt) or a folder of them")

@@ -329,6 +329,40 @@ def test_draws_do_not_depend_on_how_many_cores_run_them(sampler, monkeypatch):
 
 
 @pytest.mark.filterwarnings("ignore:this .* fit collapsed")
+@pytest.mark.parametrize("sampler", ["nuts", "chees"])
+def test_a_killed_batch_of_cells_resumes_with_its_unfinished_cells(sampler, tmp_path, monkeypatch):
+    """Each cell's draws are saved as it finishes; killed after the first save, the batch runs again only
+    the cells not saved, and every cell's draws equal the uninterrupted batch's to float rounding."""
+    from bnn_zoo.inference import lockstep
+
+    jobs = _short_jobs(sampler, _cells((30, 17, 24)), chees_chains=2)
+    whole = lockstep.fit_lockstep(jobs)
+    path, save = tmp_path / "batch.pt", lockstep.atomic_torch_save
+
+    def saved_then_killed(obj, where):
+        save(obj, where)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(lockstep, "atomic_torch_save", saved_then_killed)
+    with pytest.raises(KeyboardInterrupt):
+        lockstep.fit_lockstep(jobs, checkpoint=path)
+    finished = [k for k, *_ in safe_torch_load(path)["cells"]]
+    assert finished == [0]  # the first save: NUTS's after two rounds of two chains, ChEES's after one of two cells
+    monkeypatch.setattr(lockstep, "atomic_torch_save", save)
+    ran, name = [], f"run_{sampler}_cells"
+    run = getattr(xla, name)
+    monkeypatch.setattr(xla, name, lambda target, data, *rest: ran.append(len(data)) or run(target, data, *rest))
+    resumed = lockstep.fit_lockstep(jobs, checkpoint=path)
+    assert ran == [2]
+    for a, b in zip(whole, resumed, strict=True):
+        for site, draws in a.samples.items():
+            torch.testing.assert_close(b.samples[site], draws, rtol=1e-4, atol=1e-4)
+        assert torch.equal(a.sample_stats["n_steps"], b.sample_stats["n_steps"])
+    with pytest.raises(bz.BnnZooError, match="belongs to a different fit"):
+        lockstep.fit_lockstep(jobs[:2], checkpoint=path)
+
+
+@pytest.mark.filterwarnings("ignore:this .* fit collapsed")
 def test_reference_command_runs_every_split_in_one_program(tmp_path, capsys):
     """Each split's folder, verdict and posterior, the posterior equal (over a short run, to float rounding)
     to the same cell fitted alone from its config.yaml: targets shaped as bz.fit shapes them, seeds as alone."""

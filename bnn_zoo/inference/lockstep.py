@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import sys
 import time
 import warnings
 from dataclasses import dataclass
@@ -63,6 +64,7 @@ from bnn_zoo.protocols import ForwardsDraws
 
 BLOCK = 16  # steps of randomness drawn per fit at once (fewer calls per step; masks kept as booleans)
 STATE_FORMAT = "pcg64-streams, flat parameters"  # what a checkpoint's state means; part of its identity
+CELLS_FORMAT = "finished cells: draws, stats, adapted kernel"  # a sampler batch's checkpoint
 CHECKPOINT_SECONDS = 60.0  # a checkpointed batch saves at the first block boundary after this long
 
 
@@ -101,7 +103,7 @@ def why_not(job: Job) -> str | None:
     network's initialisation or the prior. SVI: the direct ELBO covers the dropout and the
     mean-field guide (no local reparameterisation) on a BNN of dense layers with a fixed-noise Gaussian
     likelihood, one particle, the ELBO objective and no early stopping. (A batch checkpoints as a whole,
-    through ``fit_lockstep(checkpoint=...)``; each fit's ``SVI.checkpoint`` is ignored.)"""
+    through ``fit_lockstep(checkpoint=...)``; each fit's own ``checkpoint`` is ignored.)"""
     if isinstance(job.method, SAMPLERS):
         return _why_not_chains(job)
     m, model = job.method, job.model
@@ -190,10 +192,12 @@ def fit_lockstep(
         device: where the batch is stepped (default: the CPU). SVI's draws are made on the CPU either way
             (a block of steps at a time), so a GPU gives the same draws as the CPU for the same seeds; NUTS and
             ChEES run their XLA program there, with JAX's own random streams.
-        checkpoint: a file for the batch's state, written at a block boundary once a minute has passed
-            since the last and resumed exactly: a killed batch loses at most that minute. It holds the
-            fingerprint of every fit's data, model and settings and refuses another batch. The caller
-            removes it once the results are safe.
+        checkpoint: a file for the batch's state, resumed exactly. SVI: written at a block boundary once a
+            minute has passed since the last, so a killed batch loses at most that minute. NUTS and ChEES:
+            every cell's draws, written as the cell finishes (on the CPU, rounds of one cell or chain per
+            core), so a killed batch loses the cells it was running; on a GPU the cells advance together and
+            finish at the end. It holds the fingerprint of every fit's data, model and settings and refuses
+            another batch. The caller removes it once the results are safe.
     """
     from tqdm.auto import tqdm
 
@@ -209,7 +213,7 @@ def fit_lockstep(
         raise BnnZooError("lockstep fits must share the architecture and the method's settings (see signature)")
     jobs = [_checked(job) for job in jobs]
     if isinstance(jobs[0].method, SAMPLERS):
-        return _sample_cells(jobs, progress, device)
+        return _sample_cells(jobs, progress, device, None if checkpoint is None else Path(checkpoint))
     start = time.perf_counter()
     batch = _Batch(jobs, check_device(device or "cpu"))
     path = None if checkpoint is None else Path(checkpoint)
@@ -244,10 +248,12 @@ def _checked(job: Job) -> Job:
     return dataclasses.replace(job, **dict(zip("xy", check_data(job.model, job.x, job.y))))
 
 
-def _sample_cells(jobs: list[Job], progress: bool, device) -> list[Posterior]:
+def _sample_cells(jobs: list[Job], progress: bool, device, checkpoint: Path | None) -> list[Posterior]:
     """NUTS or ChEES on every job's data in one XLA program on ``device`` (None: the CPU): each cell's
     chains start where its run alone starts (its seed), so its draws equal that run's up to float
-    rounding. Where the log density cannot be traced (one warning says why), each cell runs on its own."""
+    rounding. Where the log density cannot be traced (one warning says why), each cell runs on its own.
+    With ``checkpoint``, every cell's draws are saved there as it finishes (on the CPU, a round of one
+    cell or chain per core at a time), and a saved batch runs only its unfinished cells."""
     start = time.perf_counter()
     first, method = jobs[0], jobs[0].method
     starts = [
@@ -259,10 +265,26 @@ def _sample_cells(jobs: list[Job], progress: bool, device) -> list[Posterior]:
     target = xla.jax_target(type(method).__name__, first.model, first.x, first.y, starts[0], device or "cpu")
     if target is None:
         return [j.method.run(j.model, j.x, j.y) for j in jobs]
-    run = xla.run_nuts_cells if isinstance(method, NUTS) else xla.run_chees_cells
-    data, seeds = [(j.x, j.y) for j in jobs], [j.method.seed for j in jobs]
-    runs = run(target, data, [target.start(s) for s in starts], seeds, method, progress)
-    runtime = (time.perf_counter() - start) / len(jobs)  # each cell's share of the program
+    identity = fingerprint(
+        [(j.method.settings(), j.model.describe()) for j in jobs], CELLS_FORMAT, *(t for j in jobs for t in (j.x, j.y))
+    )
+    done, elapsed = _saved_cells(checkpoint, identity, len(jobs))
+    if done and progress:
+        print(f"resuming from checkpoint {checkpoint}: {len(done)} of {len(jobs)} cells sampled", file=sys.stderr)
+    todo = [k for k in range(len(jobs)) if k not in done]
+
+    def finished(i: int, result: tuple) -> None:
+        done[todo[i]] = result
+        if checkpoint is not None and len(done) < len(jobs):
+            cells = [[k, *result] for k, result in sorted(done.items())]
+            now = elapsed + time.perf_counter() - start
+            atomic_torch_save({"identity": identity, "elapsed": now, "cells": cells}, checkpoint)
+
+    if todo:
+        run = xla.run_nuts_cells if isinstance(method, NUTS) else xla.run_chees_cells
+        data, seeds = [(jobs[k].x, jobs[k].y) for k in todo], [jobs[k].method.seed for k in todo]
+        run(target, data, [target.start(starts[k]) for k in todo], seeds, method, progress, finished)
+    runtime = (elapsed + time.perf_counter() - start) / len(jobs)  # each cell's share of the program
     posteriors = [
         Posterior(
             j.model,
@@ -274,11 +296,29 @@ def _sample_cells(jobs: list[Job], progress: bool, device) -> list[Posterior]:
             runtime_s=runtime,
             info={**(extra[0] if extra else {}), "cells_in_program": len(jobs)},
         )
-        for j, (samples, stats, *extra) in zip(jobs, runs, strict=True)
+        for j, (samples, stats, *extra) in zip(jobs, (done[k] for k in range(len(jobs))), strict=True)
     ]
     for posterior in posteriors:
         collapse.check(posterior)
     return posteriors
+
+
+def _saved_cells(path: Path | None, identity: str, count: int) -> tuple[dict, float]:
+    """The finished cells a checkpoint of :func:`_sample_cells` holds ({k: (draws, stats, ...)}) and the
+    batch's time so far; none where there is no checkpoint."""
+    if path is None or not path.exists():
+        return {}, 0.0
+    saved = safe_torch_load(path)
+    check_identity(saved, identity, path, "fit_lockstep")
+    try:
+        cells = {int(k): tuple(result) for k, *result in saved["cells"]}
+        if not all(0 <= k < count and isinstance(r[0], dict) and isinstance(r[1], dict) for k, r in cells.items()):
+            raise TypeError("a cell out of range, or its draws not a dict")
+        return cells, float(saved["elapsed"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BnnZooError(
+            f"checkpoint {path} is not a batch of sampled cells ({exc}); delete it to start afresh"
+        ) from None
 
 
 # checkpoint key -> (K, P) tensor

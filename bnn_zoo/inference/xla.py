@@ -235,7 +235,7 @@ def _jax_device(device: torch.device):
 def _use_every_core() -> None:
     """One JAX CPU device per core this process may keep busy (``jax_num_cpu_devices``;
     :func:`bnn_zoo.resources.cores`, a sweep worker's share), so that independent chains and cells run
-    side by side (:func:`_on_cores`): XLA runs a small network's step on one thread. Left alone where
+    side by side (:func:`_in_rounds`): XLA runs a small network's step on one thread. Left alone where
     the user chose a count, or JAX has already started in this process."""
     import jax
 
@@ -255,28 +255,50 @@ def cpu_lanes(target: JaxTarget, items: int) -> int:
     return min(len(jax.devices("cpu")), items) if target.device.platform == "cpu" else 1
 
 
-def _on_cores(program, items, shared, lanes: int):
-    """``program(block, shared)`` on items (lanes x m, ...) as ``lanes`` blocks of m, one per CPU device,
-    run side by side (``jax.pmap``); one jitted program where ``lanes`` is 1. ``program`` maps a block
-    (m, ...) to outputs (m, ...); returns the outputs (lanes x m, ...). An item's computation is the
-    same either way, so its result does not depend on the number of lanes."""
+def _in_rounds(program, items, shared, lanes: int):
+    """``program(item, shared, lane, r)`` on every item (a leading axis of n), ``lanes`` at a time side by
+    side, one per CPU device (``jax.pmap``; one jitted call where ``lanes`` is 1): round r runs items
+    r * lanes, ..., the last round's spare lanes a copy of the last item (dropped). Yields (first item,
+    outputs (m, ...) of round r's m items) as each round ends, so that finished work can be kept before
+    the rest runs. Every call runs the program compiled once, and an item's computation is the same on
+    any lane, so its result does not depend on the number of lanes."""
     import jax
-
-    if lanes == 1:
-        return jax.jit(program)(items, shared)
-    blocks = jax.tree.map(lambda a: a.reshape(lanes, -1, *a.shape[1:]), items)
-    out = jax.pmap(program, in_axes=(0, None), devices=jax.devices("cpu")[:lanes])(blocks, shared)
-    return jax.tree.map(lambda a: a.reshape(-1, *a.shape[2:]), out)
-
-
-def _slots(count: int, lanes: int) -> tuple:
-    """``count`` items dealt to ``lanes`` CPU devices in blocks of ``per``: (per, slot, item), item[j]
-    the item in slot j; the last item fills the last block's spare slots (their results are dropped)."""
     import jax.numpy as jnp
 
-    per = -(-count // lanes)
-    slot = jnp.arange(lanes * per)
-    return per, slot, jnp.minimum(slot, count - 1)
+    count = jax.tree.leaves(items)[0].shape[0]
+
+    def one(block, shared, lane, r):  # a block of one item
+        return _lead(program(_first(block), shared, lane[0], r))
+
+    call = jax.jit(one)
+    if lanes > 1:
+        on_devices = jax.pmap(one, in_axes=(0, None, 0, None), devices=jax.devices("cpu")[:lanes])
+
+        def call(block, shared, lane, r):  # merged after, so that waiting fails as soon as any device's program fails
+            out = on_devices(jax.tree.map(lambda a: a[:, None], block), shared, lane[:, None], r)
+            return jax.tree.map(lambda a: a.reshape(-1, *a.shape[2:]), out)
+
+    for r in range(-(-count // lanes)):
+        first = r * lanes
+        take = jnp.minimum(first + jnp.arange(lanes), count - 1)
+        out = call(_rows(items, take), shared, jnp.arange(lanes), r)
+        yield first, _rows(jax.tree.map(np.asarray, out), slice(count - first))
+
+
+def _rows(tree, index):
+    import jax
+
+    return jax.tree.map(lambda a: a[index], tree)
+
+
+def _first(tree):
+    return _rows(tree, 0)
+
+
+def _lead(tree):
+    import jax
+
+    return jax.tree.map(lambda a: a[None], tree)
 
 
 def padded(data: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple:
@@ -328,7 +350,7 @@ class Watch:
 
     def hook(self, i, every: int = 1, lane=0) -> None:
         """In the compiled loop: iteration ``i`` (a traced integer) of those run on CPU device ``lane``
-        (:func:`_on_cores`) has finished."""
+        (:func:`_in_rounds`) has finished."""
         import jax
         from jax.experimental import io_callback
 
@@ -397,7 +419,7 @@ class Watch:
 
 
 def _forget_runtime_tokens() -> None:
-    """Drop the tokens of an abandoned program on several devices (:func:`_on_cores`): JAX keeps them,
+    """Drop the tokens of an abandoned program on several devices (:func:`_in_rounds`): JAX keeps them,
     and at exit waits on them and prints the callback's error again. JAX has no public call for this."""
     with contextlib.suppress(ImportError, AttributeError):
         from jax._src import dispatch
@@ -439,15 +461,18 @@ def run_nuts(target: JaxTarget, q0: torch.Tensor, method, progress: bool) -> tup
 
 
 @_on_target_device
-def run_nuts_cells(target: JaxTarget, data: list, q0s: list, seeds: list[int], method, progress: bool) -> list:
+def run_nuts_cells(
+    target: JaxTarget, data: list, q0s: list, seeds: list[int], method, progress: bool, finished=None
+) -> list:
     """NUTS on K cells in one XLA program: cell k's chains start at q0s[k] (C, d) on its training data
     data[k] = (x, y) (:func:`padded`), seeded by seeds[k]; every cell has the model and the settings of
     ``method``. On a GPU every chain of every cell advances in lockstep, one vectorised step; on the
     CPU, which a vectorised step does not make cheaper per chain, the chains run side by side on the
-    cores (:func:`_on_cores`), one after another on each (in lockstep each iteration would cost the
-    longest of the chains' trees). A cell's chain gets the same key
-    and the same kernel either way, so its draws equal the cell's run alone up to float rounding.
-    Returns (site draws (C, S, ...), sample stats (C, S)) per cell."""
+    cores, a round of one chain per core at a time (:func:`_in_rounds`; in lockstep each iteration
+    would cost the longest of the chains' trees). A cell's chain gets the same key and the same kernel
+    either way, so its draws equal the cell's run alone up to float rounding.
+    Returns (site draws (C, S, ...), sample stats (C, S)) per cell; ``finished(k, result)`` is called
+    with each cell's as soon as its chains are done (on a GPU, at the end)."""
     import jax
     import jax.numpy as jnp
 
@@ -458,39 +483,8 @@ def run_nuts_cells(target: JaxTarget, data: list, q0s: list, seeds: list[int], m
     q0 = jnp.asarray(torch.stack(q0s).cpu().numpy())
     name = "NUTS" + (f" x{count} cells" if count > 1 else "")
     iterations = method.num_warmup + jnp.arange(method.num_samples)
-    if not in_lockstep(target):
-        items = count * chains
-        lanes = cpu_lanes(target, items)
-        per, slot, real = _slots(items, lanes)
-        watch = Watch(name, lanes * per * length, method.max_hours, progress)
-
-        def chains_on_a_core(block, cells):
-            def chain(item):
-                q, key, k, offset, lane = item
-                cell = jax.tree.map(lambda a: a[k], cells)
-
-                def advance(i, state):
-                    state = step(state, cell)
-                    watch.hook(offset + i + 1, every=NUTS_WATCH_EVERY, lane=lane)
-                    return state
-
-                state = jax.lax.fori_loop(0, method.num_warmup, advance, init(q, key, cell))
-                return jax.lax.scan(_keeping(advance), state, iterations)[1]
-
-            return jax.lax.map(chain, block)
-
-        def run(q0, keys, cells):
-            block = (
-                q0.reshape(items, -1)[real],
-                keys.reshape(items, -1)[real],
-                real // chains,
-                slot % per * length,
-                slot // per,
-            )
-            out = _on_cores(chains_on_a_core, block, cells, lanes)
-            return [c[:items].reshape(count, chains, *c.shape[1:]) for c in out]
-
-    else:
+    results, finished = [], _collecting(finished)
+    if in_lockstep(target):
         watch = Watch(name, length, method.max_hours, progress)
         vectorised = jax.vmap(jax.vmap(step, in_axes=(0, None)))  # over cells, then over a cell's chains
 
@@ -505,17 +499,54 @@ def run_nuts_cells(target: JaxTarget, data: list, q0s: list, seeds: list[int], m
             states = jax.lax.fori_loop(0, method.num_warmup, advance, states)
             return [jnp.moveaxis(c, 0, 2) for c in jax.lax.scan(_keeping(advance), states, iterations)[1]]
 
-        run = lockstep
-    with watch.running():  # blocks until XLA is done: its callbacks read the watch's pipe
-        columns = jax.block_until_ready(run(q0, keys, cells))  # (K, C, S, ...)
-    columns = [torch.from_numpy(np.array(jax.device_get(c))) for c in columns]
-    return [_nuts_result(target, [c[k] for c in columns]) for k in range(count)]
+        with watch.running():  # blocks until XLA is done: its callbacks read the watch's pipe
+            columns = [np.asarray(c) for c in jax.block_until_ready(lockstep(q0, keys, cells))]  # (K, C, S, ...)
+        for k in range(count):
+            results.append(finished(k, _nuts_result(target, [c[k] for c in columns])))
+        return results
+    items = count * chains
+    lanes = cpu_lanes(target, items)
+    watch = Watch(name, lanes * -(-items // lanes) * length, method.max_hours, progress)
+
+    def chain(item, cells, lane, r):
+        q, key, k = item
+        cell = jax.tree.map(lambda a: a[k], cells)
+
+        def advance(i, state):
+            state = step(state, cell)
+            watch.hook(r * length + i + 1, every=NUTS_WATCH_EVERY, lane=lane)
+            return state
+
+        state = jax.lax.fori_loop(0, method.num_warmup, advance, init(q, key, cell))
+        return jax.lax.scan(_keeping(advance), state, iterations)[1]
+
+    done = []  # the finished chains' columns, in order
+    with watch.running():
+        flat = (q0.reshape(items, -1), keys.reshape(items, -1), jnp.arange(items) // chains)
+        for _, out in _in_rounds(chain, flat, cells, lanes):
+            done += [[c[j] for c in out] for j in range(out[0].shape[0])]
+            while len(results) < len(done) // chains:
+                k = len(results)
+                cell = [np.stack(c) for c in zip(*done[k * chains : (k + 1) * chains], strict=True)]
+                results.append(finished(k, _nuts_result(target, cell)))
+    return results
+
+
+def _collecting(finished):
+    """``finished(k, result)`` that hands the result on: the caller's, or one that only returns it."""
+
+    def hand_on(k, result):
+        if finished is not None:
+            finished(k, result)
+        return result
+
+    return hand_on
 
 
 def in_lockstep(target: JaxTarget) -> bool:
     """Whether a batch of cells advances in lockstep (one vectorised step): on a GPU, yes; on the CPU,
     whose cost per chain a vectorised step does not lower, the chains and cells run one after another
-    on each core (:func:`_on_cores`)."""
+    on each core (:func:`_in_rounds`)."""
     return target.device.platform != "cpu"
 
 
@@ -565,6 +596,8 @@ def _nuts_columns(state) -> tuple:
 
 
 def _nuts_result(target: JaxTarget, columns: list) -> tuple[dict, dict]:
+    """One cell's draws and stats (the torch NUTS's names) from its columns (C, S, ...)."""
+    columns = [torch.from_numpy(np.array(c)) for c in columns]
     draws, diverging, steps, energy, potential, accept, step_size = columns
     steps = steps.long()
     stats = {
@@ -647,15 +680,17 @@ def run_chees(target: JaxTarget, q0: torch.Tensor, method, identity: str) -> tup
 
 
 @_on_target_device
-def run_chees_cells(target: JaxTarget, data: list, q0s: list, seeds: list[int], method, progress: bool) -> list:
+def run_chees_cells(
+    target: JaxTarget, data: list, q0s: list, seeds: list[int], method, progress: bool, finished=None
+) -> list:
     """ChEES on K cells in one XLA program: cell k's chains start at q0s[k] (C, d) on its training data
     data[k] = (x, y) (:func:`padded`), seeded by seeds[k], every cell with the model and settings of
     ``method``. Each cell adapts its own step size, trajectory length and mass matrix with the keys of
     its run alone, so its draws equal that run's up to float rounding. On a GPU the cells advance in
     lockstep (an iteration costs the longest of their trajectories); on the CPU side by side on the
-    cores, one after another on each (:func:`_on_cores`).
-    No checkpoint: a stopped batch starts again. Returns (site draws (C, S, ...), sample stats (C, S),
-    the adapted step size and trajectory length) per cell."""
+    cores, a round of one cell per core at a time (:func:`_in_rounds`).
+    Returns (site draws (C, S, ...), sample stats (C, S), the adapted step size and trajectory length)
+    per cell; ``finished(k, result)`` is called with each cell's as soon as it is done (on a GPU, at the end)."""
     import jax
     import jax.numpy as jnp
 
@@ -665,14 +700,15 @@ def run_chees_cells(target: JaxTarget, data: list, q0s: list, seeds: list[int], 
     cells, q0 = padded(data), jnp.asarray(torch.stack(q0s).cpu().numpy())
     lockstep = in_lockstep(target)
     lanes = 1 if lockstep else cpu_lanes(target, count)
-    per, slot, real = _slots(count, lanes)
     name = "ChEES" + (f" x{count} cells" if count > 1 else "")
-    watch = Watch(name, total * (1 if lockstep else lanes * per), method.max_hours, progress, 0, warmup_steps // 2)
+    rounds = 1 if lockstep else -(-count // lanes)
+    watch = Watch(name, total * lanes * rounds, method.max_hours, progress, 0, warmup_steps // 2)
 
-    def cell_program(item):
-        (key_warmup, key_sample), q, cell, offset, lane = item
+    def cell_program(item, _, lane, r):
+        (key_warmup, key_sample), q, cell = item
         logdensity = lambda p: target.data_logdensity(p, *cell)  # noqa: E731
-        offset_watch = _Offset(watch, offset, lane, every=1 if lockstep else 5)  # under vmap a callback takes no cond
+        # under vmap a callback takes no cond: every iteration calls back
+        offset_watch = _Offset(watch, r * total, lane, every=1 if lockstep else 5)
         states, parameters = _chees_warmup(logdensity, q, method, key_warmup, offset_watch)
         kernel = _chees_kernel(logdensity, parameters, total)
 
@@ -685,22 +721,18 @@ def run_chees_cells(target: JaxTarget, data: list, q0s: list, seeds: list[int], 
         sampling = (jax.random.split(key_sample, method.num_samples), warmup_steps + 1 + jnp.arange(method.num_samples))
         return parameters, jax.lax.scan(one, states, sampling)[1]
 
-    items = (keys[real], q0[real], jax.tree.map(lambda a: a[real], cells))
-    if lockstep:
-        program = lambda block, _: jax.vmap(cell_program)(block)  # noqa: E731
-        items = (*items, jnp.zeros(count, int), jnp.zeros(count, int))
-    else:
-        program = lambda block, _: jax.lax.map(cell_program, block)  # noqa: E731
-        items = (*items, slot % per * total, slot // per)
-    with watch.running():
-        parameters, out = jax.block_until_ready(_on_cores(program, items, None, lanes))
-    parameters, out = jax.tree.map(lambda a: a[:count], (parameters, out))
-    kept = {k: np.moveaxis(np.asarray(v), 1, 2) for k, v in zip(_CHEES_COLUMNS, out, strict=True)}  # (K, C, S, ...)
-    parameters = jax.tree.map(np.asarray, parameters)
-    return [
-        _chees_result(target, {k: v[c] for k, v in kept.items()}, {k: v[c] for k, v in parameters.items()})
-        for c in range(count)
-    ]
+    def every_cell_at_once():
+        yield 0, jax.jit(jax.vmap(lambda item: cell_program(item, None, 0, 0)))((keys, q0, cells))
+
+    rounds = every_cell_at_once() if lockstep else _in_rounds(cell_program, (keys, q0, cells), None, lanes)
+    results, finished = [], _collecting(finished)
+    with watch.running():  # blocks until XLA is done: its callbacks read the watch's pipe
+        for first, (parameters, out) in rounds:
+            for j in range(out[0].shape[0]):
+                kept = {k: np.swapaxes(np.asarray(v[j]), 0, 1) for k, v in zip(_CHEES_COLUMNS, out, strict=True)}
+                adapted = {k: np.asarray(v[j]) for k, v in parameters.items()}
+                results.append(finished(first + j, _chees_result(target, kept, adapted)))
+    return results
 
 
 class _Offset:
@@ -734,7 +766,7 @@ def _chees_info(info) -> tuple:
 
 def _chees_result(target: JaxTarget, kept: dict, parameters: dict) -> tuple[dict, dict, dict]:
     """One run's draws, stats (the torch ChEES's names) and adapted kernel from arrays (C, S, ...)."""
-    column = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in kept.items()}
+    column = {k: torch.from_numpy(np.array(v)) for k, v in kept.items()}
     step_size, steps = float(parameters["step_size"]), column["n_steps"].long()
     stats = {
         "acceptance_rate": column["acceptance_rate"].double(),
