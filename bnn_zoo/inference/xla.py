@@ -266,22 +266,15 @@ def _in_rounds(program, items, shared, lanes: int):
     import jax.numpy as jnp
 
     count = jax.tree.leaves(items)[0].shape[0]
-
-    def one(block, shared, lane, r):  # a block of one item
-        return _lead(program(_first(block), shared, lane[0], r))
-
-    call = jax.jit(one)
-    if lanes > 1:
-        on_devices = jax.pmap(one, in_axes=(0, None, 0, None), devices=jax.devices("cpu")[:lanes])
-
-        def call(block, shared, lane, r):  # merged after, so that waiting fails as soon as any device's program fails
-            out = on_devices(jax.tree.map(lambda a: a[:, None], block), shared, lane[:, None], r)
-            return jax.tree.map(lambda a: a.reshape(-1, *a.shape[2:]), out)
-
+    if lanes == 1:
+        call = jax.jit(lambda block, shared, lane, r: _lead(program(_first(block), shared, lane[0], r)))
+    else:
+        call = jax.pmap(program, in_axes=(0, None, 0, None), devices=jax.devices("cpu")[:lanes])
     for r in range(-(-count // lanes)):
         first = r * lanes
         take = jnp.minimum(first + jnp.arange(lanes), count - 1)
-        out = call(_rows(items, take), shared, jnp.arange(lanes), r)
+        # a device whose program stops stops the others at their next callback (:meth:`Watch._tick`)
+        out = jax.block_until_ready(call(_rows(items, take), shared, jnp.arange(lanes), r))
         yield first, _rows(jax.tree.map(np.asarray, out), slice(count - first))
 
 
@@ -361,6 +354,8 @@ class Watch:
             jax.lax.cond(i % every == 0, tick, lambda: None)
 
     def _tick(self, i, lane=0) -> None:
+        if self.stop is not None:  # another device's program stopped the run: end this one too
+            raise _Abandoned
         try:
             self.lanes[int(lane)] = int(i)
             self._progress(sum(self.lanes.values()))
@@ -396,12 +391,14 @@ class Watch:
             os.set_blocking(self._wake, False)
             os.set_blocking(write, False)
             previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
-        quiet = _QuietStop()
-        logging.getLogger("jax._src.callback").addFilter(quiet)
+        quiet, callbacks = _QuietStop(), logging.getLogger("jax._src.callback")
+        callbacks.addFilter(quiet)
+        callbacks.addFilter(_QUIET_ABANDONED)  # kept: a late device's callback may stop it after this watch
+        finished = False
         try:
             yield
+            finished = True
         except Exception:  # XLA's error for an abandoned program
-            _forget_runtime_tokens()
             if isinstance(self.stop, _Signalled):
                 _run_signal_handlers()  # raises what the handler raises
                 raise KeyboardInterrupt from None  # a handler that did not raise
@@ -409,7 +406,10 @@ class Watch:
                 raise
             raise self.stop from None
         finally:
-            logging.getLogger("jax._src.callback").removeFilter(quiet)
+            if not finished:  # here, not in the except clause: a signal's handler may raise before that clause runs
+                self.stop = self.stop or _Abandoned()  # whatever stopped it: the other devices' callbacks raise
+                _end_abandoned_programs()
+            callbacks.removeFilter(quiet)
             if write is not None:
                 signal.set_wakeup_fd(previous)
                 wake, self._wake = self._wake, None  # a late callback finds no pipe rather than a closed one
@@ -418,17 +418,27 @@ class Watch:
             self.bar.close()
 
 
-def _forget_runtime_tokens() -> None:
-    """Drop the tokens of an abandoned program on several devices (:func:`_in_rounds`): JAX keeps them,
-    and at exit waits on them and prints the callback's error again. JAX has no public call for this."""
+def _end_abandoned_programs() -> None:
+    """Wait until the programs still running on other devices (:func:`_in_rounds`) end, each at its next
+    callback (:meth:`Watch._tick`), then drop their tokens: JAX keeps them and at exit would wait on them
+    again and print the callback's error (or, without them, tear XLA down under a running program).
+    JAX has no public call for this."""
     with contextlib.suppress(ImportError, AttributeError):
         from jax._src import dispatch
 
-        dispatch.runtime_tokens.clear()
+        tokens = dispatch.runtime_tokens
+        for token in [*tokens.current_tokens.values(), *tokens.output_runtime_tokens.values()]:
+            with contextlib.suppress(Exception):  # the error of the callback that stopped it
+                token.block_until_ready()
+        tokens.clear()
 
 
 class _Signalled(Exception):
     """A signal arrived while XLA ran; its Python handler is pending on the main thread."""
+
+
+class _Abandoned(Exception):
+    """The program on another device stopped the run."""
 
 
 def _run_signal_handlers() -> None:
@@ -438,9 +448,14 @@ def _run_signal_handlers() -> None:
 class _QuietStop:
     """Drops JAX's logged traceback of a callback that stopped a run on purpose."""
 
+    def __init__(self, *kinds):
+        self.kinds = kinds or (_Signalled, _Abandoned, KeyboardInterrupt, TimeLimitExceeded)
+
     def filter(self, record) -> bool:
-        error = record.exc_info[1] if record.exc_info else None
-        return not isinstance(error, (_Signalled, KeyboardInterrupt, TimeLimitExceeded))
+        return not isinstance(record.exc_info[1] if record.exc_info else None, self.kinds)
+
+
+_QUIET_ABANDONED = _QuietStop(_Abandoned)
 
 
 def _on_target_device(run):
