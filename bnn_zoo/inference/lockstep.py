@@ -1,9 +1,9 @@
 """Many fits in lockstep: K independent fits of one architecture as one batched computation.
 
-NUTS and ChEES on the XLA backend: K cells (splits, seeds) of one model and one sampler's settings run
-as one XLA program (:func:`~bnn_zoo.inference.xla.run_nuts_cells`, :func:`~bnn_zoo.inference.xla.run_chees_cells`:
-on a GPU every chain of every cell in lockstep, on the CPU one after another); cells with fewer training
-rows are padded and masked.
+NUTS and ChEES on the XLA backend: K cells (splits, seeds) of one model and one sampler's settings
+run as one compiled XLA program (:func:`~bnn_zoo.inference.xla.run_nuts_cells`,
+:func:`~bnn_zoo.inference.xla.run_chees_cells`: on a GPU every chain of every cell in lockstep, on
+the CPU in rounds of one per core); cells with fewer training rows are padded and masked.
 
 SVI:
 

@@ -374,7 +374,7 @@ class NUTS(_MCMC):
             reach the cap at every draw).
         backend: ``"torch"``: Pyro's NUTS; ``"jax"``: NumPyro's NUTS (same adaptation: dual averaging,
             windowed mass matrix) on the model's log density traced to JAX
-            (:mod:`bnn_zoo.inference.xla`), its chains one after another in this process; ``"auto"``: JAX
+            (:mod:`bnn_zoo.inference.xla`), its chains in rounds of one per CPU core in this process; ``"auto"``: JAX
             where it runs beside the installed torch and the network has no convolution or recurrent layer
             (:func:`~bnn_zoo.inference.xla.resolve_backend`), torch otherwise.
         lockstep: in a sweep (or ``bnn-zoo reference``), run this cell with the others that differ from it

@@ -560,8 +560,8 @@ def _collecting(finished):
 
 def in_lockstep(target: JaxTarget) -> bool:
     """Whether a batch of cells advances in lockstep (one vectorised step): on a GPU, yes; on the CPU,
-    whose cost per chain a vectorised step does not lower, the chains and cells run one after another
-    on each core (:func:`_in_rounds`)."""
+    whose cost per chain a vectorised step does not lower, the chains and cells run side by side, in
+    rounds of one per core (:func:`_in_rounds`)."""
     return target.device.platform != "cpu"
 
 
