@@ -199,6 +199,12 @@ def main(argv=None) -> int:
     p.add_argument("--num-warmup", type=_positive, default=500, help="warm-up iterations per chain (default 500)")
     p.add_argument("--num-samples", type=_positive, default=250, help="kept draws per chain (default 250)")
     p.add_argument("--device", help="where the XLA program runs: cpu (default) or cuda (pip install 'bnn-zoo[cuda]')")
+    p.add_argument(
+        "--max-hours",
+        type=_hours,
+        help="stop once a dataset's program is projected past this many hours (default: no limit); splits "
+        "finished by then are kept, and the command run again, with any limit, goes on with the rest",
+    )
     p.add_argument("--out", required=True, help="output folder")
     _execution_options(p)
 
@@ -246,6 +252,16 @@ def _positive(text: str) -> int:
 
 
 _positive.__name__ = "positive integer"  # what argparse names in its error
+
+
+def _hours(text: str) -> float | None:
+    value = None if text.lower() == "none" else float(text)
+    if value is not None and not 0 < value < float("inf"):
+        raise ValueError(text)
+    return value
+
+
+_hours.__name__ = "number of hours"
 
 
 def _execution_options(p) -> None:
@@ -554,13 +570,13 @@ def _reproduce(args):
 def _reference(args):
     import pandas as pd
 
-    from bnn_zoo.experiments import protocols, table
-    from bnn_zoo.experiments.sweep import check_resources, run_sweep
+    from bnn_zoo.experiments import protocols
+    from bnn_zoo.experiments.sweep import check_resources, run_sweep, sweep_status
     from bnn_zoo.io import atomic_write, read_json_mapping, writable_folder
 
     out = writable_folder(args.out)
     folders, splits = protocols.uci_folders(args.data), protocols.parse_splits(args.splits)
-    settings = (args.sampler, args.num_chains, args.num_warmup, args.num_samples, args.device)
+    settings = (args.sampler, args.num_chains, args.num_warmup, args.num_samples, args.device, args.max_hours)
     sweeps = [protocols.reference(f, splits, *settings) for f in folders]  # all checked before any runs
     for sweep in sweeps:
         check_resources(sweep)
@@ -571,13 +587,18 @@ def _reference(args):
         summary = {k: summary[k] + part[k] for k in summary}
     rows = []
     for folder in folders:
-        for _, cell in table.collect(out / folder.name).iterrows():
-            metrics = read_json_mapping(Path(cell["folder"]) / "metrics.json") or {}
-            rows.append({"dataset": folder.name, "split": cell["data.split"]} | {k: metrics.get(k) for k in VERDICT})
-    verdicts = pd.DataFrame(rows).sort_values(["dataset", "split"])
+        for cell in sweep_status(out / folder.name)["done"]:
+            metrics = read_json_mapping(out / folder.name / "cells" / cell["key"] / "metrics.json") or {}
+            split = cell["labels"].get("data.split")
+            rows.append({"dataset": folder.name, "split": split} | {k: metrics.get(k) for k in VERDICT})
+    verdicts = pd.DataFrame(rows, columns=["dataset", "split", *VERDICT]).sort_values(["dataset", "split"])
     atomic_write(out / "references.csv", lambda tmp: verdicts.to_csv(tmp, index=False))
-    print(verdicts.drop(columns="reference_note").to_string(index=False))
-    return _report(summary, out)
+    if rows:
+        print(verdicts.drop(columns="reference_note").to_string(index=False))
+    code = _report(summary, out)
+    if any("max_hours=" in failure for failure in summary["failed"]):
+        print("to go on: the same command with a higher --max-hours (or none); the splits already sampled are kept")
+    return code
 
 
 VERDICT = ("reference_converged", "max_rhat_test_f", "min_ess_bulk_test_f", "runtime_s", "reference_note")

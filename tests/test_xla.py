@@ -428,3 +428,38 @@ def test_reference_command_runs_every_split_in_one_program(tmp_path, capsys):
     assert together.y.shape == alone.y.shape == (30, 1)
     for site, draws in alone.samples.items():
         torch.testing.assert_close(together.samples[site], draws, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.filterwarnings("ignore:this .* fit collapsed")
+def test_a_reference_stopped_by_its_time_limit_keeps_its_finished_splits(tmp_path, monkeypatch, capsys):
+    """A batch stopped by --max-hours keeps the splits it finished; the command says how to go on, and run
+    again with another limit (the same sweep: the limit is not part of a cell) samples only the rest."""
+    from test_bad_input import _uci_folder
+
+    from bnn_zoo.cli import main
+    from bnn_zoo.inference import lockstep
+
+    _uci_folder(tmp_path / "tiny", rows=40)
+    (tmp_path / "tiny" / "index_train_1.txt").write_text("\n".join(map(str, range(10, 40))) + "\n")
+    (tmp_path / "tiny" / "index_test_1.txt").write_text("\n".join(map(str, range(10))) + "\n")
+    argv = ["reference", "--data", str(tmp_path / "tiny"), "--num-chains", "4", "--num-warmup", "3"]
+    argv += ["--num-samples", "4", "--out", str(tmp_path / "out"), "--quiet"]
+    save = lockstep.atomic_torch_save
+
+    def saved_then_stopped(obj, where):
+        save(obj, where)
+        raise budget.TimeLimitExceeded("ChEES x2 cells would take about 3 hours, more than max_hours=0.5")
+
+    monkeypatch.setattr(lockstep, "atomic_torch_save", saved_then_stopped)
+    assert main([*argv, "--max-hours", "0.5"]) == 1
+    printed = capsys.readouterr().out
+    assert "0 cells run, 0 already done, 2 failed" in printed and "higher --max-hours (or none)" in printed
+    assert len(list((tmp_path / "out" / "tiny" / "lockstep").glob("*.pt"))) == 1  # the first split's draws
+    monkeypatch.setattr(lockstep, "atomic_torch_save", save)
+    ran, run = [], xla.run_chees_cells
+    monkeypatch.setattr(
+        xla, "run_chees_cells", lambda target, data, *rest: ran.append(len(data)) or run(target, data, *rest)
+    )
+    assert main([*argv, "--max-hours", "none"]) == 0
+    assert ran == [1] and "2 cells run, 0 already done, 0 failed" in capsys.readouterr().out
+    assert len((tmp_path / "out" / "references.csv").read_text().splitlines()) == 3

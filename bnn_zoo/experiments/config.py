@@ -820,9 +820,13 @@ def node(cls: type, **init_args) -> dict:
     return {"class_path": f"{cls.__module__}.{cls.__qualname__}", "init_args": init_args}
 
 
+WALL_TIME_ONLY = frozenset({"max_hours"})  # bounds how long a run may take, not what it computes
+
+
 def config_hash(config: RunConfig) -> str:
     """A short stable key of a config (sweep cells are named by it). Fields at their defaults are left
-    out, so a field added later with a default that keeps the old behaviour does not change old keys."""
+    out, so a field added later with a default that keeps the old behaviour does not change old keys,
+    and so are WALL_TIME_ONLY's: a sweep run again with another time limit finds its cells."""
     payload = json.dumps(_non_default(config), sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
@@ -832,7 +836,7 @@ def _non_default(value):
         fields = {
             f.name: _non_default(getattr(value, f.name))
             for f in dataclasses.fields(value)
-            if getattr(value, f.name) != _default(f)
+            if getattr(value, f.name) != _default(f) and f.name not in WALL_TIME_ONLY
         }
         return (
             fields

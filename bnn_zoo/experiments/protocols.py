@@ -233,6 +233,7 @@ def reference(
     warmup: int = 500,
     samples: int = 250,
     device: str | None = None,
+    max_hours: float | None = None,
 ) -> Sweep:
     """Reference posteriors for the zoo's UCI table on one UCI folder as a sweep, one cell per split: the
     table's model (one hidden layer of 50 ReLU units, the fan-in prior, a learned Gaussian noise)
@@ -249,6 +250,9 @@ def reference(
         warmup: warm-up iterations per chain.
         samples: kept draws per chain.
         device: where the XLA program runs (None: the CPU; "cuda": a GPU, with the cuda extra).
+        max_hours: stop once one dataset's program is projected past this many hours (None: no limit; a
+            reference batch is long by design, and splits finished before a stop are kept). Not part of
+            a cell's key: the same sweep run again with another limit resumes.
     """
     if sampler not in REFERENCE_SAMPLERS:
         raise BnnZooError(f"the reference sampler is one of {', '.join(REFERENCE_SAMPLERS)}, got {sampler!r}")
@@ -258,7 +262,10 @@ def reference(
     folder = Path(folder)
     count = len(list(folder.glob("index_train_*.txt")))
     splits = _checked_splits(folder, count, splits)
+    if max_hours is not None:
+        positive("reference max_hours", max_hours)
     options = {"num_chains": chains, "num_warmup": warmup, "num_samples": samples, "backend": "jax"}
+    options["max_hours"] = max_hours
     base = {
         "data": cfg.node(cfg.UCI, path=str(folder)),
         "model": cfg.node(cfg.MLP, hidden=[50], activation="relu"),

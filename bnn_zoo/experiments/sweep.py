@@ -340,11 +340,11 @@ def run_cells(cells: list[tuple[str, dict, dict]], threads: int | None = None) -
                 )
                 if failure["state"] == "failed":
                     statuses.update(dict.fromkeys(unfitted, failure))
-                    folders = list(fitted)
+                    folders, checkpoint = list(fitted), None
         for folder in folders:  # each status is written as soon as it is known: a kill loses only what is unfinished
             statuses[folder] = _attempt(Path(folder), functools.partial(_finish, prepared[folder], fitted.get(folder)))
             write_json(statuses[folder], Path(folder) / "status.json")
-        if checkpoint is not None:  # every cell of the batch is finished or failed on its own
+        if checkpoint is not None:  # the batch was fitted: every cell is finished or failed on its own
             checkpoint.unlink(missing_ok=True)
     for folder, *_ in cells:
         if statuses[folder]["state"] == "failed":
@@ -749,11 +749,19 @@ def _check_folder(out: Path, sweep: Sweep) -> None:
     path = out / "sweep.yaml"
     if out.exists() and not out.is_dir():
         raise BnnZooError(f"{out} is a file; give a folder for the sweep's results")
-    if path.is_file() and read_yaml(path, "sweep record") != json.loads(json.dumps(spec)):
+    if path.is_file() and _identity(read_yaml(path, "sweep record")) != _identity(json.loads(json.dumps(spec))):
         raise BnnZooError(
             f"{out} holds a different sweep (see its sweep.yaml); choose another --out or delete the folder"
         )
     write_yaml(json.loads(json.dumps(spec)), path)
+
+
+def _identity(spec):
+    """A sweep record without the options that bound only its wall time (cfg.WALL_TIME_ONLY), in a node
+    or as a grid's dotted path: the same sweep run again with another time limit resumes."""
+    if isinstance(spec, dict):
+        return {k: _identity(v) for k, v in spec.items() if str(k).rpartition(".")[2] not in cfg.WALL_TIME_ONLY}
+    return [_identity(v) for v in spec] if isinstance(spec, list) else spec
 
 
 def sweep_status(out) -> dict[str, list[dict]]:

@@ -65,7 +65,7 @@ class TimeLimit:
         if self.settle <= 0 or (self._settled is not None and now - self._settled >= GRACE_S and done > self.settle):
             pace = (now - self._settled) / (done - max(self.settle, 0))
             projected = (elapsed + pace * (self.total - done)) * self.rounds
-            how = f"about {projected / 3600:.1f} hours at its pace so far"
+            how = f"about {projected / 3600:.2g} hours at its pace so far"
         else:  # still adapting or just settled: a lower bound, the rest up to SETTLED_SPEEDUP times cheaper
             pace = elapsed / min(done, self.settle)
             projected = (
@@ -74,7 +74,7 @@ class TimeLimit:
                 + pace / SETTLED_SPEEDUP * (self.total - max(done, self.settle))
             ) * self.rounds
             how = (
-                f"at least {projected / 3600:.1f} hours, even if its iterations after iteration {self.settle} ran "
+                f"at least {projected / 3600:.2g} hours, even if its iterations after iteration {self.settle} ran "
                 f"{SETTLED_SPEEDUP:g}x faster than so far"
             )
         if projected > 3600 * self.max_hours:
