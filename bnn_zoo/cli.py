@@ -202,8 +202,9 @@ def main(argv=None) -> int:
     p.add_argument(
         "--max-hours",
         type=_hours,
-        help="stop once a dataset's program is projected past this many hours (default: no limit); splits "
-        "finished by then are kept, and the command run again, with any limit, goes on with the rest",
+        help="stop once a split is projected past this many hours (default: no limit; on the CPU the splits run "
+        "in rounds of one per core); splits finished by then are kept, and the command run again, with any "
+        "limit, goes on with the rest",
     )
     p.add_argument("--out", required=True, help="output folder")
     _execution_options(p)

@@ -463,3 +463,29 @@ def test_a_reference_stopped_by_its_time_limit_keeps_its_finished_splits(tmp_pat
     assert main([*argv, "--max-hours", "none"]) == 0
     assert ran == [1] and "2 cells run, 0 already done, 0 failed" in capsys.readouterr().out
     assert len((tmp_path / "out" / "references.csv").read_text().splitlines()) == 3
+
+
+class _Built(Exception):
+    pass
+
+
+@pytest.mark.parametrize("sampler", ["nuts", "chees"])
+def test_a_batch_holds_each_cell_to_its_max_hours(sampler, monkeypatch):
+    """In a batch max_hours bounds each cell's own time, as when it runs alone: three cells on the CPU's two
+    devices take two rounds (ChEES: a cell per core; NUTS: 9 chains where a cell alone takes 2 rounds of its
+    3), so the batch may take two cells' limits. A run that projects past that stops; one short of it runs."""
+    from test_chees import _replay
+
+    made = []
+
+    def built(*args, **kwargs):
+        made.append(kwargs.get("turns"))
+        raise _Built
+
+    monkeypatch.setattr(xla, "TimeLimit", built)
+    with pytest.raises(_Built):
+        bz.inference.lockstep.fit_lockstep(_short_jobs(sampler, _cells((30, 17, 24)), chees_chains=2))
+    assert made == [2]
+    hours = [3600 / 1000] * 1000  # an hour in all
+    assert _replay({"max_hours": 0.55, "turns": 2}, hours, monkeypatch) is None
+    assert _replay({"max_hours": 0.45, "turns": 2}, hours, monkeypatch) is not None

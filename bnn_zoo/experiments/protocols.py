@@ -250,9 +250,9 @@ def reference(
         warmup: warm-up iterations per chain.
         samples: kept draws per chain.
         device: where the XLA program runs (None: the CPU; "cuda": a GPU, with the cuda extra).
-        max_hours: stop once one dataset's program is projected past this many hours (None: no limit; a
-            reference batch is long by design, and splits finished before a stop are kept). Not part of
-            a cell's key: the same sweep run again with another limit resumes.
+        max_hours: stop once a split is projected past this many hours (None: no limit; a reference is
+            long by design, and splits finished before a stop are kept). Not part of a cell's key: the
+            same sweep run again with another limit resumes.
     """
     if sampler not in REFERENCE_SAMPLERS:
         raise BnnZooError(f"the reference sampler is one of {', '.join(REFERENCE_SAMPLERS)}, got {sampler!r}")

@@ -40,10 +40,14 @@ def check_max_hours(name: str, value: float | None) -> None:
 class TimeLimit:
     """Raises :class:`TimeLimitExceeded` when ``done`` of ``total`` iterations, after ``GRACE_S``
     seconds, project past ``max_hours`` (``rounds``: how many times the run repeats this pace, e.g.
-    chains run one after another; ``settle``: the iteration from which the pace is representative)."""
+    chains run one after another; ``settle``: the iteration from which the pace is representative).
+    ``turns``: a batch of fits whose time is that many fits' one after another (cells in rounds on the
+    CPU's cores), each fit allowed ``max_hours``."""
 
-    def __init__(self, method: str, max_hours: float | None, total: int, rounds: int = 1, settle: int = 0):
-        self.method, self.max_hours, self.total, self.rounds = method, max_hours, total, rounds
+    def __init__(
+        self, method: str, max_hours: float | None, total: int, rounds: int = 1, settle: int = 0, turns: int = 1
+    ):
+        self.method, self.max_hours, self.total, self.rounds, self.turns = method, max_hours, total, rounds, turns
         self.start = time.perf_counter()
         self.settle_at(settle)
 
@@ -77,10 +81,15 @@ class TimeLimit:
                 f"at least {projected / 3600:.2g} hours, even if its iterations after iteration {self.settle} ran "
                 f"{SETTLED_SPEEDUP:g}x faster than so far"
             )
-        if projected > 3600 * self.max_hours:
+        if projected > 3600 * self.max_hours * self.turns:
+            each = (
+                f" per cell ({self.max_hours * self.turns:g} for its {self.turns} rounds of cells)"
+                if self.turns > 1
+                else ""
+            )
             raise TimeLimitExceeded(
                 f"{self.method} would take {how} ({done} of {self.total} iterations in "
                 f"{elapsed:.0f} s{f', {self.rounds} rounds of chains' if self.rounds > 1 else ''}), more than "
-                f"max_hours={self.max_hours:g}; "
+                f"max_hours={self.max_hours:g}{each}; "
                 "fit it by minibatch MCMC (sghmc) or SVI, give fewer warm-up and kept draws, or raise max_hours"
             )

@@ -334,11 +334,13 @@ class Watch:
     the signal's Python handler raises, KeyboardInterrupt by default).
     """
 
-    def __init__(self, method: str, total: int, max_hours, progress: bool, done: int = 0, settle: int = 0):
+    def __init__(
+        self, method: str, total: int, max_hours, progress: bool, done: int = 0, settle: int = 0, turns: int = 1
+    ):
         from tqdm.auto import tqdm
 
         self.first, self.stop, self._wake, self.lanes = done, None, None, {0: done}
-        self.limit = TimeLimit(method, max_hours, total - done, settle=max(settle - done, 0))
+        self.limit = TimeLimit(method, max_hours, total - done, settle=max(settle - done, 0), turns=turns)
         self.bar = tqdm(total=total, initial=done, desc=method.lower(), disable=not progress)
 
     def hook(self, i, every: int = 1, lane=0) -> None:
@@ -520,8 +522,11 @@ def run_nuts_cells(
             results.append(finished(k, _nuts_result(target, [c[k] for c in columns])))
         return results
     items = count * chains
-    lanes = cpu_lanes(target, items)
-    watch = Watch(name, lanes * -(-items // lanes) * length, method.max_hours, progress)
+    lanes, alone = cpu_lanes(target, items), cpu_lanes(target, chains)
+    rounds = -(-items // lanes)
+    # max_hours bounds each cell's own time, its rounds': the batch takes `turns` cells' times
+    turns = max(rounds // -(-chains // alone), 1)
+    watch = Watch(name, lanes * rounds * length, method.max_hours, progress, turns=turns)
 
     def chain(item, cells, lane, r):
         q, key, k = item
@@ -717,7 +722,8 @@ def run_chees_cells(
     lanes = 1 if lockstep else cpu_lanes(target, count)
     name = "ChEES" + (f" x{count} cells" if count > 1 else "")
     rounds = 1 if lockstep else -(-count // lanes)
-    watch = Watch(name, total * lanes * rounds, method.max_hours, progress, 0, warmup_steps // 2)
+    # max_hours bounds each cell's own time: its round's on the CPU, the whole program's in lockstep
+    watch = Watch(name, total * lanes * rounds, method.max_hours, progress, 0, warmup_steps // 2, turns=rounds)
 
     def cell_program(item, _, lane, r):
         (key_warmup, key_sample), q, cell = item
