@@ -264,8 +264,13 @@ def reference(
     splits = _checked_splits(folder, count, splits)
     if max_hours is not None:
         positive("reference max_hours", max_hours)
-    options = {"num_chains": chains, "num_warmup": warmup, "num_samples": samples, "backend": "jax"}
-    options["max_hours"] = max_hours
+    options = {
+        "num_chains": chains,
+        "num_warmup": warmup,
+        "num_samples": samples,
+        "backend": "jax",
+        "max_hours": max_hours,
+    }
     base = {
         "data": cfg.node(cfg.UCI, path=str(folder)),
         "model": cfg.node(cfg.MLP, hidden=[50], activation="relu"),

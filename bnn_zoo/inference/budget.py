@@ -69,7 +69,7 @@ class TimeLimit:
         if self.settle <= 0 or (self._settled is not None and now - self._settled >= GRACE_S and done > self.settle):
             pace = (now - self._settled) / (done - max(self.settle, 0))
             projected = (elapsed + pace * (self.total - done)) * self.rounds
-            how = f"about {projected / 3600:.2g} hours at its pace so far"
+            how = f"about {_hours(projected)} hours at its pace so far"
         else:  # still adapting or just settled: a lower bound, the rest up to SETTLED_SPEEDUP times cheaper
             pace = elapsed / min(done, self.settle)
             projected = (
@@ -78,12 +78,12 @@ class TimeLimit:
                 + pace / SETTLED_SPEEDUP * (self.total - max(done, self.settle))
             ) * self.rounds
             how = (
-                f"at least {projected / 3600:.2g} hours, even if its iterations after iteration {self.settle} ran "
+                f"at least {_hours(projected)} hours, even if its iterations after iteration {self.settle} ran "
                 f"{SETTLED_SPEEDUP:g}x faster than so far"
             )
         if projected > 3600 * self.max_hours * self.turns:
             each = (
-                f" per cell ({self.max_hours * self.turns:g} for its {self.turns} rounds of cells)"
+                f" per cell ({self.max_hours * self.turns:g} hours for its {self.turns} rounds of cells)"
                 if self.turns > 1
                 else ""
             )
@@ -93,3 +93,8 @@ class TimeLimit:
                 f"max_hours={self.max_hours:g}{each}; "
                 "fit it by minibatch MCMC (sghmc) or SVI, give fewer warm-up and kept draws, or raise max_hours"
             )
+
+
+def _hours(seconds: float) -> str:
+    hours = seconds / 3600
+    return f"{hours:.1f}" if hours >= 0.1 else f"{hours:.2g}"  # a short test limit still reads as a number
