@@ -142,6 +142,19 @@ def test_a_sweep_folder_refuses_another_sweep(local_sweep):
 
 
 @pytest.mark.parametrize(
+    "grid",
+    [{"seed": [1, 1]}, {"inference": ["nuts"], "inference.max_hours": [1, 2]}],
+    ids=["a repeated value", "max_hours"],
+)
+def test_a_sweep_whose_cells_are_one_run_is_refused_before_any_runs(tmp_path, grid):
+    """Two cells with one config are one folder: refused, naming them, rather than run into each other.
+    max_hours is not part of a cell (a sweep run again with another limit resumes), so it is no axis."""
+    with pytest.raises(bz.BnnZooError, match=r"are the same run: an axis repeats a value, or varies only max_hours"):
+        run_sweep(Sweep.from_dict({"base": BASE | FIXED_NOISE, "grid": grid}), tmp_path / "out", show_progress=False)
+    assert not (tmp_path / "out").exists()  # nothing written: the fixed sweep may use the folder
+
+
+@pytest.mark.parametrize(
     "stop",
     # SIGTERM's checkpoint-and-exit path is tested on a fit in tests/test_cli.py; the sweep's, slow
     [signal.SIGKILL, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)],

@@ -606,9 +606,9 @@ def run_sweep(
     check_resources(sweep)
     out = Path(out)
     sweep = dataclasses.replace(sweep, lockstep=lockstep)
+    outer = _distinct([sweep.cell(o) for o in sweep.outer()])
     _check_folder(out, sweep)
     executor = _Executor(workers, use_ray, ray_address, lockstep)
-    outer = [sweep.cell(o) for o in sweep.outer()]
     inner = [sweep.cell(i, "select", c.key) for c in outer for i in sweep.inner(c.overrides)] if sweep.select else []
     summary = {"done": 0, "skipped": 0, "failed": []}
     with tqdm(
@@ -626,6 +626,20 @@ def run_sweep(
             outer = [f for f in chosen if f is not None]
         _run_stage(outer, out, executor, bar, summary)
     return summary
+
+
+def _distinct(cells: list[Cell]) -> list[Cell]:
+    """The cells, refused where two are one run (one key, one folder) before any runs."""
+    seen: dict[str, dict] = {}
+    for cell in cells:
+        if cell.key in seen:
+            raise BnnZooError(
+                f"cells {_plain(seen[cell.key])} and {_plain(cell.overrides)} are the same run: an axis repeats a "
+                f"value, or varies only {', '.join(sorted(cfg.WALL_TIME_ONLY))} (the wall time, not the result); "
+                "drop the repeat"
+            )
+        seen[cell.key] = cell.overrides
+    return cells
 
 
 def check_resources(sweep: Sweep) -> None:
