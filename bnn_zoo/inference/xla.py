@@ -23,6 +23,7 @@ import importlib.util
 import math
 import os
 import re
+import threading
 import warnings
 from pathlib import Path
 
@@ -43,6 +44,7 @@ BACKENDS = ("auto", "torch", "jax")
 VALUE_RTOL, GRADIENT_RTOL = 1e-4, 1e-3  # float32 sums of N terms: agreement measured at 1e-7 (value), 3e-7 (gradient)
 LENGTH_FLOOR_MAX_DIM = 4096  # BlackJAX's slow-direction length floor keeps a d x d covariance
 INITIAL_STEP_SIZE = 0.01  # BlackJAX's ChEES adapted from here on Boston 13-50-1, not from larger steps
+ABANDON_WAIT_S = 600.0  # a stopped run waits this long at most for each device's program to call back
 NUTS_WATCH_EVERY = 5  # NUTS iterations between host callbacks: a callback costs about one small tree
 # torch releases (first, last) beside which torchax 0.0.13, the newest, runs (with the shim of _torchax): 2.13
 # passes tests/test_xla.py (benchmarks/results/torchax-torch.json); 2.11, a GPU machine's, traced and sampled
@@ -255,25 +257,32 @@ def cpu_lanes(target: JaxTarget, items: int) -> int:
     return min(len(jax.devices("cpu")), items) if target.device.platform == "cpu" else 1
 
 
-def _in_rounds(program, items, shared, lanes: int):
+def _in_rounds(program, items, shared, lanes: int, watch: Watch):
     """``program(item, shared, lane, r)`` on every item (a leading axis of n), ``lanes`` at a time side by
     side, one per CPU device (``jax.pmap``; one jitted call where ``lanes`` is 1): round r runs items
     r * lanes, ..., the last round's spare lanes a copy of the last item (dropped). Yields (first item,
     outputs (m, ...) of round r's m items) as each round ends, so that finished work can be kept before
     the rest runs. Every call runs the program compiled once, and an item's computation is the same on
-    any lane, so its result does not depend on the number of lanes."""
+    any lane, so its result does not depend on the number of lanes. Each lane's program tells ``watch``
+    when it ends (:meth:`Watch.hook_end`)."""
     import jax
     import jax.numpy as jnp
 
+    def item_program(item, shared, lane, r):
+        out = program(item, shared, lane, r)
+        watch.hook_end(lane, out)
+        return out
+
     count = jax.tree.leaves(items)[0].shape[0]
     if lanes == 1:
-        call = jax.jit(lambda block, shared, lane, r: _lead(program(_first(block), shared, lane[0], r)))
+        call = jax.jit(lambda block, shared, lane, r: _lead(item_program(_first(block), shared, lane[0], r)))
     else:
-        call = jax.pmap(program, in_axes=(0, None, 0, None), devices=jax.devices("cpu")[:lanes])
+        call = jax.pmap(item_program, in_axes=(0, None, 0, None), devices=jax.devices("cpu")[:lanes])
     for r in range(-(-count // lanes)):
         first = r * lanes
         take = jnp.minimum(first + jnp.arange(lanes), count - 1)
         # a device whose program stops stops the others at their next callback (:meth:`Watch._tick`)
+        watch.starting(lanes)
         out = jax.block_until_ready(call(_rows(items, take), shared, jnp.arange(lanes), r))
         yield first, _rows(jax.tree.map(np.asarray, out), slice(count - first))
 
@@ -342,6 +351,7 @@ class Watch:
         self.first, self.stop, self._wake, self.lanes = done, None, None, {0: done}
         self.limit = TimeLimit(method, max_hours, total - done, settle=max(settle - done, 0), turns=turns)
         self.bar = tqdm(total=total, initial=done, desc=method.lower(), disable=not progress)
+        self._running, self._ended = set(), threading.Condition()  # lanes whose program may still call back
 
     def hook(self, i, every: int = 1, lane=0) -> None:
         """In the compiled loop: iteration ``i`` (a traced integer) of those run on CPU device ``lane``
@@ -355,8 +365,35 @@ class Watch:
         else:
             jax.lax.cond(i % every == 0, tick, lambda: None)
 
+    def hook_end(self, lane, outputs) -> None:
+        """In the compiled program of CPU device ``lane``, once all its ``outputs`` are computed (an
+        element of each passed on, so XLA calls back after them): the lane calls back no more."""
+        import jax
+        import jax.numpy as jnp
+        from jax.experimental import io_callback
+
+        io_callback(self._end, None, lane, [jnp.ravel(a)[:1] for a in jax.tree.leaves(outputs)], ordered=False)
+
+    def _end(self, lane, _=None) -> None:
+        with self._ended:
+            self._running.discard(int(lane))
+            self._ended.notify_all()
+
+    def starting(self, lanes: int) -> None:
+        """Programs on ``lanes`` CPU devices start (:func:`_in_rounds`); each calls back as it ends."""
+        self._running = set(range(lanes))
+
+    def _wait_for_other_devices(self) -> None:
+        """Until every device's program of the round has ended (at its next callback, which raises, or at
+        its end): the first device's error returns while the others still run, and a callback of theirs after
+        Python has begun to exit aborts the process (it makes JAX's CPU client again). Bounded by
+        ``ABANDON_WAIT_S``, a safety net."""
+        with self._ended:
+            self._ended.wait_for(lambda: not self._running, timeout=ABANDON_WAIT_S)
+
     def _tick(self, i, lane=0) -> None:
         if self.stop is not None:  # another device's program stopped the run: end this one too
+            self._end(lane)
             raise _Abandoned
         try:
             self.lanes[int(lane)] = int(i)
@@ -365,6 +402,7 @@ class Watch:
                 raise _Signalled
         except BaseException as exc:  # or the handler raised here: XLA may call back on the main thread
             self.stop = exc
+            self._end(lane)
             raise
 
     def _progress(self, done: int) -> None:
@@ -410,6 +448,7 @@ class Watch:
         finally:
             if not finished:  # here, not in the except clause: a signal's handler may raise before that clause runs
                 self.stop = self.stop or _Abandoned()  # whatever stopped it: the other devices' callbacks raise
+                self._wait_for_other_devices()
                 _end_abandoned_programs()
             callbacks.removeFilter(quiet)
             if write is not None:
@@ -421,10 +460,10 @@ class Watch:
 
 
 def _end_abandoned_programs() -> None:
-    """Wait until the programs still running on other devices (:func:`_in_rounds`) end, each at its next
-    callback (:meth:`Watch._tick`), then drop their tokens: JAX keeps them and at exit would wait on them
-    again and print the callback's error (or, without them, tear XLA down under a running program).
-    JAX has no public call for this."""
+    """Wait on the runtime tokens of the programs still running on other devices (:func:`_in_rounds`;
+    :meth:`Watch._wait_for_other_devices` waits until they end), then drop them: JAX keeps them and at
+    exit would wait on them again and print the callback's error (or, without them, tear XLA down under a
+    running program). JAX has no public call for this."""
     with contextlib.suppress(ImportError, AttributeError):
         from jax._src import dispatch
 
@@ -543,7 +582,7 @@ def run_nuts_cells(
     done = []  # the finished chains' columns, in order
     with watch.running():
         flat = (q0.reshape(items, -1), keys.reshape(items, -1), jnp.arange(items) // chains)
-        for _, out in _in_rounds(chain, flat, cells, lanes):
+        for _, out in _in_rounds(chain, flat, cells, lanes, watch):
             done += [[c[j] for c in out] for j in range(out[0].shape[0])]
             while len(results) < len(done) // chains:
                 k = len(results)
@@ -745,7 +784,7 @@ def run_chees_cells(
     def every_cell_at_once():
         yield 0, jax.jit(jax.vmap(lambda item: cell_program(item, None, 0, 0)))((keys, q0, cells))
 
-    rounds = every_cell_at_once() if lockstep else _in_rounds(cell_program, (keys, q0, cells), None, lanes)
+    rounds = every_cell_at_once() if lockstep else _in_rounds(cell_program, (keys, q0, cells), None, lanes, watch)
     results, finished = [], _collecting(finished)
     with watch.running():  # blocks until XLA is done: its callbacks read the watch's pipe
         for first, (parameters, out) in rounds:
