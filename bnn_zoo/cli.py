@@ -573,6 +573,7 @@ def _reference(args):
 
     from bnn_zoo.experiments import protocols
     from bnn_zoo.experiments.sweep import check_resources, run_sweep, sweep_status
+    from bnn_zoo.inference.budget import TimeLimitExceeded
     from bnn_zoo.io import atomic_write, read_json_mapping, writable_folder
 
     out = writable_folder(args.out)
@@ -597,7 +598,7 @@ def _reference(args):
     if rows:
         print(verdicts.drop(columns="reference_note").to_string(index=False))
     code = _report(summary, out)
-    if any("max_hours=" in failure for failure in summary["failed"]):
+    if any(TimeLimitExceeded.__name__ in failure for failure in summary["failed"]):
         print("to go on: the same command with a higher --max-hours (or none); the splits already sampled are kept")
     return code
 

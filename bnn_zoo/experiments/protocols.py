@@ -27,6 +27,7 @@ from pathlib import Path
 from bnn_zoo.errors import BnnZooError, check_device, positive
 from bnn_zoo.experiments import config as cfg
 from bnn_zoo.experiments.sweep import Select, Sweep
+from bnn_zoo.inference.budget import check_max_hours
 
 
 def uci_gal(
@@ -262,8 +263,7 @@ def reference(
     folder = Path(folder)
     count = len(list(folder.glob("index_train_*.txt")))
     splits = _checked_splits(folder, count, splits)
-    if max_hours is not None:
-        positive("reference max_hours", max_hours)
+    check_max_hours("reference", max_hours)
     options = {
         "num_chains": chains,
         "num_warmup": warmup,

@@ -69,7 +69,7 @@ class TimeLimit:
         if self.settle <= 0 or (self._settled is not None and now - self._settled >= GRACE_S and done > self.settle):
             pace = (now - self._settled) / (done - max(self.settle, 0))
             projected = (elapsed + pace * (self.total - done)) * self.rounds
-            how = f"about {_hours(projected)} hours at its pace so far"
+            how = f"about {_in_hours(projected)} hours at its pace so far"
         else:  # still adapting or just settled: a lower bound, the rest up to SETTLED_SPEEDUP times cheaper
             pace = elapsed / min(done, self.settle)
             projected = (
@@ -78,7 +78,7 @@ class TimeLimit:
                 + pace / SETTLED_SPEEDUP * (self.total - max(done, self.settle))
             ) * self.rounds
             how = (
-                f"at least {_hours(projected)} hours, even if its iterations after iteration {self.settle} ran "
+                f"at least {_in_hours(projected)} hours, even if its iterations after iteration {self.settle} ran "
                 f"{SETTLED_SPEEDUP:g}x faster than so far"
             )
         if projected > 3600 * self.max_hours * self.turns:
@@ -95,6 +95,6 @@ class TimeLimit:
             )
 
 
-def _hours(seconds: float) -> str:
+def _in_hours(seconds: float) -> str:
     hours = seconds / 3600
     return f"{hours:.1f}" if hours >= 0.1 else f"{hours:.2g}"  # a short test limit still reads as a number
