@@ -24,7 +24,8 @@ from torch.func import functional_call, vmap
 from bnn_zoo import local_noise
 from bnn_zoo.errors import BnnZooError
 from bnn_zoo.likelihoods import Gaussian, Likelihood
-from bnn_zoo.priors import Normal, PerSite, Prior, matches, site_distribution
+from bnn_zoo.models import architecture
+from bnn_zoo.priors import PerSite, Prior, default_prior, matches, site_distribution
 from bnn_zoo.protocols import DeclaresWidths, ForwardsDraws
 
 Selection = Iterable["str | nn.Module"]
@@ -40,8 +41,12 @@ class BNN:
         net: the architecture, any ``torch.nn.Module`` mapping (N, features) to (N, outputs)
             (see :class:`bnn_zoo.protocols.Network`).
         prior: a :class:`bnn_zoo.priors.Prior` (``(name, param) -> Distribution``) or one torch/Pyro
-            distribution for every weight (i.i.d.); default ``Normal(1.0)``.
-        likelihood: a :class:`bnn_zoo.likelihoods.Likelihood`; default ``Gaussian(1.0)``.
+            distribution for every weight (i.i.d.); default :func:`bnn_zoo.priors.default_prior` for the
+            network's architecture and the likelihood's task, as ``bnn-zoo fit`` chooses it (the fan-in
+            Normal on dense and convolutional networks). It acts on the weights of the network that
+            ``bnn_zoo.fit`` fits to standardised data.
+        likelihood: a :class:`bnn_zoo.likelihoods.Likelihood`; default a Gaussian with a learned noise
+            (HalfNormal(1) prior, on the standardised targets), as ``bnn-zoo fit`` uses on regression.
         expose: only these parameters are Bayesian: name patterns (``"layers.2.*"``), module names or
             modules of ``net``.
         hide: these parameters are not Bayesian (point estimates); the complement of ``expose``.
@@ -57,17 +62,17 @@ class BNN:
     ):
         if not isinstance(net, nn.Module):
             raise BnnZooError(f"net must be a torch.nn.Module, got {type(net).__name__}")
-        prior = Normal(1.0) if prior is None else prior
-        if not (isinstance(prior, Distribution) or callable(prior)):
-            raise BnnZooError(
-                "prior must be a bnn_zoo.priors prior (e.g. bz.priors.Normal(1.0)) or a torch/Pyro distribution, got "
-                f"{prior!r}"
-            )
-        likelihood = Gaussian(1.0) if likelihood is None else likelihood
+        likelihood = Gaussian.learned() if likelihood is None else likelihood
         if not isinstance(likelihood, Likelihood):
             raise BnnZooError(
                 "likelihood must be a bnn_zoo.likelihoods object (e.g. bz.likelihoods.Gaussian(0.1)), got "
                 f"{likelihood!r}"
+            )
+        prior = default_prior(architecture(net), likelihood.task) if prior is None else prior
+        if not (isinstance(prior, Distribution) or callable(prior)):
+            raise BnnZooError(
+                "prior must be a bnn_zoo.priors prior (e.g. bz.priors.Normal(1.0)) or a torch/Pyro distribution, got "
+                f"{prior!r}"
             )
         self.net = net
         self.prior = prior.named(net) if isinstance(prior, PerSite) else prior
@@ -85,6 +90,11 @@ class BNN:
     def site_prior(self, name: str) -> Distribution:
         """The prior distribution of weight site ``name`` (event shape = the parameter's shape)."""
         return site_distribution(self.prior, name, self.params[name])
+
+    @property
+    def task(self) -> str:
+        """The likelihood's task: regression, classification or language-model."""
+        return self.likelihood.task
 
     @property
     def in_features(self) -> int | None:

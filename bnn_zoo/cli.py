@@ -378,8 +378,8 @@ def fit_parser():
         "plots. Choices of a kind are named by their registered names (bnn-zoo list): --data uci --data.path PATH, "
         "--inference nuts, "
         "--guide dropout --guide.p 0.05, --model mypkg.nets:MyNet --model.width 64 (a torch.nn.Module taking "
-        "in_features, out_features first). Inputs and targets are standardised with training statistics; rmse and "
-        "test_log_likelihood are in original units."
+        "in_features, out_features first). The fit is bnn_zoo.fit's: it standardises inputs (and a regression's "
+        "targets) with training statistics, and every number it writes is in the data's units."
     )
     parser.add_argument(
         "--config",

@@ -58,11 +58,13 @@ class Likelihood:
         return targets
 
     def to(self, device: torch.device | str) -> Likelihood:
-        """A copy whose distributions' tensors (a learned noise's prior) live on ``device``."""
+        """A copy whose tensors and distributions' tensors (a learned noise's prior) live on ``device``."""
         other = copy.copy(self)
         for name, value in vars(self).items():
             if isinstance(value, Distribution):
                 setattr(other, name, move_distribution(value, device))
+            elif isinstance(value, torch.Tensor):
+                setattr(other, name, value.to(device))
         return other
 
 
@@ -82,12 +84,18 @@ class Gaussian(Likelihood):
     """y ~ N(f(x), sigma^2 I) with sigma fixed or learned. Gal's model precision is tau = 1 / sigma^2
     (thesis eq. 3.18 for the test log-likelihood).
 
+    A fixed sigma is in the data's units: ``bnn_zoo.fit``, which fits standardised targets, divides it
+    by the targets' sd (:meth:`in_units`). A learned sigma is a site of the standardised model, so its
+    prior acts on standardised targets.
+
     Args:
-        scale: the fixed noise standard deviation sigma; None to learn it (the sample site ``noise_scale``).
+        scale: the fixed noise standard deviation sigma, in the targets' units; None to learn it (the
+            sample site ``noise_scale``).
         scale_prior: the learned scale's prior; default HalfNormal(1), which suits standardised targets.
     """
 
     site = "noise_scale"
+    fitted_scale: float | tuple[float, ...] | None = None  # set by in_units: sigma / y_std, per output
 
     def __init__(self, scale: float | None = 1.0, scale_prior: dist.Distribution | None = None):
         if scale is not None and not (scale > 0 and float(scale) < float("inf")):
@@ -98,35 +106,48 @@ class Gaussian(Likelihood):
         self.scale_prior = scale_prior if scale_prior is not None or scale is not None else dist.HalfNormal(1.0)
 
     @classmethod
-    def from_precision(cls, precision: float, y_std: float = 1.0) -> Gaussian:
-        """A fixed noise whose precision tau = 1 / sigma^2 is stated in the targets' original units (Gal &
-        Ghahramani's tau), for a model fitted to targets standardised by ``y_std``: sigma = 1 / (sqrt(tau) y_std).
-        The test log-likelihood in original units is then Gal's eq. 3.18 with this tau."""
+    def from_precision(cls, precision: float) -> Gaussian:
+        """A fixed noise of precision tau = 1 / sigma^2 in the targets' units (Gal & Ghahramani's tau):
+        sigma = 1 / sqrt(tau). The test log-likelihood is then Gal's eq. 3.18 with this tau."""
         if not (precision > 0 and float(precision) < float("inf")):
             raise BnnZooError(f"Gaussian precision must be positive and finite, got {precision}")
-        return cls(1.0 / (math.sqrt(precision) * y_std))
+        return cls(1.0 / math.sqrt(precision))
 
     @classmethod
     def learned(cls, scale_prior: dist.Distribution | None = None) -> Gaussian:
         return cls(scale=None, scale_prior=scale_prior)
 
     @classmethod
-    def fixed_or_learned(cls, scale: float | None = None, precision: float | None = None, y_std: float = 1.0):
+    def fixed_or_learned(cls, scale: float | None = None, precision: float | None = None):
         """The noise a run states: fixed by ``scale`` or by ``precision``, else learned (HalfNormal(1) prior).
 
         Args:
-            scale: fixed noise sd in standardised units (None: learned, unless precision is given).
-            precision: fixed noise precision tau = 1 / sigma^2 in the targets' original units (None: learned,
-                unless scale is given); see :meth:`from_precision`.
-            y_std: the targets' standard deviation, which turns a precision into standardised units.
+            scale: fixed noise sd in the targets' units (None: learned, unless precision is given).
+            precision: fixed noise precision tau = 1 / sigma^2 in the targets' units (None: learned, unless
+                scale is given); see :meth:`from_precision`.
         """
         if scale is not None and precision is not None:
-            raise BnnZooError(
-                "give the Gaussian likelihood a scale (standardised units) or a precision (original units), not both"
-            )
+            raise BnnZooError("give the Gaussian likelihood a scale or a precision, not both")
         if precision is not None:
-            return cls.from_precision(precision, y_std)
+            return cls.from_precision(precision)
         return cls.learned() if scale is None else cls(scale)
+
+    def in_units(self, y_std: torch.Tensor) -> Gaussian:
+        """This likelihood for targets divided by ``y_std`` (one per output): a fixed sigma becomes
+        sigma / y_std; a learned one is the standardised model's own, unchanged."""
+        if self.scale is None:
+            return self
+        other = copy.copy(self)
+        # plain numbers: a traced log density (the XLA samplers) takes them as constants
+        sigma = [self.scale / s for s in y_std.reshape(-1).tolist()]
+        other.fitted_scale = sigma[0] if len(sigma) == 1 else tuple(sigma)
+        return other
+
+    @property
+    def fixed_sigma(self) -> float | tuple[float, ...] | None:
+        """The fixed sigma the fit uses: the stated scale, over y_std when fitted standardised (a float for
+        one output, else one per output); None when learned."""
+        return self.scale if self.fitted_scale is None else self.fitted_scale
 
     def latent_prior(self):
         return {} if self.scale is not None else {self.site: self.scale_prior}
@@ -136,7 +157,8 @@ class Gaussian(Likelihood):
 
     def _sigma(self, latent):
         if self.scale is not None:
-            return self.scale
+            sigma = self.fixed_sigma
+            return sigma if isinstance(sigma, float) else torch.tensor(sigma)  # one per output
         return latent[self.site][..., None, None]  # broadcast over (N, out)
 
     def distribution(self, f, latent):

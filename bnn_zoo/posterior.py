@@ -19,7 +19,7 @@ import xarray as xr
 from bnn_zoo import guides, saving
 from bnn_zoo.data.validation import check_data, check_inputs
 from bnn_zoo.errors import BnnZooError, positive
-from bnn_zoo.scaling import Scaling
+from bnn_zoo.scaling import AS_GIVEN, DATA_UNITS, Scaling, fitted_model
 from bnn_zoo.variational import guide_state, log_weights, parameters, sample_guide
 from bnn_zoo.version import __version__
 
@@ -50,7 +50,19 @@ class Prediction:
         return y_z if self.units is None else self.units.unscaled_targets(y_z)
 
     def _variance(self, v: torch.Tensor) -> torch.Tensor:
-        return v if self.units is None else v * self.units.y_std.to(v) ** 2
+        return v if self.units is None else self.units.unscaled_variance(v)
+
+    def _targets(self, y) -> torch.Tensor:
+        """y as the likelihood reads it, (N, outputs) for real targets whether given as (N,) or (N, 1),
+        standardised as the fit's targets were: a (N,) y must not broadcast against (N, 1) draws."""
+        y = torch.as_tensor(y, device=self.f.device)
+        if y.dim() == 0 or y.shape[0] != self.f.shape[1]:
+            raise BnnZooError(
+                f"y has shape {tuple(y.shape)} but the prediction is of {self.f.shape[1]} inputs; pass one target per "
+                "input"
+            )
+        y = self.likelihood.check_targets(y, self.f.shape[-1])
+        return y if self.units is None else self.units.targets(y)
 
     @property
     def mean(self) -> torch.Tensor:
@@ -99,15 +111,14 @@ class Prediction:
     def cdf(self, y: torch.Tensor) -> torch.Tensor:
         """Predictive CDF at y, (1/S) sum_s P(Y <= y | f_s), shape (N, outputs): the probability integral
         transform, uniform on [0, 1] for a calibrated regressor. y lies inside the central c interval of
-        the predictive exactly when |cdf - 1/2| <= c/2."""
-        y = y if self.units is None else self.units.targets(y)
-        return self.likelihood.cdf(self.f, self.latent, y).mean(0)
+        the predictive exactly when |cdf - 1/2| <= c/2. y is (N,) or (N, outputs)."""
+        return self.likelihood.cdf(self.f, self.latent, self._targets(y)).mean(0)
 
     def log_likelihood(self, y: torch.Tensor) -> torch.Tensor:
-        """Pointwise log predictive density log (1/S) sum_s p(y_n | f_s), shape (N,) (Gal eq. 3.18)."""
+        """Pointwise log predictive density log (1/S) sum_s p(y_n | f_s), shape (N,) (Gal eq. 3.18); y is
+        (N,) or (N, outputs) for regression, labels (N,) for classifiers."""
         jacobian = 0.0 if self.units is None else self.units.log_jacobian
-        y = y if self.units is None else self.units.targets(y)
-        lp = self.likelihood.distribution(self.f, self.latent).log_prob(y)
+        lp = self.likelihood.distribution(self.f, self.latent).log_prob(self._targets(y))
         return torch.logsumexp(lp, 0) - math.log(lp.shape[0]) + jacobian
 
 
@@ -144,12 +155,6 @@ class PosteriorLike(Protocol):
     def attrs(self) -> dict: ...
 
     def save(self, path: str | Path) -> Path: ...
-
-
-STANDARDISED_NOTE = (
-    "standardised fit: posterior_predictive, log_likelihood, observed_data and constant_data are in the data's units; "
-    "the posterior's weights act on standardised inputs and targets"
-)
 
 
 def function_space_draws(y_numel: int, outputs: int, max_mb: float = 100.0) -> float:
@@ -190,19 +195,38 @@ class InDataUnits:
         """A log density of ``n`` standardised targets (an ELBO, an evidence) in the data's units."""
         return log_density if self.scaling is None else log_density + n * float(self.scaling.log_jacobian)
 
+    def fitted_in(self, scaling: Scaling | None):
+        """This posterior of a fit made under ``scaling`` (:func:`bnn_zoo.scaling.in_fit_units`), answering
+        in the data's units from now on; a subclass converts the numbers it keeps of the fit."""
+        self.scaling = scaling
+        return self
+
+    @property
+    def units(self) -> str:
+        """What its numbers are in: the data's units, or as given (a fit of data the user scaled)."""
+        return DATA_UNITS if self.scaling is not None else AS_GIVEN
+
+    def units_attrs(self) -> dict[str, str]:
+        """What every result file says of its units: ``units``, the numbers', and ``fitted_on``, the data
+        the network saw, which the prior and a learned noise's prior act on."""
+        if self.scaling is None:
+            return {"units": AS_GIVEN, "fitted_on": "the data as given"}
+        parts = "inputs and targets" if self.scaling.scales_targets else "inputs"
+        return {"units": DATA_UNITS, "fitted_on": f"standardised {parts} (the prior acts on its weights)"}
+
     def _units_state(self) -> dict:
         """The saved form of ``scaling``; :meth:`_restore_units` reads it back."""
         return {"scaling": None if self.scaling is None else self.scaling.state()}
 
     def _restore_units(self, state: dict):
         self.scaling = Scaling(**state["scaling"]) if state.get("scaling") else None
+        self.model = fitted_model(self.model, self.scaling)
         return self
 
     def _function_space_in_units(self, y_rep: torch.Tensor, attrs: dict) -> tuple:
-        """(x, y, y_rep) of the InferenceData in the data's units; ``attrs`` then says what stays standardised."""
+        """(x, y, y_rep) of the InferenceData in the data's units (``units_attrs`` says what stays standardised)."""
         if self.scaling is None:
             return self.x, self.y, y_rep
-        attrs["units"] = STANDARDISED_NOTE
         return *self.training_data(), self.scaling.unscaled_targets(y_rep)
 
 
@@ -551,6 +575,7 @@ class Posterior(InDataUnits):
     def attrs(self) -> dict:
         return {
             **self.model.describe(),
+            **self.units_attrs(),
             **common_attrs(self.settings, self.runtime_s),
             "inference_library": "pyro",
             "inference_library_version": pyro.__version__,

@@ -226,3 +226,29 @@ class PerSite:
 def matches(name: str, key: str) -> bool:
     """A parameter name matches a glob pattern, or a module name that owns it (``"out"`` -> ``out.weight``)."""
     return fnmatch.fnmatchcase(name, key) or name.startswith(key + ".")
+
+
+def default_prior(architecture: str, task: str, dropout_guide: bool | None = None, recurrent: Prior | None = None):
+    """The prior bnn-zoo fits when none is given, through every door (``bz.BNN(net)``, ``bnn-zoo fit``).
+
+    - ``Normal(1)`` under the dropout guide on classifiers and language models: Gal's KL is a weight decay
+      (1 - p) / (2 N s^2) per weight, which under the fan-in prior (s^2 = 1 / fan_in) is hundreds of times
+      the usual and collapses a CNN to chance.
+    - On a recurrent network, ``recurrent`` (the method's own; default Blundell et al.'s scale mixture,
+      whose narrow component lets the weights the data do not need go quiet).
+    - ``FanInNormal()`` elsewhere, dropout on regression included: a learned p falls to 1e-4 there, and
+      under N(0, 1) the network overfits (docs/guide/defaults.md).
+
+    Args:
+        architecture: ``bnn_zoo.models.architecture(net)``: dense, conv or recurrent.
+        task: the likelihood's task.
+        dropout_guide: whether SVI's dropout guide fits it (None: the default guide, which is dropout on
+            recurrent networks and mean-field otherwise).
+        recurrent: the method's prior for recurrent networks.
+    """
+    dropout = architecture == "recurrent" if dropout_guide is None else dropout_guide
+    if dropout and task != "regression":
+        return Normal(1.0)
+    if architecture == "recurrent":
+        return recurrent if recurrent is not None else ScaleMixture()
+    return FanInNormal()

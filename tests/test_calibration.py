@@ -8,6 +8,7 @@ import torch
 from bnn_zoo import BnnZooError, Prediction
 from bnn_zoo.evaluation import calibration, classification_metrics, regression_metrics, uncertainty
 from bnn_zoo.likelihoods import Categorical, Gaussian
+from bnn_zoo.scaling import Scaling
 
 
 def test_brier_mce_and_expected_accuracy_by_hand():
@@ -111,8 +112,14 @@ def test_regression_coverage_and_variance_split():
     # A hand case: draws f = 0 and 2 with noise sd 1 at y = 1 put y at the predictive median
     pred = Prediction(torch.tensor([[[0.0]], [[2.0]]]), {}, Gaussian(1.0))
     assert pred.cdf(torch.tensor([[1.0]])).item() == pytest.approx(0.5)
-    out = regression_metrics(pred, torch.tensor([[1.0]]), y_std=2.0)
+    doubled = Prediction(
+        pred.f, {}, Gaussian(1.0), Scaling(torch.zeros(1), torch.ones(1), torch.zeros(1), 2 * torch.ones(1))
+    )
+    out = regression_metrics(doubled, torch.tensor([[2.0]]))  # the same predictive in units of half the size
     assert out["noise_variance"] == pytest.approx(4.0) and out["model_variance"] == pytest.approx(4.0)
+    assert out["test_log_likelihood"] == pytest.approx(
+        regression_metrics(pred, torch.tensor([[1.0]]))["test_log_likelihood"] - math.log(2)
+    )
     # A calibrated predictive: coverage matches the nominal level within Monte Carlo error (sd < 0.004)
     g = torch.Generator().manual_seed(0)
     y = 2 * torch.randn(20000, 1, generator=g)

@@ -107,3 +107,18 @@ def test_the_own_data_tutorial_prints_what_the_page_shows(tmp_path, monkeypatch)
             exec(compile(code, "own-data.md", "exec"), namespace)
         assert _numbers_close(shown, printed.getvalue()), f"the page shows\n{shown}\nit prints\n{printed.getvalue()}"
     assert len(steps) == 5
+
+
+def test_the_readmes_python_example_runs_as_written(tmp_path, monkeypatch):
+    """The README's block, verbatim: no fit collapses, and its comparison scores against a NUTS reference
+    that passes the library's own rule (4 chains, converged)."""
+    monkeypatch.chdir(tmp_path)
+    readme = (PAGE.parent.parent / "README.md").read_text()
+    code = re.findall(r"```python\n(.*?)```", readme, flags=re.S)[0]
+    namespace: dict = {}
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*collapsed")
+        exec(compile(code, "README.md", "exec"), namespace)
+    table = namespace["table"]
+    assert "reference_unconverged" not in table and table["w2"].notna().all(), table
+    assert (table["units"] == "data's units").all()

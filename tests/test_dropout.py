@@ -13,6 +13,7 @@ import bnn_zoo as bz
 from bnn_zoo import local_noise
 from bnn_zoo.guides import dropout
 from bnn_zoo.local_noise import InputDropout
+from bnn_zoo.scaling import Scaling, in_fit_units
 
 N, TAU, L = 40, 4.0, 2.0  # data size, model precision (noise sd 1/2), prior length-scale
 P = [0.2, 0.4]  # drop probability of the inputs, and of the hidden units
@@ -243,11 +244,12 @@ def test_gal_keras_prior_makes_the_elbo_the_published_keras_objective():
 
     p, tau, length, y_std = 0.2, 2.5, 1e-2, 7.0
     data = bz.data.Dataset("d", torch.randn(N, 3), y_std * torch.randn(N), torch.randn(5, 3), torch.randn(5))
-    x, y = data.train[0], data.train[1][:, None]
     guide_config = config.Dropout(p=p, masks="step")
     likelihood = config.Gaussian(precision=tau).build(data)
     prior = config.GalKeras(length).build(data, likelihood, guide_config)
-    model = bz.BNN(bz.models.MLP(3, [16], 1), prior, likelihood)
+    # the model and data as bz.fit fits them: standardised, the noise 1 / sqrt(tau) over y_std
+    x, y = data.x_train, data.y_train[:, None]
+    model, x, y = in_fit_units(bz.BNN(bz.models.MLP(3, [16], 1), prior, likelihood), x, y, Scaling.of(x, y))
     guide = bz.guides.build("dropout", model, model.network_init(0), p=p, masks="step")
     spy = poutine.trace(guide)
     ours = _grads(TraceMeanField_ELBO().differentiable_loss(model, spy, x, y), guide)

@@ -26,7 +26,9 @@ def _moments(post):
 def test_laplace_on_linear_regression_is_the_exact_posterior_and_evidence(hessian, blr_model, blr_data, blr_exact):
     """At its defaults, of the declared model: its prior, its noise."""
     post = bz.fit(blr_model, *blr_data, bz.Laplace(hessian=hessian, num_draws=20000, **QUICK), standardize=False)
-    assert post.info["log_evidence"] == pytest.approx(blr_exact.log_evidence, abs=1e-6) and post.info["type_ii"] == ""
+    assert (
+        post.info["evidence_laplace"] == pytest.approx(blr_exact.log_evidence, abs=1e-6) and post.info["type_ii"] == ""
+    )
     assert torch.allclose(flat(post.map).double(), blr_exact.mean, atol=1e-5)
     mean, cov = _moments(post)  # 20000 draws: Monte Carlo error of the mean about sd / 141
     sd = blr_exact.cov.diagonal().sqrt()
@@ -47,19 +49,21 @@ def test_laplace_type_two_prior_precision_maximises_the_exact_evidence_and_says_
     best = minimize_scalar(lambda ls: -exact(ls), bounds=(-5, 5), method="bounded", options={"xatol": 1e-10})
     method = bz.Laplace(hessian="full", optimize_prior=True, rounds=8, **QUICK)
     post = bz.fit(blr_model, x, y, method, standardize=False)
-    assert post.info["log_evidence"] == pytest.approx(exact(best.x), rel=1e-8)
+    assert post.info["evidence_laplace_type_ii"] == pytest.approx(exact(best.x), rel=1e-8)
     # precision = 1 / scale^2
     assert post.info["prior_precision_scale"] == pytest.approx(math.exp(-2 * best.x), rel=1e-3)
     post = run("laplace", bz.data.Dataset("blr", x, y, x, y), blr_model, method, tmp_path).posterior
     # never in the declared prior's column: its own, with what was fitted
     label = f"prior precision x {post.info['prior_precision_scale']:.3g} (type-II)"
     saved = json.loads((tmp_path / "metrics.json").read_text())
-    assert "evidence_laplace" not in saved and saved["evidence_laplace_type_ii"] == post.info["log_evidence"]
+    assert (
+        "evidence_laplace" not in saved and saved["evidence_laplace_type_ii"] == post.info["evidence_laplace_type_ii"]
+    )
     assert (
         saved["type_ii"] == label and load_inference_data(tmp_path / "posterior.nc").posterior.attrs["type_ii"] == label
     )
     row = bz.compare([tmp_path]).iloc[0]
-    assert row["evidence_laplace_type_ii"] == post.info["log_evidence"] and row["type_ii"] == label
+    assert row["evidence_laplace_type_ii"] == post.info["evidence_laplace_type_ii"] and row["type_ii"] == label
     assert "evidence_laplace" not in row
 
 
@@ -88,20 +92,21 @@ def test_last_layer_laplace_on_the_toy_regression_saves_loads_and_reports_its_ev
         tmp_path / "lap",
     )
     post = result.posterior
-    assert list(post.model.params) == ["layers.1.weight", "layers.1.bias"] and post.info["noise_scale"] < 0.5
+    y_sd = data.y_std  # the fit's numbers are in the data's units: a good fit's noise and error well under its sd
+    assert list(post.model.params) == ["layers.1.weight", "layers.1.bias"] and post.info["noise_scale"] < 0.5 * y_sd
     # the noise is fitted by type II (MacKay's beta), so the evidence is labelled so
-    assert result.metrics["evidence_laplace_type_ii"] == post.info["log_evidence"]
-    assert math.isfinite(post.info["log_evidence"]) and post.info["type_ii"].startswith("noise sd")
+    assert result.metrics["evidence_laplace_type_ii"] == post.info["evidence_laplace_type_ii"]
+    assert math.isfinite(post.info["evidence_laplace_type_ii"]) and post.info["type_ii"].startswith("noise sd")
     train_rmse = (post.predict(data.train[0]).mean - data.train[1][:, None]).pow(2).mean().sqrt()
-    assert train_rmse < 0.5
-    sd = post.predict(torch.tensor([[0.0], [3.0]])).variance.sqrt()[:, 0]
+    assert train_rmse < 0.5 * y_sd
+    sd = post.predict(torch.tensor([[0.0], [6.0]])).variance.sqrt()[:, 0]
     assert sd[1] > sd[0]  # the linearised predictive widens away from the data
     again = bz.load(tmp_path / "lap")
     assert type(again).__name__ == "LaplacePosterior" and torch.equal(
         again.predict(data.test[0]).f, post.predict(data.test[0]).f
     )
     table = bz.compare([tmp_path / "lap"])
-    assert table["evidence_laplace_type_ii"].iloc[0] == pytest.approx(post.info["log_evidence"])
+    assert table["evidence_laplace_type_ii"].iloc[0] == pytest.approx(post.info["evidence_laplace_type_ii"])
 
 
 def test_laplace_refuses_what_it_cannot_do(blr_data):
@@ -143,7 +148,7 @@ def test_auto_hessian_is_full_for_small_networks_and_diag_above_the_full_limit()
             )
             for h in ("auto", same_as)
         )
-        assert auto.info["log_evidence"] == explicit.info["log_evidence"], same_as
+        assert auto.info["evidence_laplace"] == explicit.info["evidence_laplace"], same_as
 
 
 @pytest.mark.parametrize(
@@ -175,7 +180,7 @@ def test_laplace_torch_gives_the_same_evidence_and_glm_predictive_at_the_same_ma
     reference.fit(
         torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x.double(), y.double()[:, None]), batch_size=40)
     )
-    assert post.info["log_evidence"] == pytest.approx(float(reference.log_marginal_likelihood()), rel=1e-6)
+    assert post.info["evidence_laplace_type_ii"] == pytest.approx(float(reference.log_marginal_likelihood()), rel=1e-6)
     f_mean, f_var = (v.reshape(len(x_test)).float() for v in reference(x_test.double(), pred_type="glm"))
     pred = post.predict(x_test)
     assert torch.all((pred.mean[:, 0] - f_mean).abs() < 4 / math.sqrt(4000) * f_var.sqrt())

@@ -114,7 +114,7 @@ def test_sample_covariance_of_vec_w_matches_v_kron_u(scales):
 
 @pytest.mark.parametrize("rank", [None, 4])
 def test_a_1000_by_1000_layer_holds_order_n2_plus_m2_numbers(rank):
-    model = bz.BNN(bz.models.MLP(1000, [], 1000))
+    model = bz.BNN(bz.models.MLP(1000, [], 1000), likelihood=bz.likelihoods.Gaussian(1.0))
     guide = bz.guides.build("matrix-normal", model, model.network_init(0), rank=rank)
     n = m = 1000
     count = sum(p.numel() for p in guide.parameters())

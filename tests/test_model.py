@@ -13,7 +13,7 @@ from bnn_zoo.likelihoods import Gaussian
 
 
 def _mlp_model(**kw):
-    return bz.BNN(bz.models.MLP(2, [4, 3], 1, activation="relu"), **kw)
+    return bz.BNN(bz.models.MLP(2, [4, 3], 1, activation="relu"), **{"likelihood": bz.likelihoods.Gaussian(1.0), **kw})
 
 
 def test_sites_are_named_after_parameters_and_minibatch_scales_only_the_likelihood():

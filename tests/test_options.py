@@ -113,7 +113,7 @@ def test_the_same_run_from_python_and_from_the_command_line_gives_the_same_metri
 
     data = bz.data.toy_cubic(20, seed=0)
     net = bz.models.MLP(1, [50], 1, "tanh")
-    model = bz.BNN(net, bz.priors.FanInNormal(), bz.likelihoods.Gaussian.from_precision(1 / 9, y_std=float(data.y_std)))
+    model = bz.BNN(net, bz.priors.FanInNormal(), bz.likelihoods.Gaussian.from_precision(1 / 9))
     posterior = bz.fit(model, data.x_train, data.y_train, bz.SVI(guide=guide, progress=False))  # the data's units
     pyro.set_rng_seed(0)  # as the command line does before it scores a fit
     metrics = bz.evaluation.regression_metrics(posterior.predict(data.x_test), data.y_test[:, None])

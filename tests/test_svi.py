@@ -191,7 +191,7 @@ def test_guide_draws_are_made_on_demand_one_block_at_a_time(monkeypatch):
     the draws follow q."""
     x, y = _data()
     post = bz.fit(
-        bz.BNN(bz.models.MLP(2, [4], 1)),
+        bz.BNN(bz.models.MLP(2, [4], 1), likelihood=bz.likelihoods.Gaussian(1.0)),
         x,
         y,
         bz.SVI(steps=20, seed=0, progress=False, num_draws=30),

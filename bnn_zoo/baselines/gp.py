@@ -424,6 +424,7 @@ class GPPosterior(InDataUnits):
     def attrs(self) -> dict:
         return {
             **self.model.describe(),
+            **self.units_attrs(),
             **common_attrs(self.settings, self.runtime_s),
             "inference_library": "gpytorch",
             "inference_library_version": gpytorch.__version__,

@@ -1,4 +1,4 @@
-"""Datasets: a train/test pair in original units, standardised with training statistics for fitting."""
+"""Datasets: a train/test pair in the data's own units; ``bnn_zoo.fit`` standardises what it fits."""
 
 from __future__ import annotations
 
@@ -11,15 +11,13 @@ import torch
 
 from bnn_zoo.data.validation import as_tensor
 from bnn_zoo.errors import BnnZooError, positive
-from bnn_zoo.scaling import Scaling, moments
+from bnn_zoo.scaling import moments
 
 
 @dataclass
 class Dataset:
-    """Raw train/test data; ``train``/``test`` give (x, y) standardised with training mean and std.
-
-    Constant columns keep std 1. Regression metrics come back to original units through ``y_std``.
-    """
+    """A train/test pair in the data's own units, as a user would pass it to ``bnn_zoo.fit``: the
+    library standardises what it fits (:mod:`bnn_zoo.scaling`), so every door scales the same way."""
 
     name: str
     x_train: torch.Tensor
@@ -28,35 +26,27 @@ class Dataset:
     y_test: torch.Tensor
     task: str = "regression"
     info: dict = field(default_factory=dict)
-    scale_inputs: bool = True  # False for token ids
-
-    def __post_init__(self):
-        self.x_mean, self.x_std = moments(self.x_train) if self.scale_inputs else (torch.zeros(()), torch.ones(()))
-        if self.task == "regression":
-            self.y_mean, self.y_std = moments(self.y_train)
-        else:
-            self.y_mean, self.y_std = torch.zeros(()), torch.ones(())
-
-    @property
-    def scaling(self) -> Scaling:
-        """The training statistics ``train`` and ``test`` are standardised with."""
-        return Scaling(self.x_mean, self.x_std, self.y_mean, self.y_std)
 
     @property
     def in_features(self) -> int:
         return self.x_train.shape[1]
 
     @property
-    def train(self):
-        return self._scaled(self.x_train, self.y_train)
+    def train(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.x_train, self.y_train
 
     @property
-    def test(self):
-        return self._scaled(self.x_test, self.y_test)
+    def test(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.x_test, self.y_test
+
+    @property
+    def y_std(self) -> float:
+        """The training targets' sd (a regression with one target), as the fit standardises them."""
+        return float(moments(self.y_train.reshape(len(self.y_train), -1))[1].reshape(-1)[0])
 
     def validation_part(self, fraction: float = 0.8) -> Dataset:
         """The first ``fraction`` of the training rows (in their order) as training data and the rest as
-        test data, standardised with the smaller part's statistics: a hyper-parameter selection split."""
+        test data: a hyper-parameter selection split."""
         n = int(fraction * self.x_train.shape[0])
         if not 0 < n < self.x_train.shape[0]:
             raise BnnZooError(
@@ -64,16 +54,16 @@ class Dataset:
                 "validation"
             )
         x, y, info = self.x_train, self.y_train, dict(self.info, part="validation")
-        return Dataset(f"{self.name}:validation", x[:n], y[:n], x[n:], y[n:], self.task, info, self.scale_inputs)
+        return Dataset(f"{self.name}:validation", x[:n], y[:n], x[n:], y[n:], self.task, info)
 
     @property
-    def calibration(self):
-        """The held-out calibration rows (:meth:`calibration_part`), standardised like the training data."""
-        return self._scaled(*self.info["calibration"])
+    def calibration(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The held-out calibration rows (:meth:`calibration_part`)."""
+        return self.info["calibration"]
 
     def calibration_part(self, fraction: float) -> Dataset:
         """The last ``fraction`` of the training rows (in their order) held out of training as calibration
-        data (``info["calibration"]``, raw), the test rows kept; statistics from the rows left."""
+        data (``info["calibration"]``), the test rows kept."""
         n = self.x_train.shape[0] - round(fraction * self.x_train.shape[0])
         if not 0 < n < self.x_train.shape[0]:
             raise BnnZooError(
@@ -82,11 +72,7 @@ class Dataset:
             )
         info = dict(self.info, calibration=(self.x_train[n:], self.y_train[n:]))
         x, y = self.x_train[:n], self.y_train[:n]
-        return Dataset(self.name, x, y, self.x_test, self.y_test, self.task, info, self.scale_inputs)
-
-    def _scaled(self, x, y):
-        y = (y - self.y_mean) / self.y_std if self.task == "regression" else y
-        return (x - self.x_mean) / self.x_std, y
+        return Dataset(self.name, x, y, self.x_test, self.y_test, self.task, info)
 
 
 def toy_cubic(n_train: int = 20, n_test: int = 200, seed: int = 0) -> Dataset:

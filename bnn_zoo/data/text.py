@@ -74,7 +74,6 @@ def language_model(
         x_te,
         y_te,
         task="language-model",
-        scale_inputs=False,
         info={"vocab": vocab, "level": level, "split": "first 90% train, last 10% test"},
     )
 
@@ -109,7 +108,6 @@ def classification(
         x[test_idx].float(),
         y[test_idx],
         task="classification",
-        scale_inputs=False,
         info=info,
     )
 

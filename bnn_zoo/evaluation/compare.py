@@ -112,7 +112,7 @@ class _Scored:
             **posterior.model.describe(),
             "n_train": len(posterior.x),
             "runtime_s": posterior.runtime_s,
-            "evidence_units": "data's units" if posterior.scaling is not None else "as given",
+            **posterior.units_attrs(),
             **{k: v for k, v in posterior.info.items() if isinstance(v, str | int | float) and v != ""},
             **evidence.of(posterior),
         }
@@ -169,8 +169,8 @@ def compare(
     weight). A warning names the runs whose Pareto k exceed ArviZ's threshold (0.7 at most); the
     ``loo_warning`` column marks them: their LOO is unreliable (NaN where ArviZ could not compute it).
 
-    Folders and Results of ``bnn-zoo fit`` carry evidence and LOO on the standardised training targets;
-    posteriors from ``bnn_zoo.fit`` carry them in the data's units. Test metrics are in the data's units.
+    Every number is in the data's units (the ``units`` column; a folder written before folders said so
+    holds its evidence of the standardised targets, and says "standardised targets").
 
     Args:
         results: posteriors from ``bnn_zoo.fit``, result folders (posterior.nc and metrics.json, as
@@ -204,8 +204,8 @@ def compare(
             "model": m.get("model", ""),
             "inference": inference,
             **{k: m.get(k) for k in EVIDENCE},
-            # a folder's regression evidence is of its standardised targets: never silently beside a posterior's
-            "evidence_units": m.get("evidence_units", "standardised targets" if "rmse" in m else "as given"),
+            # a folder written before its metrics said so holds the evidence of its standardised targets
+            "units": m.get("units", "standardised targets" if "rmse" in m else "as given"),
             "loo_elpd": loo.elpd,
             "loo_se": loo.se,
             "p_loo": loo.p,

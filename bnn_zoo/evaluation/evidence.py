@@ -27,6 +27,7 @@ from bnn_zoo.data.validation import check_data
 from bnn_zoo.errors import BnnZooError
 from bnn_zoo.io import atomic_torch_save, bar_disabled, safe_torch_load
 from bnn_zoo.posterior import Posterior
+from bnn_zoo.scaling import in_fit_units, scaling_for
 from bnn_zoo.variational import log_weights
 
 
@@ -42,9 +43,8 @@ def of(posterior, elbo_samples: int = 1000) -> dict[str, float]:
     ``log_marginal_likelihood`` (a classifier GP's ELBO). Empty for samplers: their evidence is :func:`ais`."""
     if posterior.guide is not None and getattr(posterior.guide, "has_density", True):
         return dict(zip(("elbo", "elbo_se"), posterior.elbo(num_samples=elbo_samples)))
-    if posterior.method == "laplace":
-        changed = posterior.info.get("type_ii")
-        return {"evidence_laplace_type_ii" if changed else "evidence_laplace": posterior.info["log_evidence"]}
+    if posterior.method == "laplace":  # its info names it as metrics.json does
+        return {k: posterior.info[k] for k in ("evidence_laplace", "evidence_laplace_type_ii") if k in posterior.info}
     if posterior.method == "gp":
         if posterior.model.task == "regression":
             return {"log_marginal_likelihood": posterior.log_marginal_likelihood()}
@@ -93,10 +93,13 @@ def ais(
     target_accept: float = 0.65,
     progress: bool = False,
     checkpoint: str | Path | None = None,
+    standardize: bool = True,
 ) -> tuple[float, float]:
-    """Annealed importance sampling estimate of log p(y | x) with its standard error.
+    """Annealed importance sampling estimate of log p(y | x) with its standard error, in the data's units.
 
-    ``model`` is a :class:`bnn_zoo.BNN` or a fitted Posterior (then x, y default to its training data).
+    ``model`` is a fitted Posterior (x, y default to its training data, taken as its fit took them) or a
+    :class:`bnn_zoo.BNN` with data, which is standardised as ``bnn_zoo.fit`` would (``standardize``,
+    :mod:`bnn_zoo.scaling`), so the two score the same model.
     ``num_runs`` independent runs of ``num_particles`` particles each (all vectorised) start from prior
     draws and pass through ``num_steps`` temperatures 0 = beta_0 < ... < beta_T = 1 (a sigmoid schedule,
     dense near both ends). Particle n gathers log w_n = sum_t (beta_t - beta_{t-1}) log p(y | x, w_n^{(t-1)})
@@ -112,18 +115,22 @@ def ais(
     ``checkpoint``: a path written every 25 temperatures and on Ctrl-C; an existing one is resumed, and
     it is deleted once the estimate is complete.
     """
-    units = lambda estimate, n: estimate  # noqa: E731
     if isinstance(model, Posterior):  # its data as it saw them, and the estimate in the data's units
         x, y = model.data(x, y)
         model, units = model.model, model.to_data_units
-    if not isinstance(model, BNN):
-        raise BnnZooError(
-            f"ais needs a bnn_zoo.BNN or a Posterior fitted to one, got {type(model).__name__} (a GP's evidence is its "
-            "log_marginal_likelihood())"
-        )
-    if x is None or y is None:
-        raise BnnZooError("ais needs data: pass x and y (or a fitted Posterior, whose training data is used)")
-    x, y = check_data(model, x, y)
+    else:
+        if not isinstance(model, BNN):
+            raise BnnZooError(
+                f"ais needs a bnn_zoo.BNN or a Posterior fitted to one, got {type(model).__name__} (a GP's evidence is "
+                "its log_marginal_likelihood())"
+            )
+        if x is None or y is None:
+            raise BnnZooError("ais needs data: pass x and y (or a fitted Posterior, whose training data is used)")
+        x, y = check_data(model, x, y)
+        scaling = scaling_for(model, x, y, standardize)
+        model, x, y = in_fit_units(model, x, y, scaling)
+        jacobian = 0.0 if scaling is None else float(scaling.log_jacobian)
+        units = lambda estimate, n: estimate + n * jacobian  # noqa: E731
     if not (num_steps >= 1 and num_particles >= 1 and num_runs >= 2 and leapfrog_steps >= 1 and step_size > 0):
         raise BnnZooError("ais needs num_steps, num_particles, leapfrog_steps >= 1, num_runs >= 2 and step_size > 0")
     # A leapfrog trajectory that diverges gives NaN, which the Metropolis test rejects; distributions

@@ -1,4 +1,4 @@
-"""Test metrics from a :class:`bnn_zoo.Prediction`, in the targets' original units."""
+"""Test metrics from a :class:`bnn_zoo.Prediction`, in its units (a posterior's: the data's)."""
 
 from __future__ import annotations
 
@@ -10,28 +10,23 @@ from bnn_zoo.evaluation import calibration, uncertainty
 COVERAGES = (0.5, 0.9, 0.95)
 
 
-def regression_metrics(pred, y, y_std=1.0) -> dict[str, float]:
+def regression_metrics(pred, y) -> dict[str, float]:
     """RMSE, average per-point test log-likelihood (Gal eq. 3.18), coverage of the central 50/90/95%
     predictive intervals, and the mean predictive variance split into its noise part E_s[Var(y | f_s)]
-    and model part Var_s[f_s] (law of total variance), all in original units.
-
-    ``pred`` and ``y`` are in standardised units y_s = (y - mean) / y_std; the density picks up the
-    Jacobian: log p(y) = log p(y_s) - sum_d log y_std_d. A prediction of a posterior bnn_zoo.fit
-    standardised is already in the data's units: pass y as it is and y_std 1. ``y`` is (N,) for one
-    output or (N, outputs).
+    and model part Var_s[f_s] (law of total variance), in the units of ``pred`` (a posterior's
+    prediction: the data's). ``y`` is (N,) for one output or (N, outputs).
     """
     y = _matching_targets(y, pred.mean.shape)
-    y_std = torch.as_tensor(y_std, dtype=y.dtype).reshape(-1)
-    rmse = (((pred.mean - y) * y_std) ** 2).mean().sqrt()
-    ll = pred.log_likelihood(y).mean() - torch.log(y_std.expand(y.shape[-1])).sum()
+    rmse = ((pred.mean - y) ** 2).mean().sqrt()
+    ll = pred.log_likelihood(y).mean()
     pit = pred.cdf(y)
     out = {"rmse": rmse.item(), "test_log_likelihood": ll.item()}
     out.update(
         {f"coverage_{round(100 * c)}": ((pit - 0.5).abs() <= c / 2).to(y.dtype).mean().item() for c in COVERAGES}
     )
     out.update(
-        noise_variance=(pred.noise_variance * y_std**2).mean().item(),
-        model_variance=(pred.model_variance * y_std**2).mean().item(),
+        noise_variance=pred.noise_variance.mean().item(),
+        model_variance=pred.model_variance.mean().item(),
     )
     return out
 

@@ -302,6 +302,12 @@ class GalKeras(PriorConfig):
         return priors.Normal.gal_keras(p, float(dataset.y_std), self.length_scale)
 
 
+def prior_config(prior) -> PriorConfig:
+    """The registered config of a library prior, with its values."""
+    cls = next(c for c in REGISTRY["prior"].values() if getattr(c, "prior", None) is type(prior))
+    return cls(**{f.name: getattr(prior, f.name) for f in dataclasses.fields(cls)})
+
+
 # ---------------------------------------------------------------------------- likelihoods
 
 
@@ -316,15 +322,15 @@ class LikelihoodConfig:
 
 @register("gaussian")
 @dataclass
-@options(likelihoods.Gaussian.fixed_or_learned, skip=("y_std",))
+@options(likelihoods.Gaussian.fixed_or_learned)
 class Gaussian(LikelihoodConfig):
-    """y ~ N(f, sigma^2): sigma learned (HalfNormal(1) prior), or fixed by scale (standardised units) or
-    by precision tau = 1 / sigma^2 in the targets' original units (Gal & Ghahramani's tau)."""
+    """y ~ N(f, sigma^2): sigma learned (HalfNormal(1) prior on standardised targets), or fixed by scale or
+    by precision tau = 1 / sigma^2 (Gal & Ghahramani's tau), both in the targets' units."""
 
     task = "regression"
 
     def build(self, dataset):
-        return likelihoods.Gaussian.fixed_or_learned(self.scale, self.precision, y_std=float(dataset.y_std))
+        return likelihoods.Gaussian.fixed_or_learned(self.scale, self.precision)
 
 
 @register("heteroscedastic")
@@ -463,12 +469,6 @@ class InferenceConfig:
         resolved = self.method(**self.options()).resolved(model, n)
         return dataclasses.replace(self, **{f.name: getattr(resolved, f.name) for f in dataclasses.fields(self)})
 
-    def recurrent_prior(self) -> PriorConfig:
-        """The recurrent models' prior under this method (the dropout guide aside): Blundell et al.'s scale
-        mixture, whose narrow component lets the weights the data do not need go quiet (under a single
-        Normal mean-field SVI and HMC on toy-text's LSTMs predict the majority class)."""
-        return ScaleMixture()
-
 
 @register("svi")
 @dataclass
@@ -492,10 +492,7 @@ class SVI(InferenceConfig):
 
 
 class _Chain(InferenceConfig):
-    def recurrent_prior(self):
-        """The scale mixture with a narrow sd of 0.05, not 0.0025: a leapfrog step must resolve the narrow
-        component and the steep bend between the two; at 0.0025 HMC's step size on the tied LSTM collapses."""
-        return ScaleMixture(scale2=0.05)
+    pass
 
 
 _CHAIN_START = {"init": Literal["network", "prior", "svi"]}
@@ -537,12 +534,6 @@ class _SGMCMC(InferenceConfig):
     def options(self):
         return super().options() | {"kind": self.registered_name}
 
-    def recurrent_prior(self):
-        """N(0, 1): the adapted step size resolves the largest curvature, which a scale mixture's narrow
-        component sets, and the chain then stays in it; under the mixture (sd 0.0025 or 0.05) every kind
-        predicts the majority class on toy-text's three recurrent models (docs/benchmarks-defaults.md)."""
-        return Normal()
-
 
 @register("sgld")
 @dataclass
@@ -572,10 +563,6 @@ class Laplace(InferenceConfig):
     """Laplace at the MAP (GGN full, diag or kron) with MacKay's evidence and type-II prior precision."""
 
     method = inference.Laplace
-
-    def recurrent_prior(self):
-        """The fan-in Normal: Laplace's prior precision is a Normal's."""
-        return FanIn()
 
 
 @register("ensemble")
@@ -706,15 +693,10 @@ class RunConfig:
         return dataclasses.replace(self, guide=guide, inference=self.inference.resolved(model, n))
 
     def default_prior(self, guide: GuideConfig | None, task: str) -> PriorConfig:
-        """Normal for the dropout guide on classifiers and language models: Gal's KL is a weight decay
-        (1 - p) / (2 N s^2) per weight, which under the fan-in prior (s^2 = 1 / fan_in) is hundreds of
-        times the usual and collapses a CNN to chance. For the recurrent models the method's
-        ``recurrent_prior`` (a scale mixture but for Laplace). The fan-in Normal elsewhere, dropout on
-        regression included: a learned p falls to 1e-4 there, and under N(0, 1) the network overfits
-        (docs/guide/defaults.md)."""
-        if isinstance(guide, Dropout) and task != "regression":
-            return Normal()
-        return self.inference.recurrent_prior() if getattr(self.model, "text", False) else FanIn()
+        """The library's default (:func:`bnn_zoo.priors.default_prior`) for this model, task, guide and method."""
+        architecture = "recurrent" if getattr(self.model, "text", False) else "dense"  # conv's defaults are dense's
+        recurrent = getattr(self.inference.method, "recurrent_prior", None)
+        return prior_config(priors.default_prior(architecture, task, isinstance(guide, Dropout), recurrent))
 
     def default_guide(self) -> GuideConfig:
         """Gal's dropout for the recurrent models (his variational RNN); mean-field for the rest. Mean-field

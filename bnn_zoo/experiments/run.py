@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import warnings
 from dataclasses import dataclass
@@ -65,13 +64,11 @@ def run(
     "iw" (the importance-weighted bound with K = ``iw_k``; guides with a density), stored as
     evidence_ais(_se) and evidence_iw(_se).
 
-    rmse and test_log_likelihood are in the targets' original units (``*_at_mean``: one pass at the
-    guide's mean weights, i.e. standard dropout for the dropout guide); elbo and loo_elpd are on the
-    standardised training targets the model was fitted to (as is posterior.nc's log_likelihood).
+    Every number is in the data's units (``*_at_mean``: one pass at the guide's mean weights, i.e.
+    standard dropout for the dropout guide): the fit is ``bnn_zoo.fit``'s, which standardises what it fits.
     """
-    x, y = dataset.train
     announce(f"fitting {name} on {dataset.name}")
-    posterior = fit(model, x, y, method, device=device, standardize=False)  # x, y: the dataset's, standardised
+    posterior = fit(model, *dataset.train, method, device=device)
     if device is not None:
         posterior = posterior.to("cpu")  # metrics, plots and files are made on the CPU
     return evaluate(
@@ -136,6 +133,7 @@ def evaluate(
         n_test=int(x_test.shape[0]),
         settings=posterior.settings,
         **model.describe(),
+        **posterior.units_attrs(),
     )
     if posterior.method in ("nuts", "hmc", "chees") and pred is not None:  # can it serve as a reference posterior?
         f = pred.f if predict_samples is None else posterior.predict(x_test).f
@@ -180,7 +178,7 @@ class Prepared:
     def fit(self):
         """The fitted posterior, on the CPU (metrics, plots and files are made there)."""
         announce(f"fitting {self.name} on {self.dataset.name}")
-        posterior = fit(self.model, *self.dataset.train, self.method, device=self.config.device, standardize=False)
+        posterior = fit(self.model, *self.dataset.train, self.method, device=self.config.device)
         return posterior if self.config.device is None else posterior.to("cpu")
 
     def evaluate(self, posterior) -> Result:
@@ -354,7 +352,7 @@ def execute(config: RunConfig, out_dir=None, progress: bool = True, resume: bool
 def _test_metrics(pred, model, y_test, dataset):
     task = model.likelihood.task
     if task == "regression":
-        return regression_metrics(pred, model.likelihood.check_targets(y_test, pred.f.shape[-1]), dataset.y_std)
+        return regression_metrics(pred, model.likelihood.check_targets(y_test, pred.f.shape[-1]))
     return (
         language_model_metrics(pred.mean, y_test) if task == "language-model" else classification_metrics(pred, y_test)
     )
@@ -367,7 +365,7 @@ def _shift_metrics(posterior, dataset, pred, shift: bool, predict_samples) -> di
     if shift:
         out.update(shifts.shifted_metrics(posterior, dataset, predict_samples))
     if "ood_x" in dataset.info:
-        ood = posterior.predict((dataset.info["ood_x"] - dataset.x_mean) / dataset.x_std, num_samples=predict_samples)
+        ood = posterior.predict(dataset.info["ood_x"], num_samples=predict_samples)
         out.update(shifts.ood_metrics(pred.draw_probs, ood.draw_probs))
     if "calibration" in dataset.info:
         out.update(_calibrated_metrics(posterior, dataset, pred, predict_samples))
@@ -393,7 +391,7 @@ def _calibrated_metrics(posterior, dataset, pred, predict_samples) -> dict:
     conformal = calibration.SplitConformal.fit(cal.mean, cal.variance.sqrt(), y_cal, alpha=0.1)
     lower, upper = conformal.interval(pred.mean, pred.variance.sqrt())
     covered = ((y_test >= lower) & (y_test <= upper)).to(y_test.dtype).mean().item()
-    width = ((upper - lower) * torch.as_tensor(dataset.y_std)).mean().item()
+    width = (upper - lower).mean().item()
     return {"conformal_coverage_90": covered, "conformal_width_90": width}
 
 
@@ -456,13 +454,12 @@ def test_predictions(name, posterior, dataset, metrics, pred):
         **{k: metrics[k] for k in ("rmse", "test_log_likelihood", "accuracy", "nll") if k in metrics},
     }
     regression = attrs["task"] == "regression"
-    in_units = dataclasses.replace(pred, units=dataset.scaling) if regression else pred
-    ds = predictions.test_predictions(in_units, dataset.y_test, attrs)
+    ds = predictions.test_predictions(pred, dataset.y_test, attrs)
     if regression and dataset.in_features == 1 and "quantile" in ds:
         x_all = torch.cat([dataset.x_train, dataset.x_test])[:, 0]
         lo, hi = x_all.min().item(), x_all.max().item()
         grid = torch.linspace(lo - 0.25 * (hi - lo), hi + 0.25 * (hi - lo), 200)[:, None]
-        band = dataclasses.replace(posterior.predict(dataset.scaling.inputs(grid)), units=dataset.scaling)
+        band = posterior.predict(grid)
         quantile = ds["quantile"]  # its name is also the grid's quantile dimension: assigned after it, as files have it
         ds = ds.drop_vars("quantile").assign(
             x_test=("obs", dataset.x_test[:, 0].numpy()),

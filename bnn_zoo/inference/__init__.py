@@ -18,7 +18,7 @@ from bnn_zoo.inference.mcmc import HMC, NUTS
 from bnn_zoo.inference.sgmcmc import SGMCMC
 from bnn_zoo.inference.svi import SVI
 from bnn_zoo.posterior import Posterior
-from bnn_zoo.scaling import Scaling
+from bnn_zoo.scaling import check_standardize, in_fit_units, scaling_for
 
 ArrayLike = torch.Tensor | np.ndarray | Sequence
 
@@ -45,11 +45,15 @@ def fit(
     """Fit ``model`` to (x, y) with ``method``.
 
     Inputs are validated first (shapes, NaN/inf, labels), so bad data fails before any training. A
-    regression is fitted on inputs and targets standardised with their own means and sds (the shipped
-    priors and defaults assume unit scales, as on the command line), and the posterior takes and gives
-    the data's units: predictions, log-likelihoods, ELBO and evidence, the InferenceData's function-space
-    groups; only the weights (``posterior`` group) act on the standardised data (``posterior.scaling``).
-    A fit that learned nothing about the inputs (:mod:`bnn_zoo.inference.collapse`) warns in one line.
+    regression is fitted on inputs and targets standardised with their own means and sds
+    (:mod:`bnn_zoo.scaling`: the shipped priors and defaults assume unit scales; the command line fits
+    through here too), and the posterior takes and gives the data's units: predictions, log-likelihoods,
+    ELBO and evidence, the InferenceData's function-space groups; only the weights (``posterior`` group)
+    act on the standardised data (``posterior.scaling``).
+    A classifier's inputs are standardised the same way (token ids never are). A fixed Gaussian noise is
+    stated in the data's units (:meth:`bnn_zoo.likelihoods.Gaussian.in_units`); the prior acts on the
+    weights of the network of standardised data. A fit that learned nothing about the inputs
+    (:mod:`bnn_zoo.inference.collapse`) warns in one line.
 
     Args:
         model: a :class:`bnn_zoo.BNN`, fitted by SVI, NUTS, HMC, ChEES, Laplace, SGMCMC, Ensemble or SWAG; or a
@@ -61,9 +65,9 @@ def fit(
             ``bnn_zoo.Ensemble(...)``, ``bnn_zoo.SWAG(...)`` or ``bnn_zoo.TypeII(...)``.
         device: where to fit a BNN: ``"cpu"`` (default: where the model is) or ``"cuda"``; the model is
             copied there with its data, and the posterior lives there.
-        standardize: standardise a regression's inputs and targets (False: fit them as given, e.g. data
-            already standardised, or a prior chosen for the data's own units). Classifiers and language
-            models are always fitted as given.
+        standardize: standardise a regression's inputs and targets, a classifier's inputs (False: fit them
+            as given, e.g. data already standardised, or a prior chosen for the data's own units). Token ids
+            are never scaled.
 
     Returns:
         A :class:`bnn_zoo.Posterior` (a GP: a ``GPPosterior`` with the same interface).
@@ -86,26 +90,19 @@ def fit(
             "Ensemble or SWAG"
         )
     check_seed(getattr(method, "seed", 0))
+    check_standardize(standardize)
     x, y = check_data(model, x, y)
     if device is not None:
         if isinstance(model, GP):
             raise BnnZooError("the GP baseline fits on the CPU (exact Cholesky in float64); drop device=")
         model = model.to(check_device(device))
         x, y = x.to(model.device), y.to(model.device)
-    task = model.task if isinstance(model, GP) else model.likelihood.task
-    scaling = Scaling.of(x, y) if standardize and task == "regression" else None
-    if scaling is not None:
-        x, y = scaling.inputs(x), scaling.targets(y)
     if isinstance(method, SVI) and method.lockstep:
-        posterior = lockstep.fit_lockstep([lockstep.Job(model, x, y, method)], device=model.device)[0]
-    else:
-        posterior = method.run(model, x, y)
-    if scaling is not None:
-        posterior.scaling = scaling.to(x.device)
-        if "log_evidence" in posterior.info:  # Laplace's; the rest of its info stays of the standardised data
-            posterior.info["log_evidence"] = posterior.to_data_units(posterior.info["log_evidence"], len(y))
-    if not (isinstance(method, SVI) and method.lockstep):  # fit_lockstep checks its own
-        collapse.check(posterior)
+        job = lockstep.Job(model, x, y, method, standardize)
+        return lockstep.fit_lockstep([job], device=model.device)[0]  # it checks collapse itself
+    scaling = scaling_for(model, x, y, standardize)
+    posterior = method.run(*in_fit_units(model, x, y, scaling)).fitted_in(scaling)
+    collapse.check(posterior)
     return posterior
 
 

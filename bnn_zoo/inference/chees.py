@@ -42,6 +42,7 @@ from bnn_zoo.inference.svi import svi_start
 from bnn_zoo.io import atomic_torch_save, bar_disabled, check_identity, fingerprint, safe_torch_load, say_resumed
 from bnn_zoo.models import architecture
 from bnn_zoo.posterior import Posterior
+from bnn_zoo.priors import ScaleMixture
 
 MAX_ENERGY_ERROR = 1000.0  # a trajectory whose energy error passes this diverged (Stan's and Pyro's value)
 LOG_T_CLIP = 0.35  # the largest change of log T per iteration (about log 2 / 2, as TFP)
@@ -91,6 +92,10 @@ class ChEES:
         lockstep: in a sweep (or ``bnn-zoo reference``), run this cell with the others that differ from it
             only in split or seed as one XLA program (:mod:`bnn_zoo.inference.lockstep`); alone, no effect.
     """
+
+    # a recurrent network's prior at this method's defaults (bnn_zoo.priors.default_prior):
+    # as NUTS: a leapfrog step must resolve the narrow component
+    recurrent_prior = ScaleMixture(scale2=0.05)
 
     num_warmup: int | None = None
     num_samples: int | None = None

@@ -34,6 +34,7 @@ from bnn_zoo.inference import defaults
 from bnn_zoo.inference.lockstep import Stream, first_distinct
 from bnn_zoo.io import atomic_torch_save, bar_disabled, check_identity, fingerprint, safe_torch_load, say_resumed
 from bnn_zoo.posterior import Posterior
+from bnn_zoo.priors import ScaleMixture
 from bnn_zoo.protocols import ForwardsDraws
 
 PHASES = ("pretrain", "collect")  # an ensemble's training, then SWAG's collection
@@ -68,6 +69,10 @@ class Ensemble:
             and the fit ends bit for bit where an uninterrupted one ends.
         checkpoint_every: steps between checkpoints.
     """
+
+    # a recurrent network's prior at this method's defaults (bnn_zoo.priors.default_prior):
+    # as SVI's
+    recurrent_prior = ScaleMixture()
 
     members: int = 5
     steps: int | None = None

@@ -34,6 +34,7 @@ from bnn_zoo.errors import BnnZooError, check_field_types
 from bnn_zoo.io import bar_disabled
 from bnn_zoo.likelihoods import Gaussian
 from bnn_zoo.posterior import Posterior, load_posterior
+from bnn_zoo.priors import FanInNormal
 
 SUBSETS = ("all", "last_layer")
 HESSIANS = ("full", "diag", "kron", "auto")  # auto: full up to MAX_FULL weights, diag above
@@ -77,6 +78,10 @@ class Laplace:
     treats the noise as a hyperparameter): its prior is not used, and the evidence is conditional on it,
     so it is labelled type-II too.
     """
+
+    # a recurrent network's prior at this method's defaults (bnn_zoo.priors.default_prior):
+    # its prior precision is a Normal's
+    recurrent_prior = FanInNormal()
 
     subset: Literal["all", "last_layer"] = "all"
     hessian: Literal["auto", "full", "diag", "kron"] = "auto"
@@ -185,20 +190,27 @@ class Laplace:
         for k in fitted.latent_shapes():
             if k not in samples:  # the learned noise: held at its type-II value
                 samples[k] = values[k].to(x.dtype).expand(1, self.num_draws, *values[k].shape).clone()
+        label = type_ii_label(scale, self.optimize_prior, float(values[noise]) if noise else None)
         info = {
-            "log_evidence": evidence,
+            evidence_key(label): evidence,
             "prior_precision_scale": scale,
             "scale_and_evidence_by_round": history,
             "log_likelihood_at_map": log_lik,
             **({"noise_scale": float(values[noise]), "fitted_sites": [noise]} if noise else {}),
             "num_weights": sum(theta[k].numel() for k in names),
-            "type_ii": type_ii_label(scale, self.optimize_prior, float(values[noise]) if noise else None),
+            "type_ii": label,
         }
         post = LaplacePosterior(
             fitted, x, y, samples, self.settings(), sample_stats={}, runtime_s=time.perf_counter() - start, info=info
         )
         post.map = {k: theta[k].to(x.dtype) for k in names}
         return post
+
+
+def evidence_key(type_ii: str) -> str:
+    """The name of a Laplace evidence in ``info`` and metrics.json: of the declared model, or of the one
+    type II changed (``type_ii`` says how)."""
+    return "evidence_laplace_type_ii" if type_ii else "evidence_laplace"
 
 
 def type_ii_label(scale: float, fitted: bool, noise: float | None) -> str:
@@ -215,6 +227,25 @@ class LaplacePosterior(Posterior):
 
     kind = "laplace"
     map: dict[str, torch.Tensor]
+
+    def fitted_in(self, scaling):
+        """Its evidence, MAP log-likelihood and type-II noise in the data's units as well."""
+        super().fitted_in(scaling)
+        if scaling is None or not scaling.scales_targets:
+            return self
+        info, n = self.info, len(self.y)
+        key = evidence_key(info["type_ii"])
+        info[key] = self.to_data_units(info[key], n)
+        info["log_likelihood_at_map"] = self.to_data_units(info["log_likelihood_at_map"], n)
+        info["scale_and_evidence_by_round"] = [
+            [c, self.to_data_units(e, n)] for c, e in info["scale_and_evidence_by_round"]
+        ]
+        if "noise_scale" in info:
+            info["noise_scale"] = info["noise_scale"] * float(scaling.y_std.reshape(-1)[0])
+            info["type_ii"] = type_ii_label(
+                info["prior_precision_scale"], self.settings["optimize_prior"], info["noise_scale"]
+            )
+        return self
 
     def _forward(self, weights: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
         if self.settings.get("predictive") == "nn":

@@ -61,6 +61,7 @@ from bnn_zoo.likelihoods import Gaussian
 from bnn_zoo.models import architecture
 from bnn_zoo.posterior import Posterior
 from bnn_zoo.protocols import ForwardsDraws
+from bnn_zoo.scaling import Scaling, in_fit_units, scaling_for
 
 BLOCK = 16  # steps of randomness drawn per fit at once (fewer calls per step; masks kept as booleans)
 STATE_FORMAT = "pcg64-streams, flat parameters"  # what a checkpoint's state means; part of its identity
@@ -70,12 +71,14 @@ CHECKPOINT_SECONDS = 60.0  # a checkpointed batch saves at the first block bound
 
 @dataclass
 class Job:
-    """One fit of a lockstep batch: ``bz.fit(model, x, y, method)`` as it would run alone."""
+    """One fit of a lockstep batch: ``bz.fit(model, x, y, method, standardize=standardize)`` as it would
+    run alone, on the data in their own units."""
 
     model: BNN
     x: torch.Tensor
     y: torch.Tensor
     method: SVI | NUTS | ChEES
+    standardize: bool = True
 
     def __post_init__(self):
         if isinstance(self.method, SVI | NUTS | ChEES):
@@ -125,8 +128,8 @@ def why_not(job: Job) -> str | None:
         (isinstance(m, SVI) and m.validation > 0, "lockstep fits have no early stopping"),
         (isinstance(m, SVI) and not m.direct, "direct=False asks for Pyro's own TraceMeanField_ELBO"),
         (
-            not isinstance(model.likelihood, Gaussian) or model.likelihood.scale is None,
-            "lockstep fits need a Gaussian likelihood with a fixed scale",
+            not isinstance(model.likelihood, Gaussian) or not isinstance(model.likelihood.fixed_sigma, float),
+            "lockstep fits need a Gaussian likelihood with one fixed scale",
         ),
         (bool(model.fixed), "lockstep fits need every parameter Bayesian (no point estimates)"),
         (
@@ -205,15 +208,16 @@ def fit_lockstep(
 
     if not jobs:
         return []
+    jobs, scalings = zip(*(_in_fit_units(job) for job in jobs))
     for job in jobs:
         reason = why_not(job)
         if reason:
             raise BnnZooError(f"cannot fit in lockstep: {reason}")
     if len({signature(j) for j in jobs}) > 1:
         raise BnnZooError("lockstep fits must share the architecture and the method's settings (see signature)")
-    jobs = [_checked(job) for job in jobs]
     if isinstance(jobs[0].method, SAMPLERS):
-        return _sample_cells(jobs, progress, device, None if checkpoint is None else Path(checkpoint))
+        posteriors = _sample_cells(list(jobs), progress, device, None if checkpoint is None else Path(checkpoint))
+        return [p.fitted_in(s) for p, s in zip(posteriors, scalings)]
     start = time.perf_counter()
     batch = _Batch(jobs, check_device(device or "cpu"))
     path = None if checkpoint is None else Path(checkpoint)
@@ -236,15 +240,24 @@ def fit_lockstep(
         if step % 50 == 0:
             bar.set_postfix(loss=f"{batch.losses[:, step].nanmean().item():.4g}")
     runtime = (batch.elapsed + time.perf_counter() - start) / len(jobs)
-    posteriors = [batch.posterior(k, runtime) for k in range(len(jobs))]
+    posteriors = [batch.posterior(k, runtime).fitted_in(s) for k, s in zip(range(len(jobs)), scalings)]
     for posterior in posteriors:
         collapse.check(posterior)
     return posteriors
 
 
+def _in_fit_units(job: Job) -> tuple[Job, Scaling | None]:
+    """The job as bz.fit would fit it: its data checked (targets (N, out): (N,) targets would broadcast
+    against (N, 1) outputs) and standardised (:func:`bnn_zoo.scaling.in_fit_units`),
+    with the scaling that maps its posterior back to the data's units."""
+    job = _checked(job)
+    scaling = scaling_for(job.model, job.x, job.y, job.standardize)
+    model, x, y = in_fit_units(job.model, job.x, job.y, scaling)
+    return dataclasses.replace(job, model=model, x=x, y=y, standardize=False), scaling
+
+
 def _checked(job: Job) -> Job:
-    """The job's data in the likelihood's canonical form, as bz.fit checks it: targets (N, out), or the
-    log-likelihood would broadcast (N,) targets against (N, 1) outputs."""
+    """The job's data in the likelihood's canonical form, as bz.fit checks it."""
     return dataclasses.replace(job, **dict(zip("xy", check_data(job.model, job.x, job.y))))
 
 
@@ -370,7 +383,7 @@ class _Batch:
         self.transforms = _transforms(self.guides[0])
         self.x, self.y = torch.stack([j.x for j in jobs]).to(device), torch.stack([j.y for j in jobs]).to(device)
         self.offsets = torch.arange(self.K)[:, None] * self.n
-        self.scale = self._per_fit(lambda j: j.model.likelihood.scale)
+        self.scale = self._per_fit(lambda j: j.model.likelihood.fixed_sigma)
         self.prior_scale = {k: torch.stack([_prior_scale(j.model, k) for j in jobs]).to(device) for k in self.names}
         dropped = [k for k in self.names if self.dropout and k in self.guides[0].p]
         self.keep = {k: torch.tensor([1 - g.p[k] for g in self.guides], device=device) for k in dropped}

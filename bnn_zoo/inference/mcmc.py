@@ -42,6 +42,7 @@ from bnn_zoo.inference.svi import svi_start
 from bnn_zoo.io import bar_disabled
 from bnn_zoo.models import architecture
 from bnn_zoo.posterior import Posterior
+from bnn_zoo.priors import ScaleMixture
 
 
 class _TransitionValues:
@@ -142,6 +143,10 @@ class _HMCKernel(_TransitionValues, pyro_mcmc.HMC):
 @dataclass
 class _MCMC:
     """Settings shared by NUTS and HMC (documented on :class:`NUTS`)."""
+
+    # a recurrent network's prior at this method's defaults (bnn_zoo.priors.default_prior):
+    # a leapfrog step must resolve the narrow component: at 0.0025 the step size on the tied LSTM collapses
+    recurrent_prior = ScaleMixture(scale2=0.05)
 
     num_warmup: int | None = None
     num_samples: int | None = None

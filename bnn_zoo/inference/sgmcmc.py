@@ -27,6 +27,7 @@ from bnn_zoo.inference import defaults
 from bnn_zoo.inference.potential import LogPosterior
 from bnn_zoo.io import atomic_torch_save, bar_disabled, check_identity, fingerprint, safe_torch_load, say_resumed
 from bnn_zoo.posterior import Posterior
+from bnn_zoo.priors import Normal
 
 KINDS = ("sgld", "sghmc", "cyclical")
 
@@ -90,6 +91,11 @@ class SGMCMC:
         checkpoint_every: steps between checkpoints.
         progress: show a progress bar.
     """
+
+    # a recurrent network's prior at this method's defaults (bnn_zoo.priors.default_prior):
+    # the adapted step resolves the largest curvature, which a mixture's narrow component sets: every
+    # kind then predicts the majority class
+    recurrent_prior = Normal(1.0)
 
     kind: Literal["sgld", "sghmc", "cyclical"] = "sghmc"
     step_size: float | None = None

@@ -25,6 +25,7 @@ from bnn_zoo.inference import defaults, elbo
 from bnn_zoo.io import atomic_torch_save, bar_disabled, check_identity, fingerprint, safe_torch_load, say_resumed
 from bnn_zoo.models import architecture
 from bnn_zoo.posterior import Posterior, Prediction
+from bnn_zoo.priors import ScaleMixture
 from bnn_zoo.variational import guide_state, parameters, sample_guide, scope
 
 
@@ -70,6 +71,10 @@ class SVI:
             value and gradient as ``TraceMeanField_ELBO``, without Pyro's per-step tracing); False runs
             Pyro's ``TraceMeanField_ELBO`` itself. The two draw their randomness in another order.
     """
+
+    # a recurrent network's prior at this method's defaults (bnn_zoo.priors.default_prior):
+    # Blundell et al.'s scale mixture: under one Normal, mean-field keeps the prior on an LSTM
+    recurrent_prior = ScaleMixture()
 
     guide: str | type | Callable | None = None
     steps: int | None = None
