@@ -28,6 +28,7 @@ KEYS = (
     "max_rhat",
     "min_ess_bulk",
     "runtime_s",
+    "units",
 )
 
 

@@ -26,6 +26,7 @@ from bnn_zoo.inference import NUTS, SVI, Laplace
 from bnn_zoo.likelihoods import Gaussian
 from bnn_zoo.models import MLP
 from bnn_zoo.priors import FanInNormal
+from bnn_zoo.scaling import AS_GIVEN, DATA_UNITS
 
 RUNS = ("svi", "dropout", "laplace", "nuts", "gp", "linear")  # the demo's result folders under its output folder
 
@@ -35,7 +36,7 @@ def demo(
     svi_steps=3000,
     num_warmup=300,
     num_samples=300,
-    num_chains=2,
+    num_chains=4,
     seed=0,
     progress=True,
     console=None,
@@ -86,8 +87,11 @@ def demo(
     )
     results = [svi, dropout, laplace, nuts, gp]
     plots.predictive_bands([r.predictions for r in results], out / "demo.png")
+    unconverged = (
+        {} if nuts.metrics.get("reference_converged") else {"reference_unconverged": nuts.metrics["reference_note"]}
+    )
     for r in (svi, dropout, laplace):  # how far each approximation is from the same network's NUTS posterior
-        r.metrics.update(reference.scores(r.predictions, nuts.predictions))
+        r.metrics.update(reference.scores(r.predictions, nuts.predictions), **unconverged)
     note = _split_by_training_range(results, data)
     print_table(
         results,
@@ -100,9 +104,15 @@ def demo(
     say(
         "W2 and var ratio: each approximation's predictive distribution against the NUTS posterior of the same "
         "network (0 and 1 are NUTS itself): what bnn-zoo measures that a test score alone cannot."
+        + (
+            f" NUTS is not a converged reference here ({unconverged['reference_unconverged']}): they are marked *."
+            if unconverged
+            else ""
+        )
     )
     folders = " ".join(str(out / name) for name in RUNS[:-1])
-    say(f"compare them: bnn-zoo compare {folders} --reference {out / 'nuts'} --out {out / 'comparison'}")
+    allow = " --reference-unconverged" if unconverged else ""
+    say(f"compare them: bnn-zoo compare {folders} --reference {out / 'nuts'}{allow} --out {out / 'comparison'}")
     return [*results, linear]
 
 
@@ -173,10 +183,20 @@ def _cell(metrics: dict, key: str, fmt: str) -> str:
     ArviZ's threshold (at most 0.7) the PSIS estimate can be off by any amount (Vehtari et al. 2024)."""
     if key not in metrics or (key in LOO_KEYS and "loo_warning" in metrics):
         return "-"
-    return fmt.format(metrics[key])
+    mark = "*" if key in REFERENCE_KEYS and "reference_unconverged" in metrics else ""  # against an unconverged NUTS
+    return fmt.format(metrics[key]) + mark
+
+
+def units_note(names_and_units: list[tuple[str, str]]) -> str:
+    """One line on what a regression table's numbers are in: the data's units (test LL per test point,
+    evidence and LOO of all training targets), naming any run whose evidence is of standardised targets."""
+    old = [name for name, units in names_and_units if units not in (DATA_UNITS, AS_GIVEN)]
+    line = "every number in the data's units (test LL per test point; evidence and LOO of all the training targets)"
+    return line + (f"; but the evidence and LOO of {', '.join(old)} are of standardised targets" if old else "") + "."
 
 
 LOO_KEYS = ("loo_elpd", "loo_se")
+REFERENCE_KEYS = ("w2", "variance_ratio")
 
 
 def loo_note(names_and_k: list[tuple[str, float]]) -> str | None:
@@ -211,11 +231,8 @@ def print_table(results, console=None, title=None):
     ]
     for note in filter(None, notes):
         (console or _console()).print(f"[yellow]note[/yellow] {note}")
-    if any("rmse" in r.metrics for r in results):  # only regression targets are standardised
-        (console or _console()).print(
-            "test RMSE / LL in original units (LL per test point); evidence and LOO on the standardised training "
-            "targets."
-        )
+    if any("rmse" in r.metrics for r in results):
+        (console or _console()).print(units_note([(r.name, r.metrics.get("units")) for r in results]))
 
 
 # (header, value key, SE key or None, format): the terminal shows a subset; comparison.csv has every column.
@@ -276,4 +293,5 @@ def print_comparison(table, console=None, title=None):
     note = loo_note([(row["run"], row["max_pareto_k"]) for row in table.to_dict("records") if row.get("loo_warning")])
     if note:
         console.print(f"[yellow]note[/yellow] {note}")
-    console.print("evidence and LOO/WAIC on the standardised training targets; test metrics in original units.")
+    if "rmse" in table:
+        console.print(units_note(list(zip(table["run"], table["units"]))))
