@@ -184,3 +184,23 @@ def test_a_fixed_noise_is_stated_in_the_datas_units():
         post = bz.fit(model, x, y, bz.Laplace(map_steps=50, progress=False))
     assert float(post.predict(x[:5]).noise_variance.mean()) == pytest.approx(2_000.0**2, rel=1e-5)
     assert "Gaussian(scale=2000.0)" == post.model.describe()["likelihood"]
+
+
+def test_one_name_per_quantity_in_metrics_json_python_and_the_table(tmp_path):
+    """A Laplace fit from the command line (toy-cubic's known noise: the declared model's evidence): what
+    Python calls each number (evidence.of, info, the test metrics) is its key in metrics.json and its
+    column in bz.compare, with the same value."""
+    from bnn_zoo.evaluation import evidence
+
+    out = tmp_path / "laplace"
+    assert main(["fit", "--inference", "laplace", "--inference.map_steps", "100", "--out", str(out), "--quiet"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    post = bz.load(out)
+    data = bz.data.toy_cubic()
+    python = {**evidence.of(post), **{k: v for k, v in post.info.items() if v != ""}}
+    python.update(regression_metrics(post.predict(data.x_test), data.y_test))
+    assert "evidence_laplace" in python and set(python) <= set(metrics), set(python) - set(metrics)
+    for key, value in python.items():
+        assert metrics[key] == pytest.approx(value, rel=1e-5) if isinstance(value, float) else metrics[key] == value
+    table = bz.compare([out])
+    assert table["evidence_laplace"].iloc[0] == pytest.approx(python["evidence_laplace"])
