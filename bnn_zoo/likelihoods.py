@@ -13,7 +13,7 @@ import pyro
 import pyro.distributions as dist
 import torch
 from pyro.distributions import constraints
-from torch.distributions import Distribution
+from torch.distributions import Distribution, Independent
 
 from bnn_zoo.errors import BnnZooError
 
@@ -36,6 +36,13 @@ class Likelihood:
         """log p(y | f) per datum, shape (..., N): the distribution's log density, which a likelihood may
         write out where building the distribution costs more than the arithmetic (SVI's every step)."""
         return self.distribution(f, latent).log_prob(y)
+
+    def value_log_prob(self, f: torch.Tensor, latent: dict, y: torch.Tensor) -> torch.Tensor:
+        """log p(y | f) per observed value: (..., N, out) for several real targets, independent given f (the
+        InferenceData's log_likelihood, which ArviZ pairs with observed_data value by value); else (..., N)."""
+        d = self.distribution(f, latent)
+        several = self.task == "regression" and y.dim() == 2 and y.shape[-1] > 1
+        return d.base_dist.log_prob(y) if several and isinstance(d, Independent) else d.log_prob(y)
 
     def mean(self, f: torch.Tensor, latent: dict) -> torch.Tensor:
         """E[y | f] per draw, shape (..., N, out)."""

@@ -506,8 +506,9 @@ class Posterior(InDataUnits):
             parts = list(self._per_draw(self.x, self._chain_index(kept["function"]), self._replicate_and_score))
         y_rep, log_lik = (torch.cat(part) for part in zip(*parts))
         y_rep = y_rep.reshape(self.num_chains, len(kept["function"]), *self.y.shape)
-        log_lik = log_lik.reshape(self.num_chains, -1, log_lik.shape[-1])  # as log_likelihood() shapes it
-        log_lik = log_lik if self.scaling is None else log_lik + self.scaling.log_jacobian
+        log_lik = log_lik.reshape(self.num_chains, -1, *log_lik.shape[1:])  # (chain, draw, N[, outputs])
+        if self.scaling is not None:
+            log_lik = self.scaling.value_log_jacobian(log_lik, per_output=log_lik.dim() == 4)
         attrs = {
             **self.attrs(),
             "draws_posterior": len(kept["posterior"]),
@@ -528,8 +529,8 @@ class Posterior(InDataUnits):
 
     def _replicate_and_score(self, f, latent) -> tuple[torch.Tensor, torch.Tensor]:
         """A replicated training set and the training data's pointwise log-likelihood, from one forward pass."""
-        likelihood = self.model.likelihood.distribution(f, latent)
-        return likelihood.sample(), likelihood.log_prob(self.y)
+        likelihood = self.model.likelihood
+        return likelihood.distribution(f, latent).sample(), likelihood.value_log_prob(f, latent, self.y)
 
     def _outputs_per_draw(self, x) -> int:
         """Numbers in the network's output on all of ``x`` for one draw (read off one example)."""
@@ -603,7 +604,8 @@ def function_space_inference_data(
     posterior: xr.Dataset, y_rep, log_lik, draws, x, y, sample_stats: dict, attrs: dict, constants: dict | None = None
 ):
     """InferenceData in ArviZ's schema from a posterior group and function-space draws: y_rep (chain,
-    draw, *y.shape) and pointwise log_lik (chain, draw, N) at the ``draws`` indices, observed data,
+    draw, *y.shape) and pointwise log_lik (chain, draw, N), or per value (chain, draw, N, outputs) for
+    several real targets, at the ``draws`` indices, observed data,
     constant data (x and ``constants``, fitted values that are not random), per-draw sample_stats, and
     a per-step optimisation trace (SVI's loss) in a group of its own, ``optimization``.
 
@@ -621,7 +623,9 @@ def function_space_inference_data(
     groups = {
         "posterior": posterior,
         "posterior_predictive": xr.Dataset({"y": (("chain", "draw", *y_dims), y_rep.numpy())}, coords=coords),
-        "log_likelihood": xr.Dataset({"y": (("chain", "draw", "obs"), log_lik.numpy())}, coords=coords),
+        "log_likelihood": xr.Dataset(
+            {"y": (("chain", "draw", *y_dims[: log_lik.dim() - 2]), log_lik.numpy())}, coords=coords
+        ),
         "observed_data": xr.Dataset({"y": (y_dims, y.numpy())}),
         "constant_data": xr.Dataset({"x": (("obs", "feature"), x.numpy()), **fitted}),
     }

@@ -63,6 +63,13 @@ class Scaling:
     def unscaled_variance(self, v: torch.Tensor) -> torch.Tensor:
         return v if self.y_std is None else v * self.y_std.to(v) ** 2
 
+    def value_log_jacobian(self, log_density: torch.Tensor, per_output: bool) -> torch.Tensor:
+        """A log density of standardised targets in the data's units: per datum (the Jacobian summed over
+        outputs) or, ``per_output``, per target value (..., out)."""
+        if self.y_std is None:
+            return log_density
+        return log_density - self.y_std.to(log_density).log() if per_output else log_density + self.log_jacobian
+
     @property
     def log_jacobian(self) -> torch.Tensor:
         """log |dy_z / dy| per datum: add it to a log density of standardised targets for the data's units."""

@@ -204,3 +204,22 @@ def test_one_name_per_quantity_in_metrics_json_python_and_the_table(tmp_path):
         assert metrics[key] == pytest.approx(value, rel=1e-5) if isinstance(value, float) else metrics[key] == value
     table = bz.compare([out])
     assert table["evidence_laplace"].iloc[0] == pytest.approx(python["evidence_laplace"])
+
+
+def test_several_outputs_work_with_arvizs_own_functions():
+    """Three targets on their own scales: log_likelihood holds each value's density (summing to the
+    posterior's per-datum one), so az.loo, az.loo_pit and the predictive checks pair it with observed_data."""
+    import arviz as az
+
+    x, y = _prices(n=40)
+    y3 = torch.stack([y, x[:, 0], x[:, 1] ** 2], 1)
+    with _quiet():
+        post = bz.fit(bz.BNN(bz.models.MLP(5, [8], 3)), x, y3, bz.Laplace(map_steps=100, progress=False))
+        idata = post.to_inference_data()
+        pit = az.loo_pit(idata, y="y")
+        elpd = arviz_compat.loo(idata).elpd
+    values = arviz_compat.group(idata, "log_likelihood")["y"]
+    assert values.dims == ("chain", "draw", "obs", "y_dim_1") and tuple(pit.shape) == (40, 3) and math.isfinite(elpd)
+    kept = torch.as_tensor(values["draw"].values)
+    per_datum = torch.as_tensor(values.values).double().sum(-1)
+    assert torch.allclose(per_datum, post.log_likelihood()[:, kept].double(), rtol=1e-5)

@@ -108,7 +108,10 @@ def _npz(path: Path) -> tuple[torch.Tensor, list]:
             raise BnnZooError(f"{path} holds arrays {', '.join(arrays.files)}; an .npz table needs x and y")
         x, y = arrays["x"], arrays["y"]
     if x.ndim != 2 or y.ndim != 1 or len(x) != len(y):
-        raise BnnZooError(f"{path}: x must be (N, features) and y (N,), got {x.shape} and {y.shape}")
+        raise BnnZooError(
+            f"{path}: x must be (N, features) and y (N,), got {x.shape} and {y.shape}; the command line fits one "
+            "target (several: bz.fit in Python)"
+        )
     bad = np.argwhere(~np.isfinite(x.astype(np.float64)))
     if len(bad):
         raise BnnZooError(f"{path}: x[{bad[0][0]}, {bad[0][1]}] is not a finite number; fix or drop that row")
