@@ -23,7 +23,7 @@ from torch.func import functional_call, vmap
 
 from bnn_zoo import local_noise
 from bnn_zoo.errors import BnnZooError
-from bnn_zoo.likelihoods import Gaussian, Likelihood
+from bnn_zoo.likelihoods import Likelihood, default_likelihood
 from bnn_zoo.models import architecture
 from bnn_zoo.priors import PerSite, Prior, default_prior, matches, site_distribution
 from bnn_zoo.protocols import DeclaresWidths, ForwardsDraws
@@ -62,7 +62,7 @@ class BNN:
     ):
         if not isinstance(net, nn.Module):
             raise BnnZooError(f"net must be a torch.nn.Module, got {type(net).__name__}")
-        likelihood = Gaussian.learned() if likelihood is None else likelihood
+        likelihood = default_likelihood() if likelihood is None else likelihood
         if not isinstance(likelihood, Likelihood):
             raise BnnZooError(
                 "likelihood must be a bnn_zoo.likelihoods object (e.g. bz.likelihoods.Gaussian(0.1)), got "

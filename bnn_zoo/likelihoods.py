@@ -383,3 +383,13 @@ class _TokenCategorical(dist.TorchDistribution):
 
     def sample(self, sample_shape=()):
         return dist.Categorical(logits=self.logits).sample(sample_shape)
+
+
+def default_likelihood(task: str = "regression", noise_scale: float | None = None) -> Likelihood:
+    """The likelihood bnn-zoo fits when none is given, through every door: a Gaussian with a learned
+    noise for regression, or ``noise_scale`` fixed where the data know it (a simulated table: with the
+    noise learned, toy-cubic's 20 points let SVI explain the cubic away as noise, test RMSE 23.8);
+    ``Categorical`` for classifiers; ``Tokens`` for language models."""
+    if task == "regression":
+        return Gaussian.learned() if noise_scale is None else Gaussian(noise_scale)
+    return {"classification": Categorical, "language-model": Tokens}[task]()

@@ -47,7 +47,9 @@ def main(out: Path, quick: bool):
 
     def net(activation):
         return bz.BNN(
-            bz.models.MLP(1, [512] * 4, 1, activation=activation), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.05)
+            bz.models.MLP(1, [512] * 4, 1, activation=activation),
+            bz.priors.Normal(1.0),
+            bz.likelihoods.Gaussian(0.05 * data.y_std),  # 0.05 of the series' sd, in ppm
         )
 
     relu = run(
@@ -68,7 +70,7 @@ def main(out: Path, quick: bool):
     print_table([relu, tanh, gp], title=f"{data.name}: trained before 1991, tested on 1991-2001; figure in {out}")
 
     grid = torch.linspace(1958, 2020, 400)[:, None]
-    x = (grid - data.x_mean) / data.x_std
+    x = grid  # years: every posterior takes and gives the data's units
     panels = [
         ("Standard dropout, ReLU", relu.posterior.predict(x, at_mean=True)),
         ("MC dropout, ReLU", relu.posterior.predict(x)),
@@ -77,8 +79,8 @@ def main(out: Path, quick: bool):
     ]
     fig, axes = plt.subplots(2, 2, figsize=(11, 7), sharex=True, sharey=True)
     for ax, (title, pred) in zip(axes.ravel(), panels):
-        mean = pred.mean[:, 0] * data.y_std + data.y_mean
-        sd = pred.variance[:, 0].sqrt() * data.y_std
+        mean = pred.mean[:, 0]
+        sd = pred.variance[:, 0].sqrt()
         for k, alpha in ((2, 0.15), (1, 0.3)):
             ax.fill_between(grid[:, 0], mean - k * sd, mean + k * sd, color="C0", alpha=alpha, lw=0)
         ax.plot(grid[:, 0], mean, "C0", lw=1)

@@ -51,7 +51,7 @@ def cubic(seed=0) -> Dataset:
 def main(out: Path, quick: bool):
     steps, draws = (500, 50) if quick else (5000, 300)
     for data in (blundell(), cubic()):
-        noise = data.info["noise_scale"] / float(data.y_std)
+        noise = data.info["noise_scale"]  # the generating noise, in the data's units
         model = bz.BNN(
             bz.models.MLP(1, [20, 20], 1, activation="relu"), bz.priors.FanInNormal(), bz.likelihoods.Gaussian(noise)
         )

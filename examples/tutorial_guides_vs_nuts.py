@@ -21,7 +21,7 @@ parser.add_argument("--out", default="runs/tutorial-toy")
 out = Path(parser.parse_args().out)
 
 data = bz.data.toy_cubic(seed=0)
-noise = data.info["noise_scale"] / float(data.y_std)  # the generating noise, in standardised units
+noise = data.info["noise_scale"]  # the generating noise, in the data's units
 torch.manual_seed(0)  # the last-layer BNN starts its point-estimated features at the network's own values
 net = bz.models.MLP(1, [50], 1, activation="tanh")
 model = bz.BNN(net, bz.priors.FanInNormal(), bz.likelihoods.Gaussian(noise))

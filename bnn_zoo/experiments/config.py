@@ -33,6 +33,7 @@ from bnn_zoo.data import digits, load_uci, tables, text, toy_cubic
 from bnn_zoo.errors import BnnZooError, check_seed, first_line, positive
 from bnn_zoo.experiments.options import options
 from bnn_zoo.guides.dropout import default_options
+from bnn_zoo.inference import defaults as inference_defaults
 from bnn_zoo.inference import xla
 
 REGISTRY: dict[str, dict[str, type]] = {}  # kind -> {command-line name -> config class}
@@ -383,12 +384,15 @@ DEFAULT_LIKELIHOOD = {"regression": Gaussian, "classification": Categorical, "la
 
 
 def default_likelihood(dataset, known_noise: bool = True) -> LikelihoodConfig:
-    """The data's task decides; a simulated regression that knows its noise (toy-cubic) gets that noise.
-    (With the noise learned, 20 points let SVI explain the cubic away as noise: a constant predictor,
-    test RMSE 23.8; see docs/guide/defaults.md.)"""
-    if known_noise and dataset.task == "regression" and "noise_scale" in dataset.info:
-        return Gaussian(precision=1 / dataset.info["noise_scale"] ** 2)
-    return DEFAULT_LIKELIHOOD[dataset.task]()
+    """The library's (:func:`bnn_zoo.likelihoods.default_likelihood`) for the data's task, with the noise a
+    simulated table knows (toy-cubic's) unless ``known_noise`` is off (a GP learns its own)."""
+    noise = dataset.info.get("noise_scale") if known_noise and dataset.task == "regression" else None
+    library = likelihoods.default_likelihood(dataset.task, noise)
+    return (
+        Gaussian(scale=library.scale)
+        if isinstance(library, likelihoods.Gaussian)
+        else DEFAULT_LIKELIHOOD[dataset.task]()
+    )
 
 
 # ---------------------------------------------------------------------------- guides
@@ -694,14 +698,17 @@ class RunConfig:
 
     def default_prior(self, guide: GuideConfig | None, task: str) -> PriorConfig:
         """The library's default (:func:`bnn_zoo.priors.default_prior`) for this model, task, guide and method."""
-        architecture = "recurrent" if getattr(self.model, "text", False) else "dense"  # conv's defaults are dense's
         recurrent = getattr(self.inference.method, "recurrent_prior", None)
-        return prior_config(priors.default_prior(architecture, task, isinstance(guide, Dropout), recurrent))
+        return prior_config(priors.default_prior(self.architecture, task, isinstance(guide, Dropout), recurrent))
 
     def default_guide(self) -> GuideConfig:
-        """Gal's dropout for the recurrent models (his variational RNN); mean-field for the rest. Mean-field
-        on toy-text's LSTMs keeps the prior: 0.66 accuracy, the majority class (docs/guide/defaults.md)."""
-        return Dropout() if getattr(self.model, "text", False) else MeanField()
+        """The library's (:func:`bnn_zoo.inference.defaults.guide`) for this model."""
+        return REGISTRY["guide"][inference_defaults.guide(self.architecture)]()
+
+    @property
+    def architecture(self) -> str:
+        """The model's, as the library's defaults read it (a convolutional network's defaults are dense's)."""
+        return "recurrent" if getattr(self.model, "text", False) else "dense"
 
     def lockstep_ready(self) -> bool:
         """Whether the lockstep engine can fit this run (its own check, ``lockstep.why_not``, is final):

@@ -41,6 +41,12 @@ def chain_length(arch: Architecture) -> int:
     return 500 if arch == "dense" else 100
 
 
+def guide(arch: Architecture) -> str:
+    """SVI's guide when none is given: Gal's dropout on recurrent networks (his variational RNN; mean-field
+    on toy-text's LSTMs keeps the prior: 0.66 accuracy, the majority class), mean-field otherwise."""
+    return "dropout" if arch == "recurrent" else "mean-field"
+
+
 def unset(method, **defaults):
     """``method`` with each of these fields that is None set to its default (the same object if none is)."""
     filled = {k: v for k, v in defaults.items() if getattr(method, k) is None}

@@ -178,7 +178,7 @@ class SVI:
         the guide by the architecture, the minibatch size by n, the steps from epochs or 3,000."""
         filled = defaults.optimisation_budget(self, n)
         if self.guide is None:
-            filled["guide"] = "dropout" if architecture(model.net) == "recurrent" else "mean-field"
+            filled["guide"] = defaults.guide(architecture(model.net))
         return dataclasses.replace(self, **filled) if filled else self
 
     def run(self, model, x, y) -> Posterior:
