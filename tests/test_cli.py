@@ -3,6 +3,7 @@
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 
@@ -39,6 +40,8 @@ def demo_run(tmp_path_factory):
                     "20",
                     "--num-samples",
                     str(DEMO_DRAWS),
+                    "--num-chains",
+                    "2",  # 2 chains of 20 draws check the files and the table (the default 4 make a reference)
                     "--quiet",
                 ]
             )
@@ -90,6 +93,10 @@ def test_demo_end_to_end_at_reduced_size(demo_run):
         k = float("inf") if m["loo_max_pareto_k"] is None else m["loo_max_pareto_k"]  # strict JSON writes inf as null
         assert f"{name} {k:.1f}" in note and f"{m['loo_elpd']:.2f}" not in table
     assert ("LOO elpd" in table) == (len(flagged) < 3)
+    # 2 chains fail the reference rule: W2 and var ratio are marked, and the printed comparison says so
+    flat = " ".join(table.split())  # the console wraps long lines
+    assert re.search(r"\d\.\d{3}\*", table) and "NUTS is not a converged reference here (2 chains < 4" in flat
+    assert "--reference-unconverged --out" in flat and "every number in the data's units" in flat
 
 
 def test_compare_on_the_demo_results_prints_the_table_and_writes_the_plots(demo_run, tmp_path, capsys):
