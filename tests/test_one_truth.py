@@ -54,6 +54,7 @@ def test_a_command_line_folder_predicts_its_own_predictions_from_python(cli_fit)
     data, out = cli_fit
     with xr.open_dataset(out / "predictions.nc", engine="h5netcdf") as ds:
         folder_mean = torch.as_tensor(ds["mean"].values)
+        assert ds.attrs["units"] == "data's units"
     again = bz.load(out)
     assert torch.allclose(again.predict(data.x_test).mean[:, 0], folder_mean, rtol=1e-5)
     assert abs(float(folder_mean.mean()) - float(data.y_test.mean())) < 0.5 * float(data.y_test.std())
@@ -121,6 +122,8 @@ def test_every_function_that_takes_targets_gives_the_same_for_n_and_n_by_1(fits,
     tables_ = [bz.compare([posterior], test=(x, t)) for t in (flat, column)]
     key = "rmse" if task == "regression" else "accuracy"
     assert tables_[0][key].iloc[0] == tables_[1][key].iloc[0]
+    ais = bz.evidence.ais(posterior, x, flat, num_steps=3, num_particles=2, seed=0)
+    assert ais == bz.evidence.ais(posterior, x, column, num_steps=3, num_particles=2, seed=0)
     if method == "svi":
         for fn in (posterior.elbo, lambda a, b: bz.evidence.importance_weighted(posterior, a, b, k=5)):
             values = []

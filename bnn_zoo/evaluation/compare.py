@@ -127,6 +127,7 @@ class _Scored:
         self.metrics.update(regression_metrics(pred, y) if task == "regression" else classification_metrics(pred, y))
         self.metrics["n_test"] = len(y)
         attrs = {"name": self.name, "task": task, "model": self.metrics.get("model", ""), "method": posterior.method}
+        attrs.update(posterior.units_attrs())
         self.predictions = predictions.test_predictions(pred, y, attrs)
         if posterior.method in ("nuts", "hmc", "chees"):  # can it serve as a reference posterior?
             f = pred.f.reshape(posterior.num_chains, -1, *pred.f.shape[1:])

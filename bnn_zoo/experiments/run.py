@@ -452,6 +452,7 @@ def test_predictions(name, posterior, dataset, metrics, pred):
         "model": metrics.get("model", ""),
         "method": posterior.method,
         **{k: metrics[k] for k in ("rmse", "test_log_likelihood", "accuracy", "nll") if k in metrics},
+        **posterior.units_attrs(),
     }
     regression = attrs["task"] == "regression"
     ds = predictions.test_predictions(pred, dataset.y_test, attrs)
