@@ -65,13 +65,11 @@ class Likelihood:
         return targets
 
     def to(self, device: torch.device | str) -> Likelihood:
-        """A copy whose tensors and distributions' tensors (a learned noise's prior) live on ``device``."""
+        """A copy whose distributions' tensors (a learned noise's prior) live on ``device``."""
         other = copy.copy(self)
         for name, value in vars(self).items():
             if isinstance(value, Distribution):
                 setattr(other, name, move_distribution(value, device))
-            elif isinstance(value, torch.Tensor):
-                setattr(other, name, value.to(device))
         return other
 
 

@@ -201,11 +201,6 @@ class InDataUnits:
         self.scaling = scaling
         return self
 
-    @property
-    def units(self) -> str:
-        """What its numbers are in: the data's units, or as given (a fit of data the user scaled)."""
-        return DATA_UNITS if self.scaling is not None else AS_GIVEN
-
     def units_attrs(self) -> dict[str, str]:
         """What every result file says of its units: ``units``, the numbers', and ``fitted_on``, the data
         the network saw, which the prior and a learned noise's prior act on."""
