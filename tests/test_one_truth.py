@@ -219,7 +219,7 @@ def test_several_outputs_work_with_arvizs_own_functions():
     with _quiet():
         post = bz.fit(bz.BNN(bz.models.MLP(5, [8], 3)), x, y3, bz.Laplace(map_steps=100, progress=False))
         idata = post.to_inference_data()
-        pit = az.loo_pit(idata, y="y")
+        pit = az.loo_pit(idata)["y"] if arviz_compat.MAJOR >= 1 else az.loo_pit(idata, y="y")
         elpd = arviz_compat.loo(idata).elpd
     values = arviz_compat.group(idata, "log_likelihood")["y"]
     assert values.dims == ("chain", "draw", "obs", "y_dim_1") and tuple(pit.shape) == (40, 3) and math.isfinite(elpd)

@@ -495,17 +495,13 @@ class SVI(InferenceConfig):
         )
 
 
-class _Chain(InferenceConfig):
-    pass
-
-
 _CHAIN_START = {"init": Literal["network", "prior", "svi"]}
 
 
 @register("nuts")
 @dataclass
 @options(inference.NUTS, types=_CHAIN_START)
-class NUTS(_Chain):
+class NUTS(InferenceConfig):
     """The No-U-Turn sampler (Pyro's, or NumPyro's on the jax backend): dual averaging, diagonal mass matrix."""
 
     method = inference.NUTS
@@ -514,7 +510,7 @@ class NUTS(_Chain):
 @register("hmc")
 @dataclass
 @options(inference.HMC, types=_CHAIN_START)
-class HMC(_Chain):
+class HMC(InferenceConfig):
     """Hamiltonian Monte Carlo with a fixed trajectory length (Pyro's), at most max_leapfrog steps a transition."""
 
     method = inference.HMC
@@ -523,7 +519,7 @@ class HMC(_Chain):
 @register("chees")
 @dataclass
 @options(inference.ChEES, types=_CHAIN_START)
-class ChEES(_Chain):
+class ChEES(InferenceConfig):
     """Many HMC chains in lockstep, trajectory length by the ChEES criterion, jittered (Hoffman et al. 2021)."""
 
     method = inference.ChEES
