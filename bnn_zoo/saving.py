@@ -23,6 +23,7 @@ import functools
 import importlib
 import inspect
 import json
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from typing import Any
 import torch
 
 from bnn_zoo.errors import BnnZooError
-from bnn_zoo.io import atomic_torch_save, safe_torch_load, save_inference_data, write_json
+from bnn_zoo.io import atomic_torch_save, read_json_mapping, safe_torch_load, save_inference_data, write_json
 from bnn_zoo.version import __version__
 
 FORMAT = "bnn-zoo-posterior"
@@ -221,6 +222,7 @@ def load(path: str | Path, model: Any = None, guide: Any = None):
             f"which this bnn-zoo ({', '.join(sorted(_LOADER_HOMES))}, version {VERSION}) cannot read"
         )
     state = safe_torch_load(path / STATE, what="posterior state")
+    _warn_if_fitted_standardised_without_its_scaling(path, state)
     try:
         return _LOADERS[header["kind"]](header, state, model=model, guide=guide)
     except NotDescribable as exc:
@@ -232,6 +234,19 @@ def load(path: str | Path, model: Any = None, guide: Any = None):
             f"{path} does not match its description ({type(exc).__name__}: "
             f"{str(exc).splitlines()[0] if str(exc) else ''}); the folder is corrupt or was saved for another model"
         ) from None
+
+
+def _warn_if_fitted_standardised_without_its_scaling(path: Path, state: dict) -> None:
+    """A regression folder of ``bnn-zoo fit`` from before folders stored their scaling (metrics.json says
+    no units) was fitted on standardised data: say so, rather than predict in the wrong units silently."""
+    metrics = read_json_mapping(path / "metrics.json")
+    if state.get("scaling") is None and metrics is not None and "rmse" in metrics and "units" not in metrics:
+        warnings.warn(
+            f"{path} was written by bnn-zoo fit before result folders stored their scaling: the loaded posterior "
+            "takes and gives standardised inputs and targets, not the data's units; re-run it with "
+            f"bnn-zoo fit --config {path / 'config.yaml'}",
+            stacklevel=3,
+        )
 
 
 def rebuild_model(header: dict, model: Any) -> Any:

@@ -226,3 +226,19 @@ def test_several_outputs_work_with_arvizs_own_functions():
     kept = torch.as_tensor(values["draw"].values)
     per_datum = torch.as_tensor(values.values).double().sum(-1)
     assert torch.allclose(per_datum, post.log_likelihood()[:, kept].double(), rtol=1e-5)
+
+
+def test_a_folder_from_before_folders_stored_their_scaling_says_so_on_load(cli_fit, tmp_path):
+    import shutil
+
+    _, out = cli_fit
+    old = shutil.copytree(out, tmp_path / "old")
+    metrics = json.loads((old / "metrics.json").read_text())
+    (old / "metrics.json").write_text(json.dumps({k: v for k, v in metrics.items() if k not in ("units", "fitted_on")}))
+    state = torch.load(old / "state.pt", weights_only=True)
+    torch.save({**state, "scaling": None}, old / "state.pt")
+    with pytest.warns(UserWarning, match="before result folders stored their scaling.*bnn-zoo fit --config"):
+        bz.load(old)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        bz.load(out)  # a folder that stores its scaling loads without a word
