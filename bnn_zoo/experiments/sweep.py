@@ -375,15 +375,21 @@ def _lockstep(folders, jobs, fitted: dict, device, checkpoint: Path) -> None:
 
 def _load_fitted(run):
     """The cell's fit saved by an earlier, interrupted run of its lockstep batch, or None."""
+    from bnn_zoo.data.validation import check_data
     from bnn_zoo.saving import load
+    from bnn_zoo.scaling import scaling_for
 
     path = run.out / FITTED
     if not (path / "posterior.json").is_file():
         return None
     try:
-        return load(path, model=run.model)
+        posterior = load(path, model=run.model)
     except BnnZooError:  # written partly when the run was killed: fit it again
         return None
+    x, y = check_data(run.model, *run.dataset.train)
+    if (posterior.scaling is None) != (scaling_for(run.model, x, y) is None):
+        return None  # fitted by a bnn-zoo that kept no scaling with it: fit it again
+    return posterior
 
 
 def _lockstep_checkpoint(folders: list[str]) -> Path:
