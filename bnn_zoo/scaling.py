@@ -89,15 +89,11 @@ def takes_token_ids(net) -> bool:
     return any(isinstance(m, torch.nn.Embedding | Embedding) for m in net.modules())
 
 
-def check_standardize(standardize) -> None:
-    if not isinstance(standardize, bool):
-        raise BnnZooError(f"standardize is True or False, got {standardize!r}")
-
-
 def scaling_for(model, x: torch.Tensor, y: torch.Tensor, standardize: bool = True) -> Scaling | None:
     """The scaling ``bnn_zoo.fit`` fits (x, y) with (validated data): a regression's inputs and targets, a
     classifier's inputs, nothing for token ids or with ``standardize=False``."""
-    check_standardize(standardize)
+    if not isinstance(standardize, bool):
+        raise BnnZooError(f"standardize is True or False, got {standardize!r}")
     net = getattr(model, "net", None)  # a GP has none
     if not standardize or model.task == "language-model" or (net is not None and takes_token_ids(net)):
         return None

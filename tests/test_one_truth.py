@@ -223,6 +223,10 @@ def test_several_outputs_work_with_arvizs_own_functions():
         elpd = arviz_compat.loo(idata).elpd
     values = arviz_compat.group(idata, "log_likelihood")["y"]
     assert values.dims == ("chain", "draw", "obs", "y_dim_1") and tuple(pit.shape) == (40, 3) and math.isfinite(elpd)
+    # the learned noise is one standardised sd: in the data's units, one per target
+    assert post.info["noise_scale"] == pytest.approx(
+        [post.samples["noise_scale"].mean().item() * s for s in y3.std(0).tolist()], rel=1e-4
+    )
     kept = torch.as_tensor(values["draw"].values)
     per_datum = torch.as_tensor(values.values).double().sum(-1)
     assert torch.allclose(per_datum, post.log_likelihood()[:, kept].double(), rtol=1e-5)

@@ -18,7 +18,7 @@ from bnn_zoo.inference.mcmc import HMC, NUTS
 from bnn_zoo.inference.sgmcmc import SGMCMC
 from bnn_zoo.inference.svi import SVI
 from bnn_zoo.posterior import Posterior
-from bnn_zoo.scaling import check_standardize, in_fit_units, scaling_for
+from bnn_zoo.scaling import in_fit_units, scaling_for
 
 ArrayLike = torch.Tensor | np.ndarray | Sequence
 
@@ -90,7 +90,6 @@ def fit(
             "Ensemble or SWAG"
         )
     check_seed(getattr(method, "seed", 0))
-    check_standardize(standardize)
     x, y = check_data(model, x, y)
     if device is not None:
         if isinstance(model, GP):

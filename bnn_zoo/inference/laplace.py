@@ -213,11 +213,13 @@ def evidence_key(type_ii: str) -> str:
     return "evidence_laplace_type_ii" if type_ii else "evidence_laplace"
 
 
-def type_ii_label(scale: float, fitted: bool, noise: float | None) -> str:
+def type_ii_label(scale: float, fitted: bool, noise: float | list[float] | None) -> str:
     """How the evidence's model differs from the declared one: "" when not at all, else e.g.
-    "prior precision x 3.21 (type-II), noise sd 0.412 (type-II)"; a scale set by hand says "(set)"."""
+    "prior precision x 3.21 (type-II), noise sd 0.412 (type-II)" (one sd per target where the data's
+    units differ by target); a scale set by hand says "(set)"."""
     parts = [f"prior precision x {scale:.3g} ({'type-II' if fitted else 'set'})"] if fitted or scale != 1.0 else []
-    parts += [f"noise sd {noise:.3g} (type-II)"] if noise is not None else []
+    sds = noise if isinstance(noise, list) else [noise]
+    parts += [f"noise sd {', '.join(f'{s:.3g}' for s in sds)} (type-II)"] if noise is not None else []
     return ", ".join(parts)
 
 
@@ -240,8 +242,9 @@ class LaplacePosterior(Posterior):
         info["scale_and_evidence_by_round"] = [
             [c, self.to_data_units(e, n)] for c, e in info["scale_and_evidence_by_round"]
         ]
-        if "noise_scale" in info:
-            info["noise_scale"] = info["noise_scale"] * float(scaling.y_std.reshape(-1)[0])
+        if "noise_scale" in info:  # one standardised sd: in the data's units, one per target
+            sds = [info["noise_scale"] * s for s in scaling.y_std.reshape(-1).tolist()]
+            info["noise_scale"] = sds[0] if len(sds) == 1 else sds
             info["type_ii"] = type_ii_label(
                 info["prior_precision_scale"], self.settings["optimize_prior"], info["noise_scale"]
             )
