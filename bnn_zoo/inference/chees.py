@@ -36,6 +36,7 @@ from tqdm.auto import tqdm
 from bnn_zoo.bnn import BNN
 from bnn_zoo.errors import BnnZooError, check_field_types
 from bnn_zoo.inference import defaults, xla
+from bnn_zoo.inference.boundary import held_to_step_end
 from bnn_zoo.inference.budget import TimeLimit, TimeLimitExceeded, check_max_hours
 from bnn_zoo.inference.potential import LogPosterior, chain_starts, check_init
 from bnn_zoo.inference.svi import svi_start
@@ -200,33 +201,31 @@ class ChEES:
         bar = tqdm(range(first, total), desc="chees", disable=bar_disabled(self.progress), initial=first, total=total)
         # the pace before the first mass-matrix window (unwhitened, tiny steps) overstates the rest's
         limit = TimeLimit("ChEES", self.max_hours, total - first, settle=max(sampler.next_mass_update - first, 0))
-        for i in bar:
-            # what Ctrl-C saves: the iteration restarts
-            snapshot = sampler.state() if self.checkpoint is not None else None
+        reached = first  # iterations finished: what a checkpoint holds
+        with held_to_step_end() as held:
             try:
-                limit.check(i - first)
-                if i < self.num_warmup:
-                    sampler.warmup_step(i)
-                else:
-                    if i == self.num_warmup:
-                        sampler.finish_warmup()
-                    stats.append(sampler.step(i))
-                    draws.append(sampler.q.clone())
-            except (KeyboardInterrupt, TimeLimitExceeded) as stop:
-                if self.checkpoint is not None:
-                    kept = i - self.num_warmup  # the draws of finished iterations only
-                    _save(self.checkpoint, identity, i, snapshot, draws[: max(kept, 0)], stats[: max(kept, 0)])
-                    if isinstance(stop, KeyboardInterrupt):
-                        print(
-                            f"interrupted: checkpoint at iteration {i} of {total} saved to {self.checkpoint}; run "
-                            "again to resume"
-                        )
+                for i in bar:
+                    limit.check(i - first)  # before iteration i changes anything
+                    if i < self.num_warmup:
+                        sampler.warmup_step(i)
                     else:
-                        saved = f"checkpoint at iteration {i} of {total} saved to {self.checkpoint}"
+                        if i == self.num_warmup:
+                            sampler.finish_warmup()
+                        stats.append(sampler.step(i))
+                        draws.append(sampler.q.clone())
+                    reached = i + 1
+                    if self.checkpoint is not None and reached % self.checkpoint_every == 0 and reached < total:
+                        _save(self.checkpoint, identity, reached, sampler.state(), draws, stats)
+                    held.check()
+            except (KeyboardInterrupt, TimeLimitExceeded) as stop:
+                if self.checkpoint is not None and (held.whole or isinstance(stop, TimeLimitExceeded)):
+                    _save(self.checkpoint, identity, reached, sampler.state(), draws, stats)
+                    saved = f"checkpoint at iteration {reached} of {total} saved to {self.checkpoint}"
+                    if isinstance(stop, KeyboardInterrupt):
+                        print(f"interrupted: {saved}; run again to resume")
+                    else:
                         stop.args = (f"{stop} ({saved}: the same fit resumes it; bnn-zoo fit: add --resume)",)
                 raise
-            if self.checkpoint is not None and (i + 1) % self.checkpoint_every == 0 and i + 1 < total:
-                _save(self.checkpoint, identity, i + 1, sampler.state(), draws, stats)
         if self.checkpoint is not None:
             Path(self.checkpoint).unlink(missing_ok=True)  # the posterior supersedes it
         flat = torch.stack(draws, dim=1)  # (chain, draw, d)

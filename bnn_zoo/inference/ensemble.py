@@ -31,6 +31,7 @@ from tqdm.auto import tqdm
 from bnn_zoo.bnn import BNN
 from bnn_zoo.errors import BnnZooError, check_field_types
 from bnn_zoo.inference import defaults
+from bnn_zoo.inference.boundary import held_to_step_end
 from bnn_zoo.inference.lockstep import Stream, first_distinct
 from bnn_zoo.io import atomic_torch_save, bar_disabled, check_identity, fingerprint, safe_torch_load, say_resumed
 from bnn_zoo.posterior import Posterior
@@ -278,6 +279,7 @@ class Members:
         }
         self.streams = [Stream(s) for s in seeds]
         self.block_states = [stream.state for stream in self.streams]  # where the current minibatch block began
+        self.block_start = 0  # ... and its first step
         self.checkpoint = None if method.checkpoint is None else Path(method.checkpoint)
         self.identity = fingerprint(method.settings(), model.describe(), x, y)
         self.saved = None
@@ -347,7 +349,8 @@ class Members:
 
     def batches(self, steps: int, first: int = 0) -> Iterator[torch.Tensor]:
         """Each member's minibatch rows for steps ``first`` .. ``steps`` - 1, (K, M), from its own stream;
-        a resumed run restarts the block of 16 steps it stopped in, from the streams' ``block_states``."""
+        a resumed run restarts the block of 16 steps drawn last, from the streams' ``block_states`` (that
+        block ends at ``first`` when the run stopped between blocks)."""
         if self.m >= self.n:
             rows = torch.arange(self.n).expand(len(self.streams), self.n)
             for _ in range(first, steps):
@@ -357,8 +360,8 @@ class Members:
         if first:
             for stream, state in zip(self.streams, self.block_states):
                 stream.state = state
-        for start in range(first - first % block, steps, block):
-            self.block_states = [stream.state for stream in self.streams]
+        for start in range(self.block_start if first else 0, steps, block):
+            self.block_states, self.block_start = [stream.state for stream in self.streams], start
             count = min(block, steps - start)
             idx = torch.stack([s.subset_candidates(self.n, self.m, count) for s in self.streams], 1)
             if idx.shape[-1] > self.m:
@@ -395,19 +398,21 @@ class Members:
             disable=bar_disabled(self.method.progress),
         )
         step = first
-        try:
-            for rows in bar:
-                losses = self._step(optimiser, rows)
-                step += 1
-                if moments is not None and step % every == 0:
-                    moments.add(self.flat())
-                if self.checkpoint is not None and step % self.method.checkpoint_every == 0 and step < steps:
+        with held_to_step_end() as held:
+            try:
+                for rows in bar:
+                    losses = self._step(optimiser, rows)
+                    step += 1
+                    if moments is not None and step % every == 0:
+                        moments.add(self.flat())
+                    if self.checkpoint is not None and step % self.method.checkpoint_every == 0 and step < steps:
+                        self._save(phase, step, optimiser, moments, losses)
+                    held.check()
+            except KeyboardInterrupt:
+                if self.checkpoint is not None and held.whole:
                     self._save(phase, step, optimiser, moments, losses)
-        except KeyboardInterrupt:
-            if self.checkpoint is not None:
-                self._save(phase, step, optimiser, moments, losses)
-                print(f"interrupted: checkpoint at step {step} saved to {self.checkpoint}; run again to resume")
-            raise
+                    print(f"interrupted: checkpoint at step {step} saved to {self.checkpoint}; run again to resume")
+                raise
         return losses
 
     def _step(self, optimiser: torch.optim.Optimizer, rows: torch.Tensor) -> torch.Tensor:
@@ -431,6 +436,7 @@ class Members:
             "leaves": {k: v.detach() for k, v in self.leaves.items()},
             "optimiser": optimiser.state_dict(),
             "streams": self.block_states,
+            "block_start": self.block_start,
             "moments": moments.state() if moments is not None else None,
             "losses": losses,
         }
@@ -443,6 +449,7 @@ class Members:
                 v.copy_(saved["leaves"][k])
         optimiser.load_state_dict(saved["optimiser"])
         self.block_states = list(saved["streams"])
+        self.block_start = int(saved.get("block_start", saved["step"] - saved["step"] % 16))
         if moments is not None:
             moments.restore(saved["moments"])
         return int(saved["step"]), saved["losses"]

@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 from bnn_zoo.bnn import BNN
 from bnn_zoo.errors import BnnZooError, check_field_types
 from bnn_zoo.inference import defaults
+from bnn_zoo.inference.boundary import held_to_step_end
 from bnn_zoo.inference.potential import LogPosterior
 from bnn_zoo.io import atomic_torch_save, bar_disabled, check_identity, fingerprint, safe_torch_load, say_resumed
 from bnn_zoo.posterior import Posterior
@@ -254,74 +255,74 @@ class SGMCMC:
             initial=first,
             total=self.total_steps,
         )
-        try:
-            for step in bar:
-                rng = torch.get_rng_state()  # a checkpoint taken mid-step restarts this step exactly
-                data = draw()
-                fraction, temperature, keep = self._schedule(step)
-                adapting = self.adapted and step < self.burn_in
-                # Langevin dynamics learn the frame: they explore it from the first step
-                kind = "sgld" if adapting else self.kind
-                state, log_lik = _update(
-                    posteriors,
-                    kind,
-                    state,
-                    data,
-                    frame.log_posterior(target),
-                    frame.eps * fraction,
-                    temperature,
-                    frame,
-                    self.friction,
-                )
-                if not torch.isfinite(state.log_posterior):
-                    hint = (
-                        "lower step_size"
-                        if not self.adapted
-                        else "give a smaller fixed step_size, or check the prior and data scales"
-                    )
-                    raise BnnZooError(
-                        f"SG-MCMC diverged at step {step} (log posterior {float(state.log_posterior)}); {hint}"
-                    )
-                weights = frame.weights(state.params)
-                if adapting:
-                    frame.record(weights)
-                if self._adapts_after(step):
-                    frame.adapt(weights)
-                    frame.set_step(target, "sgld", draw, batch is not None)
-                    state = _init(posteriors, "sgld", frame.start)
-                if adapting and step + 1 == self.burn_in:  # the kind's own dynamics from here, in the learned frame
-                    frame.set_step(target, self.kind, draw, batch is not None)
-                    state = _init(posteriors, self.kind, state.params)
-                if keep and len(draws) < self.num_samples:
-                    draws.append(target.constrained(frame.unflat(weights)))
-                    stats.append(
-                        {
-                            "step_size": frame.eps * fraction,
-                            "log_posterior": float(state.log_posterior),
-                            "minibatch_log_likelihood": float(log_lik),
-                        }
-                    )
-                if self.checkpoint is not None and (step + 1) % self.checkpoint_every == 0:
-                    _save(
-                        self.checkpoint,
-                        identity,
-                        chain,
-                        step + 1,
+        with held_to_step_end() as held:
+            try:
+                for step in bar:
+                    data = draw()
+                    fraction, temperature, keep = self._schedule(step)
+                    adapting = self.adapted and step < self.burn_in
+                    # Langevin dynamics learn the frame: they explore it from the first step
+                    kind = "sgld" if adapting else self.kind
+                    state, log_lik = _update(
+                        posteriors,
+                        kind,
                         state,
+                        data,
+                        frame.log_posterior(target),
+                        frame.eps * fraction,
+                        temperature,
                         frame,
-                        draws,
-                        stats,
-                        torch.get_rng_state(),
-                        done,
+                        self.friction,
                     )
-        except KeyboardInterrupt:
-            if self.checkpoint is not None:
-                _save(self.checkpoint, identity, chain, step, state, frame, draws, stats, rng, done)
-                print(
-                    f"interrupted: checkpoint at step {step} of chain {chain} saved to {self.checkpoint}; run again to "
-                    "resume"
-                )
-            raise
+                    if not torch.isfinite(state.log_posterior):
+                        hint = (
+                            "lower step_size"
+                            if not self.adapted
+                            else "give a smaller fixed step_size, or check the prior and data scales"
+                        )
+                        raise BnnZooError(
+                            f"SG-MCMC diverged at step {step} (log posterior {float(state.log_posterior)}); {hint}"
+                        )
+                    weights = frame.weights(state.params)
+                    if adapting:
+                        frame.record(weights)
+                    if self._adapts_after(step):
+                        frame.adapt(weights)
+                        frame.set_step(target, "sgld", draw, batch is not None)
+                        state = _init(posteriors, "sgld", frame.start)
+                    if adapting and step + 1 == self.burn_in:  # the kind's own dynamics from here, in the learned frame
+                        frame.set_step(target, self.kind, draw, batch is not None)
+                        state = _init(posteriors, self.kind, state.params)
+                    if keep and len(draws) < self.num_samples:
+                        draws.append(target.constrained(frame.unflat(weights)))
+                        stats.append(
+                            {
+                                "step_size": frame.eps * fraction,
+                                "log_posterior": float(state.log_posterior),
+                                "minibatch_log_likelihood": float(log_lik),
+                            }
+                        )
+                    if self.checkpoint is not None and (step + 1) % self.checkpoint_every == 0:
+                        _save(
+                            self.checkpoint,
+                            identity,
+                            chain,
+                            step + 1,
+                            state,
+                            frame,
+                            draws,
+                            stats,
+                            done,
+                        )
+                    held.check()
+            except KeyboardInterrupt:
+                if self.checkpoint is not None and held.whole:
+                    _save(self.checkpoint, identity, chain, step + 1, state, frame, draws, stats, done)
+                    print(
+                        f"interrupted: checkpoint at step {step + 1} of chain {chain} saved to {self.checkpoint}; "
+                        "run again to resume"
+                    )
+                raise
         return {
             "draws": {k: torch.stack([d[k] for d in draws]) for k in draws[0]},
             "stats": {k: torch.tensor([s[k] for s in stats]) for k in stats[0]},
@@ -456,7 +457,8 @@ def _largest_curvature(log_posterior, u: torch.Tensor, batch, iterations: int = 
     return max(abs(lam), 1e-8)
 
 
-def _save(path, identity, chain, step, state, frame, draws, stats, rng, done):
+def _save(path, identity, chain, step, state, frame, draws, stats, done):
+    """Chain ``chain`` after its first ``step`` steps, with the random state the next step starts from."""
     momenta = getattr(state, "momenta", None)
     atomic_torch_save(
         {
@@ -469,7 +471,7 @@ def _save(path, identity, chain, step, state, frame, draws, stats, rng, done):
             "frame": frame.state(),
             "draws": draws,
             "stats": stats,
-            "rng": rng,
+            "rng": torch.get_rng_state(),
             "chains": done,
         },
         path,

@@ -22,6 +22,7 @@ from bnn_zoo import guides
 from bnn_zoo.errors import BnnZooError, check_field_types
 from bnn_zoo.guides.dropout import DropoutGuide
 from bnn_zoo.inference import defaults, elbo
+from bnn_zoo.inference.boundary import held_to_step_end
 from bnn_zoo.io import atomic_torch_save, bar_disabled, check_identity, fingerprint, safe_torch_load, say_resumed
 from bnn_zoo.models import architecture
 from bnn_zoo.posterior import Posterior, Prediction
@@ -220,55 +221,50 @@ class SVI:
             total=self.steps,
         )
         _set_training(guide, True)  # guides add per-example (local) noise in training mode only
-        try:
-            for step in bar:
-                rng = torch.get_rng_state()  # a checkpoint taken mid-step restarts this step exactly
-                weight = self.kl_weight * min(1.0, (step + 1) / self.kl_warmup) if self.kl_warmup else self.kl_weight
-                for p in params:  # optim.zero_grad() does this behind a torch._disable_dynamo wrapper, ~15 us a step
-                    p.grad = None
-                loss = _loss_and_grads(objective, weight, fitted, guide, x, y, batch_size)
-                if not math.isfinite(loss):
-                    # a non-finite gradient is not checked for at every step (a fifth of a small net's step):
-                    # it makes the parameters non-finite, so the next step's loss is, and this step is undone
-                    stop_reason = (
-                        f"gradient became non-finite at step {step - 1}"
-                        if not _finite(params)
-                        else f"loss became {loss} at step {step}"
+        with held_to_step_end() as held:
+            try:
+                for step in bar:
+                    weight = (
+                        self.kl_weight * min(1.0, (step + 1) / self.kl_warmup) if self.kl_warmup else self.kl_weight
                     )
-                    break
-                with torch.no_grad():
-                    for good, p in zip(last_finite, params):
-                        good.copy_(p)
-                optim.step()
-                sched.step()
-                losses.append(loss)
-                if step % 50 == 0:
-                    bar.set_postfix(loss=f"{loss:.4g}")
-                if held_out is not None and (step + 1) % self.eval_every == 0:
-                    score = validation_log_lik(guide, fitted, *held_out)
-                    if best is None or score > best["score"]:
-                        best = {"score": score, "step": step + 1, "state": _state(guide, point)}
-                    elif step + 1 - best["step"] >= self.patience * self.eval_every:
+                    for p in params:  # optim.zero_grad() does this behind a torch._disable_dynamo wrapper, ~15 us
+                        p.grad = None
+                    loss = _loss_and_grads(objective, weight, fitted, guide, x, y, batch_size)
+                    if not math.isfinite(loss):
+                        # a non-finite gradient is not checked for at every step (a fifth of a small net's step):
+                        # it makes the parameters non-finite, so the next step's loss is, and this step is undone
+                        stop_reason = (
+                            f"gradient became non-finite at step {step - 1}"
+                            if not _finite(params)
+                            else f"loss became {loss} at step {step}"
+                        )
                         break
-                if self.checkpoint is not None and (step + 1) % self.checkpoint_every == 0 and _finite(params):
-                    _save(
-                        self.checkpoint,
-                        identity,
-                        step + 1,
-                        _state(guide, point),
-                        optim,
-                        sched,
-                        losses,
-                        torch.get_rng_state(),
-                        best,
+                    with torch.no_grad():
+                        for good, p in zip(last_finite, params):
+                            good.copy_(p)
+                    optim.step()
+                    sched.step()
+                    losses.append(loss)
+                    if step % 50 == 0:
+                        bar.set_postfix(loss=f"{loss:.4g}")
+                    if held_out is not None and (step + 1) % self.eval_every == 0:
+                        score = validation_log_lik(guide, fitted, *held_out)
+                        if best is None or score > best["score"]:
+                            best = {"score": score, "step": step + 1, "state": _state(guide, point)}
+                        elif step + 1 - best["step"] >= self.patience * self.eval_every:
+                            break
+                    if self.checkpoint is not None and (step + 1) % self.checkpoint_every == 0 and _finite(params):
+                        _save(self.checkpoint, identity, _state(guide, point), optim, sched, losses, best)
+                    held.check()
+            except KeyboardInterrupt:
+                if self.checkpoint is not None and held.whole:
+                    _save(self.checkpoint, identity, _state(guide, point), optim, sched, losses, best)
+                    print(
+                        f"interrupted: checkpoint at step {len(losses)} saved to {self.checkpoint}; run again to resume"
                     )
-        except KeyboardInterrupt:
-            if self.checkpoint is not None:
-                _save(self.checkpoint, identity, len(losses), _state(guide, point), optim, sched, losses, rng, best)
-                print(f"interrupted: checkpoint at step {len(losses)} saved to {self.checkpoint}; run again to resume")
-            raise
-        finally:
-            _set_training(guide, False)
+                raise
+            finally:
+                _set_training(guide, False)
         if not stop_reason and not _finite(params):  # the last step's gradient
             stop_reason = f"gradient became non-finite at step {len(losses) - 1}"
         if stop_reason:
@@ -408,16 +404,17 @@ def _load_state(guide, point: dict, state: dict) -> None:
             v.copy_(state["point"][k])
 
 
-def _save(path, identity, step, state, optim, sched, losses, rng, best):
+def _save(path, identity, state, optim, sched, losses, best):
+    """The fit after its ``len(losses)`` steps, with the random state the next step starts from."""
     atomic_torch_save(
         {
             "identity": identity,
-            "step": step,
+            "step": len(losses),
             "state": state,
             "optim": optim.state_dict(),
             "sched": sched.state_dict(),
             "losses": torch.tensor(losses),
-            "rng": rng,
+            "rng": torch.get_rng_state(),
             "best": best,
         },
         path,

@@ -1,0 +1,115 @@
+"""Resume bit for bit after a stop at any moment. Each iterative method is fitted once without a stop,
+then again with a real SIGINT (Ctrl-C) sent by a timer thread at seeded random moments, so that it lands
+anywhere: in setup, inside a step, between a step and its bookkeeping, in the progress bar, in a
+periodic checkpoint. Each run resumes from the checkpoint the last one left, and the result after tens
+of stops equals the uninterrupted one exactly: draws, losses and sample statistics."""
+
+import os
+import random
+import signal
+import threading
+import time
+
+import pytest
+import torch
+
+import bnn_zoo as bz
+
+STOPS = 20
+
+
+def _data():
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(40, 2, generator=g)
+    y = torch.sin(x[:, 0]) + 0.5 * x[:, 1] + 0.2 * torch.randn(40, generator=g)
+    return x, y
+
+
+class _TimedMLP(bz.models.MLP):
+    """An MLP that notes when a run first evaluates it: the end of the run's setup."""
+
+    first_call = None
+
+    def _note(self):
+        if type(self).first_call is None:
+            type(self).first_call = time.perf_counter()
+
+    def forward(self, x):
+        self._note()
+        return super().forward(x)
+
+    def forward_draws(self, weights, x, input_masks=None):
+        self._note()
+        return super().forward_draws(weights, x, input_masks)
+
+
+def _fit(method):
+    """The fit, the seconds it took, and the seconds of its setup (to the network's first evaluation)."""
+    x, y = _data()
+    _TimedMLP.first_call = None
+    began = time.perf_counter()
+    model = bz.BNN(_TimedMLP(2, [6], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.3))
+    fit = bz.fit(model, x, y, method, standardize=False)
+    return fit, time.perf_counter() - began, (_TimedMLP.first_call or began) - began
+
+
+def _settle() -> None:
+    """A Python-level call: a signal sent just before runs its handler here, inside the caller's try."""
+
+
+def _with_stops(fit, seconds: float, setup: float, rng: random.Random):
+    """``fit()`` run to its end, each of the first ``STOPS`` runs sent SIGINT after a random delay: one
+    in five during the setup, the rest while it steps, each allowed a share of the work that leaves some
+    for the run after the last stop. Returns the result and how many runs a signal stopped."""
+    stopped, share = 0, 1.6 * (seconds - setup) / STOPS
+    while True:
+        delay = rng.uniform(0.0, setup) if rng.random() < 0.2 else setup + rng.uniform(0.0, share)
+        timer = threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT))
+        try:
+            if stopped < STOPS:
+                timer.start()
+            result = fit()
+            timer.cancel()
+            if timer.is_alive():
+                timer.join()
+            _settle()
+            return result, stopped
+        except KeyboardInterrupt:
+            stopped += 1
+        finally:
+            timer.cancel()
+
+
+def _assert_equal(resumed, full) -> None:
+    assert resumed.samples.keys() == full.samples.keys()
+    for k in full.samples:
+        assert torch.equal(resumed.samples[k], full.samples[k]), k
+    for k, v in full.sample_stats.items():
+        assert torch.equal(torch.as_tensor(resumed.sample_stats[k]), torch.as_tensor(v)), k
+
+
+METHODS = {
+    "svi-mean-field": lambda **c: bz.SVI(guide="mean-field", steps=300, lr=0.02, batch_size=16, num_draws=20, **c),
+    "svi-matrix-normal": lambda **c: bz.SVI(guide="matrix-normal", steps=300, lr=0.02, num_draws=20, **c),
+    "svi-flow": lambda **c: bz.SVI(guide="flow", steps=200, lr=0.01, num_draws=20, **c),
+    "svi-dropout": lambda **c: bz.SVI(guide="dropout", steps=300, lr=0.02, batch_size=16, num_draws=20, **c),
+    "sgld": lambda **c: bz.SGMCMC(kind="sgld", burn_in=200, num_samples=40, thinning=2, batch_size=16, **c),
+    "sghmc": lambda **c: bz.SGMCMC(kind="sghmc", burn_in=200, num_samples=40, thinning=2, **c),
+    "cyclical": lambda **c: bz.SGMCMC(kind="cyclical", burn_in=200, num_samples=40, thinning=2, cycles=2, **c),
+    "ensemble": lambda **c: bz.Ensemble(members=3, steps=300, batch_size=16, **c),
+    "swag": lambda **c: bz.SWAG(steps=200, snapshots=20, collect_every=5, batch_size=16, **c),
+    "chees-torch": lambda **c: bz.ChEES(num_chains=4, num_warmup=60, num_samples=40, backend="torch", **c),
+}
+# XLA compiles its program again in every run (about a second each): in the slow lane
+SLOW = {"chees-jax": lambda **c: bz.ChEES(num_chains=4, num_warmup=60, num_samples=40, backend="jax", **c)}
+
+
+@pytest.mark.parametrize("name", [*METHODS, *(pytest.param(name, marks=pytest.mark.slow) for name in SLOW)])
+def test_tens_of_random_stops_resume_to_the_uninterrupted_result(name, tmp_path):
+    make = (METHODS | SLOW)[name]
+    _fit(make(seed=2, progress=False))  # warm: the timings below are a steady run's
+    full, seconds, setup = _fit(make(seed=2, progress=False))
+    method = make(seed=2, progress=False, checkpoint=tmp_path / "checkpoint.pt", checkpoint_every=7)
+    resumed, stopped = _with_stops(lambda: _fit(method)[0], seconds, setup, random.Random(name))
+    assert stopped >= STOPS - 3, f"only {stopped} of {STOPS} stops landed before the fit ended"
+    _assert_equal(resumed, full)
