@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Sequence
 
 import pyro
 import pyro.distributions as dist
@@ -269,7 +270,27 @@ class Heteroscedastic(Likelihood):
 
 
 class _Discrete(Likelihood):
+    """Class labels 0..C-1; ``labels`` names them (a table's class column, in sorted order), so that
+    predictions can be read as the data's own labels (:attr:`bnn_zoo.posterior.Prediction.labels`)."""
+
     task = "classification"
+
+    def __init__(self, labels: Sequence[str] | None = None):
+        if labels is not None:
+            labels = tuple(labels)
+            if not all(isinstance(v, str) for v in labels) or len(set(labels)) < len(labels) or len(labels) < 2:
+                raise BnnZooError(f"labels names the classes 0..C-1: at least two distinct strings, got {labels!r}")
+        self.labels = labels
+
+    def _check_count(self, num_classes: int) -> None:
+        if self.labels is not None and len(self.labels) != num_classes:
+            raise BnnZooError(
+                f"the likelihood names {len(self.labels)} classes but the network has {num_classes}; give the "
+                "network one output per class"
+            )
+
+    def __repr__(self):
+        return f"{type(self).__name__}({'' if self.labels is None else f'labels={list(self.labels)}'})"
 
     def _labels(self, y, num_classes):
         if torch.is_floating_point(y) and not torch.equal(y, y.round()):
@@ -303,10 +324,8 @@ class Bernoulli(_Discrete):
     def check_targets(self, y, out_features):
         if out_features != 1:
             raise BnnZooError(f"Bernoulli needs a network with 1 output, this one has {out_features}")
+        self._check_count(2)
         return self._labels(y, 2).to(torch.get_default_dtype())
-
-    def __repr__(self):
-        return "Bernoulli()"
 
 
 class Categorical(_Discrete):
@@ -325,10 +344,8 @@ class Categorical(_Discrete):
     def check_targets(self, y, out_features):
         if out_features < 2:
             raise BnnZooError(f"Categorical needs a network with at least 2 outputs, this one has {out_features}")
+        self._check_count(out_features)
         return self._labels(y, out_features)
-
-    def __repr__(self):
-        return "Categorical()"
 
 
 class Tokens(Categorical):

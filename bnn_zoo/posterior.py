@@ -85,6 +85,14 @@ class Prediction:
         return torch.cat([1 - p, p], -1) if p.shape[-1] == 1 else p
 
     @property
+    def labels(self) -> list[str] | torch.Tensor:
+        """The most probable class of each input: its name where the likelihood names the classes (a
+        table's class column), else its index 0..C-1 (N,)."""
+        index = self.draw_probs.mean(0).argmax(-1)
+        names = getattr(self.likelihood, "labels", None)
+        return index if names is None else [names[i] for i in index.tolist()]
+
+    @property
     def model_variance(self) -> torch.Tensor:
         return self._variance(self._means.var(0, unbiased=False))
 

@@ -471,7 +471,7 @@ QUICK_FIT = ["--inference.steps", "2", "--evaluation.plots", "false", "--quiet"]
         # a user's network with the wrong output shape, or failing in its own code
         (
             ["fit", "--model", "flatnet:Flat"],
-            "the network returns shape (2,) for 2 input rows; it must return (N, out_features)",
+            "the network flatnet.Flat returns shape (2,) for 2 input rows; it must return (2, ",
         ),
         (
             ["fit", "--model", "usernet:Boom"],

@@ -88,14 +88,15 @@ def output_width(model, x: torch.Tensor) -> int:
             f"your network {net.__module__}.{net.__qualname__} returns {_nonfinite(out)} for the first "
             f"{rows.shape[0]} rows of x at its initial weights; check its forward (a fit would only learn NaN)"
         )
-    if isinstance(getattr(model, "net", None), DeclaresWidths):  # a BNN whose network declares its widths
-        return model.net.out_features
+    declared = model.net.out_features if isinstance(getattr(model, "net", None), DeclaresWidths) else None
     dims = 3 if model.likelihood.task == "language-model" else 2  # (N, T, vocabulary) or (N, outputs)
-    if out.dim() != dims or out.shape[0] != rows.shape[0]:
-        expected = "(N, T, vocabulary)" if dims == 3 else "(N, out_features)"
+    if out.dim() != dims or out.shape[0] != rows.shape[0] or out.shape[-1] != (declared or out.shape[-1]):
+        n, width = rows.shape[0], declared or "out_features"
+        expected = f"({n}, T, {width})" if dims == 3 else f"({n}, {width})"
         raise BnnZooError(
-            f"the network returns shape {tuple(out.shape)} for {rows.shape[0]} input rows; it must return {expected}, "
-            "e.g. out.reshape(len(x), -1) (a likelihood would broadcast any other shape silently)"
+            f"the network {net.__module__}.{net.__qualname__} returns shape {tuple(out.shape)} for {n} input rows; "
+            f"it must return {expected}, e.g. out.reshape(len(x), -1) (a likelihood would broadcast any other shape "
+            "silently)"
         )
     return out.shape[-1]
 

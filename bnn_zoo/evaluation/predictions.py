@@ -13,12 +13,13 @@ from bnn_zoo.evaluation import reference, uncertainty
 
 
 def test_predictions(pred, y: torch.Tensor, attrs: dict) -> xr.Dataset:
-    """Per test point, in the data's units: class probabilities with entropy and mutual information, or
+    """Per test point, in the data's units: class probabilities (their ``class`` coordinate the data's label
+    names, where it has them) with entropy and mutual information, or
     the predictive mean, sd, PIT (predictive CDF at y) and, for one output, the predictive quantiles at
     ``reference.QUANTILE_LEVELS`` (for the distance to a reference posterior)."""
     if pred.likelihood.task == "classification":
         draws = pred.draw_probs
-        return xr.Dataset(
+        ds = xr.Dataset(
             {
                 "probs": (("obs", "class"), draws.mean(0).numpy()),
                 "y": ("obs", y.long().reshape(-1).numpy()),
@@ -27,6 +28,8 @@ def test_predictions(pred, y: torch.Tensor, attrs: dict) -> xr.Dataset:
             },
             attrs=attrs,
         )
+        names = getattr(pred.likelihood, "labels", None)  # the data's own labels, where it named them
+        return ds if names is None else ds.assign_coords({"class": list(names)})
     y = y.reshape(len(y), -1)
     ds = xr.Dataset(
         {

@@ -352,7 +352,9 @@ class _Discrete(LikelihoodConfig):
     cls_name = ""
 
     def build(self, dataset):
-        return getattr(likelihoods, self.cls_name)()
+        if self.task == "language-model":
+            return getattr(likelihoods, self.cls_name)()
+        return getattr(likelihoods, self.cls_name)(labels=dataset.info.get("labels"))
 
 
 @register("bernoulli")
@@ -918,13 +920,14 @@ def user_network(spec: str) -> str:
         path = Path(target)
         if not path.is_file():
             raise BnnZooError(f"--model {spec}: there is no file {target}")
-        module_spec = importlib.util.spec_from_file_location(path.stem, path)
+        name_of_module = _module_name(path)
+        module_spec = importlib.util.spec_from_file_location(name_of_module, path)
         module = importlib.util.module_from_spec(module_spec)
-        sys.modules[path.stem] = module  # where jsonargparse and bz.load look the class up
+        sys.modules[name_of_module] = module  # where jsonargparse and bz.load look the class up
         try:
             module_spec.loader.exec_module(module)
         except Exception as exc:
-            del sys.modules[path.stem]
+            del sys.modules[name_of_module]
             raise BnnZooError(f"--model {spec}: importing {target} failed: {type(exc).__name__}: {exc}") from None
     else:
         if os.getcwd() not in sys.path and "" not in sys.path:
@@ -939,6 +942,17 @@ def user_network(spec: str) -> str:
     if not isinstance(getattr(module, name, None), type):
         raise BnnZooError(f"--model {spec}: {target} has no class {name}")
     return f"{module.__name__}.{name}"
+
+
+def _module_name(path: Path) -> str:
+    """The module name a network's file is loaded as: its name made an identifier (``my net.py``:
+    ``my_net``), and kept clear of a module already imported from elsewhere (``json.py``)."""
+    name = re.sub(r"\W", "_", path.stem)
+    name = f"_{name}" if name[:1].isdigit() else name
+    loaded = sys.modules.get(name)
+    if loaded is not None and getattr(loaded, "__file__", None) != str(path):
+        name = f"bnn_zoo_user_{name}"
+    return name
 
 
 def resolve_names(argv: list[str]) -> list[str]:

@@ -241,7 +241,11 @@ def prepare(config: RunConfig, out_dir=None, progress: bool = True, resume: bool
         )
     if config.evaluation.shift and ("image_shape" not in dataset.info or dataset.task != "classification"):
         raise BnnZooError(f"evaluation.shift scores image classifiers; {dataset.name} is not an image dataset")
-    classes = len(dataset.info["vocab"]) if dataset.task == "language-model" else int(dataset.y_train.max()) + 1
+    classes = (
+        len(dataset.info["vocab"])
+        if dataset.task == "language-model"
+        else len(dataset.info.get("labels", ())) or int(dataset.y_train.max()) + 1  # a table names every class
+    )
     checkpoint = None
     if out is not None:
         writable_folder(out)
@@ -309,9 +313,12 @@ def check_scoring_time(config: RunConfig, dataset, net) -> None:
     per_row = resources.seconds_per_row(net, x)
     if per_row is None or ev.max_scoring_hours is None:
         return
+    with torch.no_grad():
+        out = net(x[:2])
+    if out.dim() < 2 or out.shape[0] != len(x[:2]):
+        return  # no estimate from a network of the wrong shape: bz.fit refuses it, naming the shape, before fitting
     if ev.training_evidence:
-        with torch.no_grad():
-            outputs = net(x[:1]).numel() * len(x)
+        outputs = out[0].numel() * len(x)
         kept = min(draws, function_space_draws(y.numel(), outputs))
         passes["the InferenceData's draws on the training rows"] = 2 * int(kept) * len(x)
         if config.inference.takes_guide and not isinstance(config.guide, Dropout):  # the dropout guide has no ELBO
