@@ -1,5 +1,7 @@
 """The one exception bnn-zoo raises for bad input: its message says what is wrong and how to fix it."""
 
+import functools
+import inspect
 import math
 import types
 import typing
@@ -70,28 +72,85 @@ PLAIN = {
 
 def check_field_types(settings) -> None:
     """Refuse a dataclass's field whose value is not of its annotated plain type (int, float, bool, str,
-    dict, list, tuple, or None where allowed): ``lr="0.01"`` or ``steps=True`` fail here, with the
-    field's name, not deep inside training. An int passes for a float; a bool never passes for a number."""
+    dict, list, tuple, or None where allowed) or not one of its Literal's values: ``lr="0.01"``,
+    ``steps=True`` or ``objective="ELBO"`` fail here, with the field's name, not deep inside training. An
+    int passes for a float; a bool never passes for a number."""
     hints = typing.get_type_hints(type(settings))
     for name in settings.__dataclass_fields__:
-        kinds = _plain_kinds(hints[name])
-        value = getattr(settings, name)
-        if kinds is None or _is_kind(value, kinds):
+        check_value(f"{type(settings).__name__} {name}", getattr(settings, name), hints[name])
+
+
+def checked(fn):
+    """Decorate a public function (or ``__init__``) so that its arguments annotated as a boolean or a
+    Literal are checked as :func:`check_field_types` checks a dataclass's fields, before it runs: a
+    boolean or a choice is never coerced from another value (``standardize="no"``)."""
+    signature = inspect.signature(fn)
+    owner = fn.__qualname__.removesuffix(".__init__")
+
+    @functools.wraps(fn)
+    def checking(*args, **kwargs):
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError:
+            return fn(*args, **kwargs)  # Python's own error for a missing or unknown argument
+        hints = _resolved_hints(fn)
+        for name, value in bound.arguments.items():
+            if name in hints:
+                check_value(f"{owner} {name}", value, hints[name])
+        return fn(*args, **kwargs)
+
+    return checking
+
+
+@functools.cache
+def _resolved_hints(fn) -> dict:
+    """fn's annotations that allow a boolean or a Literal's values (a function's other plain types, e.g.
+    a list where a tuple would serve, are left to it); one naming a type-checking-only import is skipped."""
+    hints = {}
+    for name, hint in fn.__annotations__.items():
+        try:
+            hints[name] = eval(hint, fn.__globals__) if isinstance(hint, str) else hint  # as get_type_hints does
+        except NameError:
             continue
-        wanted = " or ".join(PLAIN[k] if k in PLAIN else "None" for k in kinds)
-        raise BnnZooError(f"{type(settings).__name__} {name} must be {wanted}, got {value!r} ({type(value).__name__})")
+    return {n: h for n, h in hints.items() if any(k is bool or isinstance(k, tuple) for k in _allowed(h) or ())}
 
 
-def _plain_kinds(hint) -> tuple | None:
-    """The plain types a hint allows, or None where it allows something else (a class, a callable)."""
+def check_value(where: str, value, hint) -> None:
+    """Refuse ``value`` unless it is of one of ``hint``'s plain types or a value of its Literal; a hint
+    allowing anything else (a class, a path, a callable) is not checked here."""
+    allowed = _allowed(hint)
+    if allowed is None or any(_fits(value, kind) for kind in allowed):
+        return
+    raise BnnZooError(
+        f"{where} must be {' or '.join(_wanted(k) for k in allowed)}, got {value!r} ({type(value).__name__})"
+    )
+
+
+def _allowed(hint) -> tuple | None:
+    """The plain types, None and Literal value tuples a hint allows, or None where it allows more."""
     args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
-    kinds = tuple(typing.get_origin(a) or a for a in args)
-    return kinds if all(k in PLAIN or k is type(None) for k in kinds) else None
+    kinds = []
+    for a in args:
+        if typing.get_origin(a) is typing.Literal:
+            kinds.append(typing.get_args(a))
+        elif (typing.get_origin(a) or a) in PLAIN or a is type(None):
+            kinds.append(typing.get_origin(a) or a)
+        else:
+            return None
+    return tuple(kinds)
 
 
-def _is_kind(value, kinds: tuple) -> bool:
+def _fits(value, kind) -> bool:
+    if isinstance(kind, tuple):  # a Literal's values: equal, and of the same type (True is not 1)
+        return any(value == v and type(value) is type(v) for v in kind)
     if isinstance(value, bool):
-        return bool in kinds
-    if isinstance(value, int) and float in kinds:
+        return kind is bool
+    if isinstance(value, int) and kind is float:
         return True
-    return isinstance(value, kinds)
+    return isinstance(value, kind)
+
+
+def _wanted(kind) -> str:
+    if isinstance(kind, tuple):
+        return "one of " + ", ".join(repr(v) for v in kind)
+    return PLAIN.get(kind, "None")

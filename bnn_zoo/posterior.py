@@ -18,7 +18,7 @@ import xarray as xr
 
 from bnn_zoo import guides, saving
 from bnn_zoo.data.validation import check_data, check_inputs
-from bnn_zoo.errors import BnnZooError, positive
+from bnn_zoo.errors import BnnZooError, checked, positive
 from bnn_zoo.scaling import AS_GIVEN, DATA_UNITS, Scaling, fitted_model
 from bnn_zoo.variational import guide_state, log_weights, parameters, sample_guide
 from bnn_zoo.version import __version__
@@ -108,6 +108,7 @@ class Prediction:
         """One y draw per posterior draw: the posterior predictive, shape (draws, N[, outputs])."""
         return self._y(self.likelihood.distribution(self.f, self.latent).sample())
 
+    @checked
     def quantiles(self, q, include_noise: bool = True) -> torch.Tensor:
         """Quantiles over draws of y (or of the mean function E[y | f] with ``include_noise=False``): shape
         (len(q), N, outputs)."""
@@ -380,6 +381,7 @@ class Posterior(InDataUnits):
         weights = {k: draws[k] for k in self.model.params}
         return weights, {k: v for k, v in draws.items() if k not in weights}
 
+    @checked
     def predict(self, x: torch.Tensor, num_samples: int | None = None, at_mean: bool = False) -> Prediction:
         """Network outputs at ``x`` for posterior draws, vectorised over draws (for the dropout guide: MC
         dropout, Gal's thesis eq. 3.16).

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.distributions import Distribution, constraints
 
-from bnn_zoo.errors import BnnZooError
+from bnn_zoo.errors import BnnZooError, checked
 
 
 @runtime_checkable
@@ -228,6 +228,7 @@ def matches(name: str, key: str) -> bool:
     return fnmatch.fnmatchcase(name, key) or name.startswith(key + ".")
 
 
+@checked
 def default_prior(architecture: str, task: str, dropout_guide: bool | None = None, recurrent: Prior | None = None):
     """The prior bnn-zoo fits when none is given, through every door (``bz.BNN(net)``, ``bnn-zoo fit``).
 

@@ -113,3 +113,37 @@ def test_tens_of_random_stops_resume_to_the_uninterrupted_result(name, tmp_path)
     resumed, stopped = _with_stops(lambda: _fit(method)[0], seconds, setup, random.Random(name))
     assert stopped >= STOPS - 3, f"only {stopped} of {STOPS} stops landed before the fit ended"
     _assert_equal(resumed, full)
+
+
+@pytest.mark.parametrize("name", ["svi-mean-field", "sghmc", "swag"])
+def test_a_step_loop_projected_past_max_hours_saves_stops_in_one_line_and_resumes(name, tmp_path, monkeypatch):
+    """bnn_zoo.inference.budget for the step loops: past the grace period (here 0 s) a fit whose pace
+    projects past max_hours saves its checkpoint and stops with one line naming the fixes; the same fit
+    without the limit resumes it to the uninterrupted result."""
+    from bnn_zoo.inference import budget
+
+    monkeypatch.setattr(budget, "GRACE_S", 0.0)
+    make = METHODS[name]
+    full = _fit(make(seed=2, progress=False))[0]
+    checkpoint = tmp_path / "checkpoint.pt"
+    with pytest.raises(budget.TimeLimitExceeded) as info:
+        _fit(make(seed=2, progress=False, checkpoint=checkpoint, max_hours=1e-9))
+    message = str(info.value)
+    assert "\n" not in message and "raise max_hours" in message and "the same fit resumes it" in message, message
+    _assert_equal(_fit(make(seed=2, progress=False, checkpoint=checkpoint))[0], full)
+
+
+def test_a_wide_table_under_quiet_is_refused_in_one_line_not_fitted_in_silence(tmp_path, capsys, monkeypatch):
+    """A header of 20,000 columns over 12 rows, --quiet: no progress bar, so the projection speaks. (The
+    grace period is 0 s here, a minute by default.)"""
+    from bnn_zoo.cli import main
+    from bnn_zoo.inference import budget
+
+    monkeypatch.setattr(budget, "GRACE_S", 0.0)
+    table = tmp_path / "wide.csv"
+    columns = 20_000
+    table.write_text("\n".join([",".join(f"c{i}" for i in range(columns))] + [",".join(["1.5"] * columns)] * 12))
+    argv = ["fit", "--data", "csv", "--data.path", str(table), "--inference.max_hours", "1e-6", "--quiet"]
+    assert main([*argv, "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("bnn-zoo: error: SVI would take about") and err.count("\n") == 1, err

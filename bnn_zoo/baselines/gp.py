@@ -27,7 +27,7 @@ import xarray as xr
 from tqdm.auto import tqdm
 
 from bnn_zoo import likelihoods, priors, saving
-from bnn_zoo.errors import BnnZooError, check_field_types
+from bnn_zoo.errors import BnnZooError, check_field_types, checked
 from bnn_zoo.io import bar_disabled
 from bnn_zoo.posterior import InDataUnits, Prediction, common_attrs, function_space_inference_data
 
@@ -96,6 +96,7 @@ class GP:
         ard: one length-scale per input column.
     """
 
+    @checked
     def __init__(
         self,
         kernel: Literal["rbf", "matern52", "nngp"] = "rbf",
@@ -329,6 +330,7 @@ class GPPosterior(InDataUnits):
         mean, var = f.mean, f.variance
         return (mean[:, None], var[:, None]) if mean.dim() == 1 else (mean, var)
 
+    @checked
     def predict(self, x, num_samples: int | None = None, at_mean: bool = False) -> Prediction:
         """``num_samples`` (default 1000) draws of the latent function at each x from its posterior
         marginal (seeded: the same call gives the same draws); ``at_mean=True`` is one draw at the mean."""

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from bnn_zoo.data.validation import as_tensor
-from bnn_zoo.errors import BnnZooError, positive
+from bnn_zoo.errors import BnnZooError, checked, positive
 from bnn_zoo.scaling import moments
 
 
@@ -96,6 +96,7 @@ def toy_cubic(n_train: int = 20, n_test: int = 200, seed: int = 0) -> Dataset:
     return Dataset("toy-cubic", xtr, ytr, xte, yte, info={"noise_scale": 3.0, "seed": seed})
 
 
+@checked
 def load_uci(
     path: str | Path,
     split: int = 0,

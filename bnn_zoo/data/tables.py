@@ -7,6 +7,7 @@ be refused with its row and column, not read as NaN, and bnn-zoo does not depend
 from __future__ import annotations
 
 import codecs
+import collections
 import csv
 import math
 import zipfile
@@ -17,13 +18,14 @@ import numpy as np
 import torch
 
 from bnn_zoo.data.datasets import Dataset
-from bnn_zoo.errors import BnnZooError
+from bnn_zoo.errors import BnnZooError, checked
 
 MAX_CSV_BYTES = 512 * 2**20  # parsed as Python strings a CSV takes ~10x its size in memory; larger: an .npz
 SEPARATORS = {",": "','", ";": "';'", "\t": "tab"}
 MAX_ROWS_PER_CLASS = 3  # a classifier's target with fewer rows a class on average is refused
 
 
+@checked
 def load_table(
     path: str | Path,
     target: str = "-1",
@@ -50,8 +52,6 @@ def load_table(
         seed: the split's seed (Python only).
     """
     path = Path(path)
-    if task not in ("regression", "classification"):
-        raise BnnZooError(f"--data.task is regression or classification, got {task!r}")
     if not path.is_file():
         raise BnnZooError(f"no table at {path}; give a CSV or .npz file: --data csv --data.path FILE")
     x, labels, name = _npz(path, target) if path.suffix == ".npz" else _csv(path, target, task)
@@ -112,9 +112,9 @@ def _rows(path: Path) -> tuple[list[list[str]], str]:
     lines = text.splitlines()
     if not any(line.strip() for line in lines):
         raise BnnZooError(f"{path} holds no rows")
-    separator = _separator([line for line in lines[:50] if line.strip()])
-    csv.field_size_limit(MAX_CSV_BYTES)
+    csv.field_size_limit(MAX_CSV_BYTES)  # a cell may be as long as a file may be
     try:
+        separator = _separator([line for line in lines[:50] if line.strip()])
         return [row for row in csv.reader(lines, delimiter=separator) if row], separator
     except csv.Error as exc:
         raise BnnZooError(f"{path} is not a readable CSV table ({exc}); check its quoting") from None
@@ -152,7 +152,7 @@ def _separator(lines: list[str]) -> str:
 
 
 def _check_unique(names: list[str], path: Path) -> None:
-    repeated = sorted({n for n in names if names.count(n) > 1})
+    repeated = sorted(n for n, count in collections.Counter(names).items() if count > 1)
     if repeated:
         where = "; ".join(
             f"{n!r} is columns {', '.join(str(i) for i, m in enumerate(names) if m == n)}" for n in repeated

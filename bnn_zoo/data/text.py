@@ -14,7 +14,7 @@ from typing import Literal
 import torch
 
 from bnn_zoo.data.datasets import Dataset
-from bnn_zoo.errors import BnnZooError, positive
+from bnn_zoo.errors import BnnZooError, checked, positive
 
 PAD, UNK = 0, 1
 LEVELS = ("word", "char")
@@ -184,6 +184,7 @@ def _corpus_file(path: str | Path) -> Path:
     return path
 
 
+@checked
 def load_text(
     path: str | Path, level: Literal["char", "word"] = "char", seq_len: int = 64, max_vocab: int | None = None
 ) -> Dataset:

@@ -15,7 +15,7 @@ import xarray as xr
 
 from bnn_zoo import arviz_compat
 from bnn_zoo.data.validation import check_data
-from bnn_zoo.errors import BnnZooError
+from bnn_zoo.errors import BnnZooError, checked
 from bnn_zoo.evaluation import evidence, predictions
 from bnn_zoo.evaluation import reference as ref
 from bnn_zoo.evaluation.metrics import classification_metrics, regression_metrics
@@ -161,6 +161,7 @@ def _result(r, test=None):
     )
 
 
+@checked
 def compare(
     results: list, reference: object | None = None, test: tuple | None = None, allow_unconverged: bool = False
 ) -> pd.DataFrame:

@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 
 from bnn_zoo.bnn import BNN
 from bnn_zoo.data.validation import check_data
-from bnn_zoo.errors import BnnZooError
+from bnn_zoo.errors import BnnZooError, checked
 from bnn_zoo.io import atomic_torch_save, bar_disabled, safe_torch_load
 from bnn_zoo.posterior import Posterior
 from bnn_zoo.scaling import in_fit_units, scaling_for
@@ -80,6 +80,7 @@ def _check_density(posterior, what):
         )
 
 
+@checked
 def ais(
     model,
     x=None,

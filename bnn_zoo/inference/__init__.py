@@ -9,7 +9,7 @@ import torch
 from bnn_zoo.baselines import GP, GPPosterior, TypeII
 from bnn_zoo.bnn import BNN
 from bnn_zoo.data.validation import check_data
-from bnn_zoo.errors import BnnZooError, check_device, check_seed
+from bnn_zoo.errors import BnnZooError, check_device, check_seed, checked
 from bnn_zoo.inference import collapse, lockstep
 from bnn_zoo.inference.chees import ChEES
 from bnn_zoo.inference.ensemble import SWAG, Ensemble
@@ -34,6 +34,7 @@ METHODS = {
 }
 
 
+@checked
 def fit(
     model: BNN | GP,
     x: ArrayLike,

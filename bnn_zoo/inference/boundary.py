@@ -62,3 +62,12 @@ def held_to_step_end() -> Iterator[Held]:
             signal.signal(signum, handler)
     if held.pending is not None:  # noted in the last step, after its check: stop now, unsaved
         held._deliver(*held.pending)
+
+
+def say_saved(stop: BaseException, saved: str) -> None:
+    """Say where a stopped run's checkpoint (``saved``: "checkpoint at step N saved to PATH") is: printed on
+    Ctrl-C or kill, added to a time limit's error (which the command line prints)."""
+    if isinstance(stop, KeyboardInterrupt):
+        print(f"interrupted: {saved}; run again to resume")
+    else:
+        stop.args = (f"{stop} ({saved}: the same fit resumes it; bnn-zoo fit: add --resume)",)

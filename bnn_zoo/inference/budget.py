@@ -1,4 +1,5 @@
-"""A time limit for full-batch MCMC, checked as the run goes.
+"""A time limit for a fit, checked as the run goes: full-batch MCMC, and the step loops of SVI, SG-MCMC
+and ensembles, whose cost on a wide table or a large network a newcomer cannot guess.
 
 NUTS, HMC and ChEES evaluate the log posterior and its gradient on every training row at every
 leapfrog step. On a small BNN that is minutes; on the digits CNN or a text LSTM it can be hours
@@ -26,6 +27,8 @@ from bnn_zoo.errors import BnnZooError
 
 GRACE_S = 60.0
 SETTLED_SPEEDUP = 10.0  # how much cheaper an iteration after `settle` may be (docs/benchmarks-defaults.md)
+MCMC_FIX = "fit it by minibatch MCMC (sghmc) or SVI, give fewer warm-up and kept draws, or raise max_hours"
+STEPS_FIX = "give fewer steps, minibatches (batch_size), a smaller network or less data, or raise max_hours"
 
 
 class TimeLimitExceeded(BnnZooError):
@@ -45,11 +48,23 @@ class TimeLimit:
     CPU's cores), each fit allowed ``max_hours``."""
 
     def __init__(
-        self, method: str, max_hours: float | None, total: int, rounds: int = 1, settle: int = 0, turns: int = 1
+        self,
+        method: str,
+        max_hours: float | None,
+        total: int,
+        rounds: int = 1,
+        settle: int = 0,
+        turns: int = 1,
+        fix: str = MCMC_FIX,
     ):
         self.method, self.max_hours, self.total, self.rounds, self.turns = method, max_hours, total, rounds, turns
-        self.start = time.perf_counter()
+        self.start, self.fix, self.done = time.perf_counter(), fix, 0
         self.settle_at(settle)
+
+    def tick(self) -> None:
+        """One more iteration done: :meth:`check` the projection."""
+        self.done += 1
+        self.check(self.done)
 
     def settle_at(self, iteration: int) -> None:
         """Name the iteration from which the pace is representative (0: from the start); for samplers
@@ -90,8 +105,7 @@ class TimeLimit:
             raise TimeLimitExceeded(
                 f"{self.method} would take {how} ({done} of {self.total} iterations in "
                 f"{elapsed:.0f} s{f', {self.rounds} rounds of chains' if self.rounds > 1 else ''}), more than "
-                f"max_hours={self.max_hours:g}{each}; "
-                "fit it by minibatch MCMC (sghmc) or SVI, give fewer warm-up and kept draws, or raise max_hours"
+                f"max_hours={self.max_hours:g}{each}; {self.fix}"
             )
 
 

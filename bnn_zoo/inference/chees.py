@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 from bnn_zoo.bnn import BNN
 from bnn_zoo.errors import BnnZooError, check_field_types
 from bnn_zoo.inference import defaults, xla
-from bnn_zoo.inference.boundary import held_to_step_end
+from bnn_zoo.inference.boundary import held_to_step_end, say_saved
 from bnn_zoo.inference.budget import TimeLimit, TimeLimitExceeded, check_max_hours
 from bnn_zoo.inference.potential import LogPosterior, chain_starts, check_init
 from bnn_zoo.inference.svi import svi_start
@@ -220,11 +220,7 @@ class ChEES:
             except (KeyboardInterrupt, TimeLimitExceeded) as stop:
                 if self.checkpoint is not None and (held.whole or isinstance(stop, TimeLimitExceeded)):
                     _save(self.checkpoint, identity, reached, sampler.state(), draws, stats)
-                    saved = f"checkpoint at iteration {reached} of {total} saved to {self.checkpoint}"
-                    if isinstance(stop, KeyboardInterrupt):
-                        print(f"interrupted: {saved}; run again to resume")
-                    else:
-                        stop.args = (f"{stop} ({saved}: the same fit resumes it; bnn-zoo fit: add --resume)",)
+                    say_saved(stop, f"checkpoint at iteration {reached} of {total} saved to {self.checkpoint}")
                 raise
         if self.checkpoint is not None:
             Path(self.checkpoint).unlink(missing_ok=True)  # the posterior supersedes it

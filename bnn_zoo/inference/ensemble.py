@@ -31,7 +31,8 @@ from tqdm.auto import tqdm
 from bnn_zoo.bnn import BNN
 from bnn_zoo.errors import BnnZooError, check_field_types
 from bnn_zoo.inference import defaults
-from bnn_zoo.inference.boundary import held_to_step_end
+from bnn_zoo.inference.boundary import held_to_step_end, say_saved
+from bnn_zoo.inference.budget import STEPS_FIX, TimeLimit, TimeLimitExceeded, check_max_hours
 from bnn_zoo.inference.lockstep import Stream, first_distinct
 from bnn_zoo.io import atomic_torch_save, bar_disabled, check_identity, fingerprint, safe_torch_load, say_resumed
 from bnn_zoo.posterior import Posterior
@@ -69,6 +70,8 @@ class Ensemble:
         checkpoint: a path written every ``checkpoint_every`` steps and on Ctrl-C; an existing one is resumed
             and the fit ends bit for bit where an uninterrupted one ends.
         checkpoint_every: steps between checkpoints.
+        max_hours: stop with a clear error once a phase of training, projected from its pace after a minute,
+            would take longer (:mod:`bnn_zoo.inference.budget`; a checkpoint is saved first); None: no limit.
     """
 
     # a recurrent network's prior at this method's defaults (bnn_zoo.priors.default_prior):
@@ -86,6 +89,7 @@ class Ensemble:
     progress: bool = True
     checkpoint: str | Path | None = None
     checkpoint_every: int = 500
+    max_hours: float | None = 2.0
 
     name = "ensemble"
 
@@ -97,11 +101,12 @@ class Ensemble:
                 raise BnnZooError(f"{type(self).__name__} {name} must be a positive whole number, got {value!r}")
         if self.steps is not None and self.epochs is not None:
             raise BnnZooError(f"give {type(self).__name__} steps or epochs, not both")
+        check_max_hours(type(self).__name__, self.max_hours)
         if not (0 < self.lr < math.inf and 0 <= self.adversarial < math.inf):
             raise BnnZooError(f"need a finite lr > 0 and adversarial >= 0, got {self.lr}, {self.adversarial}")
 
     def settings(self) -> dict:
-        unsettled = ("progress", "checkpoint", "checkpoint_every")  # they change no number
+        unsettled = ("progress", "checkpoint", "checkpoint_every", "max_hours")  # they change no number
         return {"method": self.name, **{k: getattr(self, k) for k in self.__dataclass_fields__ if k not in unsettled}}
 
     def resolved(self, model: BNN, n: int):
@@ -397,7 +402,7 @@ class Members:
             desc=label,
             disable=bar_disabled(self.method.progress),
         )
-        step = first
+        step, limit = first, TimeLimit(label, self.method.max_hours, steps - first, fix=STEPS_FIX)
         with held_to_step_end() as held:
             try:
                 for rows in bar:
@@ -408,10 +413,11 @@ class Members:
                     if self.checkpoint is not None and step % self.method.checkpoint_every == 0 and step < steps:
                         self._save(phase, step, optimiser, moments, losses)
                     held.check()
-            except KeyboardInterrupt:
-                if self.checkpoint is not None and held.whole:
+                    limit.tick()
+            except (KeyboardInterrupt, TimeLimitExceeded) as stop:
+                if self.checkpoint is not None and (held.whole or isinstance(stop, TimeLimitExceeded)):
                     self._save(phase, step, optimiser, moments, losses)
-                    print(f"interrupted: checkpoint at step {step} saved to {self.checkpoint}; run again to resume")
+                    say_saved(stop, f"checkpoint at step {step} saved to {self.checkpoint}")
                 raise
         return losses
 

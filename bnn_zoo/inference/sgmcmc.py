@@ -24,7 +24,8 @@ from tqdm.auto import tqdm
 from bnn_zoo.bnn import BNN
 from bnn_zoo.errors import BnnZooError, check_field_types
 from bnn_zoo.inference import defaults
-from bnn_zoo.inference.boundary import held_to_step_end
+from bnn_zoo.inference.boundary import held_to_step_end, say_saved
+from bnn_zoo.inference.budget import STEPS_FIX, TimeLimit, TimeLimitExceeded, check_max_hours
 from bnn_zoo.inference.potential import LogPosterior
 from bnn_zoo.io import atomic_torch_save, bar_disabled, check_identity, fingerprint, safe_torch_load, say_resumed
 from bnn_zoo.posterior import Posterior
@@ -90,6 +91,8 @@ class SGMCMC:
         seed: chain c is seeded with ``seed + c``.
         checkpoint: a path written every ``checkpoint_every`` steps and on Ctrl-C; an existing one is resumed.
         checkpoint_every: steps between checkpoints.
+        max_hours: stop with a clear error once the chains, projected from their pace after a minute, would
+            take longer (:mod:`bnn_zoo.inference.budget`; a checkpoint is saved first); None: no limit.
         progress: show a progress bar.
     """
 
@@ -111,6 +114,7 @@ class SGMCMC:
     seed: int = 0
     checkpoint: str | Path | None = None
     checkpoint_every: int = 1000
+    max_hours: float | None = 2.0
     progress: bool = True
 
     name = "sgmcmc"
@@ -122,6 +126,7 @@ class SGMCMC:
         for name in ("num_samples", "thinning", "num_chains", "cycles", "checkpoint_every"):
             if not (isinstance(getattr(self, name), int) and getattr(self, name) >= 1):
                 raise BnnZooError(f"SGMCMC {name} must be a positive integer, got {getattr(self, name)!r}")
+        check_max_hours("SGMCMC", self.max_hours)
         if not (isinstance(self.burn_in, int) and self.burn_in >= 0):
             raise BnnZooError(f"SGMCMC burn_in must be an integer >= 0, got {self.burn_in!r}")
         step_ok = self.step_size is None or (self.step_size > 0 and math.isfinite(self.step_size))
@@ -138,7 +143,11 @@ class SGMCMC:
     def settings(self) -> dict:
         return {
             "method": self.name,
-            **{k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("checkpoint", "progress")},
+            **{
+                k: getattr(self, k)
+                for k in self.__dataclass_fields__
+                if k not in ("checkpoint", "progress", "max_hours")
+            },
         }
 
     @property
@@ -206,6 +215,8 @@ class SGMCMC:
         if saved:
             say_resumed(self.checkpoint, saved["step"], self.total_steps, self.progress)
         chains = saved["chains"] if saved else []
+        left = (self.num_chains - len(chains)) * self.total_steps - (saved["step"] if saved else 0)
+        limit = TimeLimit("SG-MCMC", self.max_hours, left, fix=STEPS_FIX)
         for c in range(len(chains), self.num_chains):
             chains.append(
                 self._chain(
@@ -218,6 +229,7 @@ class SGMCMC:
                     saved if saved and saved["chain"] == c else None,
                     chains,
                     identity,
+                    limit,
                 )
             )
             saved = None
@@ -230,7 +242,17 @@ class SGMCMC:
         )
 
     def _chain(
-        self, posteriors, model, target, x, y, chain: int, saved: dict | None, done: list, identity: str
+        self,
+        posteriors,
+        model,
+        target,
+        x,
+        y,
+        chain: int,
+        saved: dict | None,
+        done: list,
+        identity: str,
+        limit: TimeLimit,
     ) -> dict:
         n = x.shape[0]
         batch = self.batch_size if self.batch_size and self.batch_size < n else None
@@ -315,13 +337,11 @@ class SGMCMC:
                             done,
                         )
                     held.check()
-            except KeyboardInterrupt:
-                if self.checkpoint is not None and held.whole:
+                    limit.tick()
+            except (KeyboardInterrupt, TimeLimitExceeded) as stop:
+                if self.checkpoint is not None and (held.whole or isinstance(stop, TimeLimitExceeded)):
                     _save(self.checkpoint, identity, chain, step + 1, state, frame, draws, stats, done)
-                    print(
-                        f"interrupted: checkpoint at step {step + 1} of chain {chain} saved to {self.checkpoint}; "
-                        "run again to resume"
-                    )
+                    say_saved(stop, f"checkpoint at step {step + 1} of chain {chain} saved to {self.checkpoint}")
                 raise
         return {
             "draws": {k: torch.stack([d[k] for d in draws]) for k in draws[0]},

@@ -22,7 +22,8 @@ from bnn_zoo import guides
 from bnn_zoo.errors import BnnZooError, check_field_types
 from bnn_zoo.guides.dropout import DropoutGuide
 from bnn_zoo.inference import defaults, elbo
-from bnn_zoo.inference.boundary import held_to_step_end
+from bnn_zoo.inference.boundary import held_to_step_end, say_saved
+from bnn_zoo.inference.budget import STEPS_FIX, TimeLimit, TimeLimitExceeded, check_max_hours
 from bnn_zoo.io import atomic_torch_save, bar_disabled, check_identity, fingerprint, safe_torch_load, say_resumed
 from bnn_zoo.models import architecture
 from bnn_zoo.posterior import Posterior, Prediction
@@ -57,6 +58,8 @@ class SVI:
         num_draws: guide draws kept for prediction and the InferenceData.
         checkpoint: a path written every ``checkpoint_every`` steps and on Ctrl-C; an existing one is resumed.
         checkpoint_every: steps between checkpoints.
+        max_hours: stop with a clear error once the fit, projected from its pace after a minute, would take
+            longer (:mod:`bnn_zoo.inference.budget`; a checkpoint is saved first); None: no limit.
         lockstep: fit by the batched engine (:mod:`bnn_zoo.inference.lockstep`), which fits many such fits
             as one computation; for the dropout and mean-field guides on dense networks.
         kl_weight: the KL discount tau (> 0).
@@ -89,6 +92,7 @@ class SVI:
     num_draws: int = 1000
     checkpoint: str | Path | None = None
     checkpoint_every: int = 1000
+    max_hours: float | None = 2.0
     lockstep: bool = False
     kl_weight: float = 1.0
     kl_warmup: int = 0
@@ -147,6 +151,7 @@ class SVI:
                 raise BnnZooError(f"SVI {name} must be a positive integer, got {value!r}")
         if self.steps is not None and self.epochs is not None:
             raise BnnZooError("give SVI steps or epochs, not both")
+        check_max_hours("SVI", self.max_hours)
         if not (0 < self.lr < math.inf and 0 < self.lr_decay <= 1):
             raise BnnZooError(
                 f"SVI needs a finite lr > 0 and 0 < lr_decay <= 1, got lr={self.lr}, lr_decay={self.lr_decay}"
@@ -220,6 +225,7 @@ class SVI:
             initial=first,
             total=self.steps,
         )
+        limit = TimeLimit("SVI", self.max_hours, self.steps - first, fix=STEPS_FIX)
         _set_training(guide, True)  # guides add per-example (local) noise in training mode only
         with held_to_step_end() as held:
             try:
@@ -256,12 +262,11 @@ class SVI:
                     if self.checkpoint is not None and (step + 1) % self.checkpoint_every == 0 and _finite(params):
                         _save(self.checkpoint, identity, _state(guide, point), optim, sched, losses, best)
                     held.check()
-            except KeyboardInterrupt:
-                if self.checkpoint is not None and held.whole:
+                    limit.tick()
+            except (KeyboardInterrupt, TimeLimitExceeded) as stop:
+                if self.checkpoint is not None and (held.whole or isinstance(stop, TimeLimitExceeded)):
                     _save(self.checkpoint, identity, _state(guide, point), optim, sched, losses, best)
-                    print(
-                        f"interrupted: checkpoint at step {len(losses)} saved to {self.checkpoint}; run again to resume"
-                    )
+                    say_saved(stop, f"checkpoint at step {len(losses)} saved to {self.checkpoint}")
                 raise
             finally:
                 _set_training(guide, False)

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bnn_zoo.errors import BnnZooError
+from bnn_zoo.errors import BnnZooError, checked
 
 PLACEMENTS = ("all", "dense")
 
@@ -36,6 +36,7 @@ class LeNet(nn.Module):
             (``"dense"``, lenet-ip).
     """
 
+    @checked
     def __init__(
         self,
         image_shape: Sequence[int] = (1, 8, 8),

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bnn_zoo.errors import BnnZooError
+from bnn_zoo.errors import BnnZooError, checked
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "sigmoid": nn.Sigmoid, "elu": nn.ELU, "gelu": nn.GELU}
 IN_PLACE = {"tanh": torch.tanh_, "relu": torch.relu_, "sigmoid": torch.sigmoid_, "elu": F.elu_}
@@ -74,6 +74,7 @@ class MLP(nn.Module):
         activation: the hidden layers' nonlinearity.
     """
 
+    @checked
     def __init__(
         self,
         in_features: int,

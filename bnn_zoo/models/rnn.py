@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from bnn_zoo.errors import BnnZooError
+from bnn_zoo.errors import BnnZooError, checked
 from bnn_zoo.local_noise import InputDropout, input_dropout, input_mask
 
 GATES = ("i", "f", "o", "g")  # input, forget, output gates and the candidate cell
@@ -164,6 +164,7 @@ class TextRNN(nn.Module):
             Ghahramani 2016b); inputs, recurrent connections and outputs always take the guide's dropout.
     """
 
+    @checked
     def __init__(
         self,
         vocab_size: int,
