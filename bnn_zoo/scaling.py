@@ -16,8 +16,6 @@ from dataclasses import dataclass
 
 import torch
 
-from bnn_zoo.errors import BnnZooError
-
 DATA_UNITS = "data's units"  # what every number of a fit made through bnn_zoo.fit is in
 AS_GIVEN = "as given"  # a fit of data the user scaled (standardize=False)
 
@@ -92,8 +90,6 @@ def takes_token_ids(net) -> bool:
 def scaling_for(model, x: torch.Tensor, y: torch.Tensor, standardize: bool = True) -> Scaling | None:
     """The scaling ``bnn_zoo.fit`` fits (x, y) with (validated data): a regression's inputs and targets, a
     classifier's inputs, nothing for token ids or with ``standardize=False``."""
-    if not isinstance(standardize, bool):
-        raise BnnZooError(f"standardize is True or False, got {standardize!r}")
     net = getattr(model, "net", None)  # a GP has none
     if not standardize or model.task == "language-model" or (net is not None and takes_token_ids(net)):
         return None

@@ -1,6 +1,7 @@
 import contextlib
 import importlib.util
 import os
+import sys
 import warnings
 
 import pytest
@@ -120,3 +121,14 @@ class InterruptingMLP(bz.models.MLP):
 def interrupting_mlp():
     """A fresh subclass of :class:`InterruptingMLP` per test, so the counters never leak between tests."""
     return type("Interrupting", (InterruptingMLP,), {"calls": 0, "at": 0})
+
+
+@pytest.fixture(autouse=True)
+def _forget_modules_loaded_from_tmp_paths(request):
+    """A user's network loaded from a test's temporary folder (--model file.py:Class) leaves the module
+    in sys.modules; forget it, so that another test's file or package of the same name is its own."""
+    yield
+    base = str(request.config._tmp_path_factory.getbasetemp())
+    for name, module in list(sys.modules.items()):
+        if (getattr(module, "__file__", None) or "").startswith(base):
+            del sys.modules[name]

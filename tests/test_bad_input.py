@@ -68,7 +68,7 @@ def test_bad_method_settings(reg):
         bz.fit(reg, torch.randn(5, 2), torch.randn(5), "nuts")
     with pytest.raises(bz.BnnZooError, match="init must be 'network', 'prior', 'svi', a fitted Posterior"):
         bz.fit(reg, torch.randn(5, 2), torch.randn(5), bz.NUTS(init="posterior", progress=False))
-    with pytest.raises(bz.BnnZooError, match="HMC chain_method must be 'parallel' or 'sequential', got 'threads'"):
+    with pytest.raises(bz.BnnZooError, match="HMC chain_method must be one of 'parallel', 'sequential', got 'threads'"):
         bz.HMC(chain_method="threads")
 
 

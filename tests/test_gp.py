@@ -125,7 +125,7 @@ def test_variational_gp_classification(likelihood):
 
 def test_gp_bad_input_is_refused_with_the_fix():
     x, y = _data()
-    with pytest.raises(bz.BnnZooError, match="choose one of rbf, matern52, nngp"):
+    with pytest.raises(bz.BnnZooError, match="GP kernel must be one of .rbf., .matern52., .nngp."):
         bz.GP("periodic")
     with pytest.raises(bz.BnnZooError, match="num_classes"):
         bz.GP(likelihood=bz.likelihoods.Categorical())

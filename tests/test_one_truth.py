@@ -164,7 +164,7 @@ def test_a_classifier_is_standardised_by_both_doors_and_bad_flags_are_refused():
     )
     assert torch.allclose(own.predict(x).probs, hand.predict((x - x.mean(0)) / x.std(0)).probs, atol=1e-6)
     for flag in ("no", 1, None):
-        with pytest.raises(BnnZooError, match="standardize is True or False"):
+        with pytest.raises(BnnZooError, match="standardize must be True or False"):
             bz.fit(model, x, labels, method, standardize=flag)
 
 

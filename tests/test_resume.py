@@ -57,27 +57,38 @@ def _settle() -> None:
     """A Python-level call: a signal sent just before runs its handler here, inside the caller's try."""
 
 
-def _with_stops(fit, seconds: float, setup: float, rng: random.Random):
-    """``fit()`` run to its end, each of the first ``STOPS`` runs sent SIGINT after a random delay: one
-    in five during the setup, the rest while it steps, each allowed a share of the work that leaves some
-    for the run after the last stop. Returns the result and how many runs a signal stopped."""
-    stopped, share = 0, 1.6 * (seconds - setup) / STOPS
+def _with_stops(fit, delay, stops: int, checkpoint, after_saving: bool = False):
+    """``fit()`` run to its end, each of the first ``stops`` runs sent SIGINT after ``delay()`` seconds
+    (``after_saving``: counted from the moment the run first writes its checkpoint). Returns the result,
+    how many runs a signal stopped, and after how many of those a checkpoint stood."""
+    stopped = kept = 0
     while True:
-        delay = rng.uniform(0.0, setup) if rng.random() < 0.2 else setup + rng.uniform(0.0, share)
-        timer = threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT))
+        stop = threading.Event()
+        timer = threading.Thread(target=_stopper, args=(delay(), checkpoint if after_saving else None, stop))
         try:
-            if stopped < STOPS:
+            if stopped < stops:
                 timer.start()
             result = fit()
-            timer.cancel()
+            stop.set()
             if timer.is_alive():
                 timer.join()
             _settle()
-            return result, stopped
+            return result, stopped, kept
         except KeyboardInterrupt:
             stopped += 1
+            kept += checkpoint.exists()
         finally:
-            timer.cancel()
+            stop.set()
+
+
+def _stopper(delay: float, saved, cancelled: threading.Event) -> None:
+    """SIGINT to this process ``delay`` seconds from now, or from when ``saved`` changes; not once cancelled."""
+    if saved is not None:
+        before = saved.stat().st_mtime_ns if saved.exists() else None
+        while not cancelled.is_set() and (saved.stat().st_mtime_ns if saved.exists() else None) == before:
+            time.sleep(0.005)
+    if not cancelled.wait(delay):
+        os.kill(os.getpid(), signal.SIGINT)
 
 
 def _assert_equal(resumed, full) -> None:
@@ -99,9 +110,18 @@ METHODS = {
     "ensemble": lambda **c: bz.Ensemble(members=3, steps=300, batch_size=16, **c),
     "swag": lambda **c: bz.SWAG(steps=200, snapshots=20, collect_every=5, batch_size=16, **c),
     "chees-torch": lambda **c: bz.ChEES(num_chains=4, num_warmup=60, num_samples=40, backend="torch", **c),
+    # a chain is one program: a stop loses the chains under way, and the rest are kept
+    "nuts-torch": lambda **c: bz.NUTS(
+        num_chains=4, num_warmup=20, num_samples=20, max_tree_depth=4, backend="torch", **c
+    ),
 }
 # XLA compiles its program again in every run (about a second each): in the slow lane
-SLOW = {"chees-jax": lambda **c: bz.ChEES(num_chains=4, num_warmup=60, num_samples=40, backend="jax", **c)}
+SLOW = {
+    "chees-jax": lambda **c: bz.ChEES(num_chains=4, num_warmup=60, num_samples=40, backend="jax", **c),
+    "nuts-jax": lambda **c: bz.NUTS(num_chains=8, num_warmup=40, num_samples=40, backend="jax", **c),
+}
+# no checkpoint_every: a checkpoint per finished chain; a stop's delay after it, as a share of a run's time
+EVERY = {"nuts-torch": 0.02, "nuts-jax": 0.1}
 
 
 @pytest.mark.parametrize("name", [*METHODS, *(pytest.param(name, marks=pytest.mark.slow) for name in SLOW)])
@@ -109,9 +129,22 @@ def test_tens_of_random_stops_resume_to_the_uninterrupted_result(name, tmp_path)
     make = (METHODS | SLOW)[name]
     _fit(make(seed=2, progress=False))  # warm: the timings below are a steady run's
     full, seconds, setup = _fit(make(seed=2, progress=False))
-    method = make(seed=2, progress=False, checkpoint=tmp_path / "checkpoint.pt", checkpoint_every=7)
-    resumed, stopped = _with_stops(lambda: _fit(method)[0], seconds, setup, random.Random(name))
-    assert stopped >= STOPS - 3, f"only {stopped} of {STOPS} stops landed before the fit ended"
+    checkpoint, rng = tmp_path / "checkpoint.pt", random.Random(name)
+    if name in EVERY:  # a checkpoint per finished chain: each run stopped at a random moment after it saved one
+        method = make(seed=2, progress=False, checkpoint=checkpoint)
+        resumed, stopped, kept = _with_stops(
+            lambda: _fit(method)[0], lambda: rng.uniform(0, seconds * EVERY[name]), 10, checkpoint, after_saving=True
+        )
+        assert stopped >= 2 and kept == stopped, (stopped, kept)
+    else:  # one in five stops during the setup, the rest while it steps, each allowed a share of the work
+        share = 1.6 * (seconds - setup) / STOPS
+
+        def delay():
+            return rng.uniform(0.0, setup) if rng.random() < 0.2 else setup + rng.uniform(0.0, share)
+
+        method = make(seed=2, progress=False, checkpoint=checkpoint, checkpoint_every=7)
+        resumed, stopped, _ = _with_stops(lambda: _fit(method)[0], delay, STOPS, checkpoint)
+        assert stopped >= STOPS - 3, f"only {stopped} of {STOPS} stops landed before the fit ended"
     _assert_equal(resumed, full)
 
 

@@ -234,3 +234,31 @@ def test_your_network_from_a_path_with_spaces_and_one_of_the_wrong_shape_refused
     err = capsys.readouterr().err
     assert "the network my_net.Half returns shape (1, 1) for 2 input rows; it must return (2, 1)" in err, err
     assert err.count("\n") == 1 and not (tmp_path / "h" / "metrics.json").exists()
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_held_out_variants_read_as_the_plain_table_or_are_refused_in_one_line(tmp_path, seed):
+    """Variants no test above writes by hand, drawn by seed: separator, decimal mark, encoding and quoted
+    header cells; a repeated name (spaces around it ignored) at random columns; a NUL at a random place."""
+    import random
+
+    rng = random.Random(seed)
+    separator = rng.choice([",", ";", "\t"])
+    decimal = "," if separator == ";" and rng.random() < 0.5 else "."
+    names = [f'"{n}"' if rng.random() < 0.5 else n for n in ("a", "b", "c", "price")]
+    x, y = _body()
+    rows = [separator.join(f"{v:.3f}".replace(".", decimal) for v in [*r, t]) for r, t in zip(x, y, strict=True)]
+    text = "\n".join([separator.join(names), *rows]) + "\n"
+    bom, encoding = rng.choice([(b"", "utf-8"), (codecs.BOM_UTF8, "utf-8"), (b"", "utf-16")])
+    plain = load_table(_write(tmp_path / "plain.csv", _table().encode()), target="price")
+    variant = load_table(_write(tmp_path / "v.csv", bom + text.encode(encoding)), target="price")
+    assert torch.equal(variant.x_train, plain.x_train) and torch.equal(variant.y_test, plain.y_test)
+    i, j = rng.sample(range(4), 2)
+    repeated = [" b " if k in (i, j) else n for k, n in enumerate(["a", "c", "d", "price"])]
+    header = separator.join(repeated)
+    with pytest.raises(bz.BnnZooError, match=rf"column names repeat \('b' is columns {min(i, j)}, {max(i, j)}\)"):
+        load_table(_write(tmp_path / "d.csv", "\n".join([header, *rows]).encode(encoding)), target="-1")
+    data = bytearray(_table().encode())
+    data[rng.randrange(len(data))] = 0
+    with pytest.raises(bz.BnnZooError, match="is not a text table"):
+        load_table(_write(tmp_path / "b.csv", bytes(data)))

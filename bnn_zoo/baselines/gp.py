@@ -31,7 +31,6 @@ from bnn_zoo.errors import BnnZooError, check_field_types, checked
 from bnn_zoo.io import bar_disabled
 from bnn_zoo.posterior import InDataUnits, Prediction, common_attrs, function_space_inference_data
 
-KERNELS = ("rbf", "matern52", "nngp")
 MAX_EXACT = 10_000  # an exact GP's Cholesky is O(N^3) time and O(N^2) float64 memory (10k: 0.8 GB)
 
 
@@ -107,8 +106,6 @@ class GP:
         prior: priors.FanInNormal | None = None,
         ard: bool = True,
     ):
-        if kernel not in KERNELS:
-            raise BnnZooError(f"unknown GP kernel {kernel!r}; choose one of {', '.join(KERNELS)}")
         self.kernel, self.ard, self.depth, self.num_inducing = kernel, ard, depth, num_inducing
         self.likelihood = likelihood if likelihood is not None else likelihoods.Gaussian.learned()
         supported = (likelihoods.Gaussian, likelihoods.Bernoulli, likelihoods.Categorical)

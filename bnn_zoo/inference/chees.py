@@ -137,8 +137,6 @@ class ChEES:
         if not all(0 < w < 1 for w in self.mass_windows) or list(self.mass_windows) != sorted(self.mass_windows):
             raise BnnZooError(f"ChEES mass_windows must be increasing fractions in (0, 1), got {self.mass_windows}")
         check_max_hours("ChEES", self.max_hours)
-        if self.mass_matrix not in ("within", "pooled"):
-            raise BnnZooError(f"ChEES mass_matrix must be 'within' or 'pooled', got {self.mass_matrix!r}")
         check_init(self.init)
         xla.check_backend("ChEES", self.backend)
         if self.backend == "jax" and self.mass_matrix == "within":

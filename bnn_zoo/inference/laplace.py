@@ -36,8 +36,6 @@ from bnn_zoo.likelihoods import Gaussian
 from bnn_zoo.posterior import Posterior, load_posterior
 from bnn_zoo.priors import FanInNormal
 
-SUBSETS = ("all", "last_layer")
-HESSIANS = ("full", "diag", "kron", "auto")  # auto: full up to MAX_FULL weights, diag above
 MAX_FULL = 5000  # a full D x D precision in float64: 5000 weights is 200 MB
 
 
@@ -100,12 +98,6 @@ class Laplace:
 
     def __post_init__(self):
         check_field_types(self)
-        if self.predictive not in ("glm", "nn"):
-            raise BnnZooError(f"Laplace predictive is 'glm' (linearised at the MAP) or 'nn', got {self.predictive!r}")
-        if self.subset not in SUBSETS or self.hessian not in HESSIANS:
-            raise BnnZooError(
-                f"Laplace takes subset in {SUBSETS} and hessian in {HESSIANS}, got {self.subset!r}, {self.hessian!r}"
-            )
         for name in ("rounds", "map_steps", "num_draws"):
             if not (isinstance(getattr(self, name), int) and getattr(self, name) >= 1):
                 raise BnnZooError(f"Laplace {name} must be a positive integer, got {getattr(self, name)!r}")

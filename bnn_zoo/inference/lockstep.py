@@ -48,7 +48,7 @@ from torch.func import functional_call, vmap
 from bnn_zoo import local_noise
 from bnn_zoo.bnn import BNN
 from bnn_zoo.data.validation import check_data
-from bnn_zoo.errors import BnnZooError, check_device
+from bnn_zoo.errors import BnnZooError, check_device, check_field_types
 from bnn_zoo.guides.dropout import DropoutGuide, default_options
 from bnn_zoo.guides.mean_field import MeanField
 from bnn_zoo.inference import collapse, xla
@@ -81,6 +81,7 @@ class Job:
     standardize: bool = True
 
     def __post_init__(self):
+        check_field_types(self)
         if isinstance(self.method, SVI | NUTS | ChEES):
             self.method = self.method.resolved(self.model, self.x.shape[0])
 

@@ -25,8 +25,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from multiprocessing.connection import wait
+from pathlib import Path
 from typing import Literal
 
+import numpy as np
 import pyro
 import pyro.infer.mcmc as pyro_mcmc
 import torch
@@ -39,7 +41,7 @@ from bnn_zoo.inference import defaults, xla
 from bnn_zoo.inference.budget import TimeLimit, check_max_hours
 from bnn_zoo.inference.potential import chain_starts, check_init
 from bnn_zoo.inference.svi import svi_start
-from bnn_zoo.io import bar_disabled
+from bnn_zoo.io import atomic_torch_save, bar_disabled, check_identity, fingerprint, safe_torch_load
 from bnn_zoo.models import architecture
 from bnn_zoo.posterior import Posterior
 from bnn_zoo.priors import ScaleMixture
@@ -159,6 +161,7 @@ class _MCMC:
     chain_method: Literal["parallel", "sequential"] = "parallel"
     max_hours: float | None = 2.0
     progress: bool = True
+    checkpoint: str | Path | None = None
 
     name = "mcmc"
     counts = {"num_warmup": 0, "num_samples": 1, "num_chains": 1}  # integer settings and their least values
@@ -171,13 +174,16 @@ class _MCMC:
                 raise BnnZooError(f"{type(self).__name__} {name} must be an integer >= {least}, got {value!r}")
         check_init(self.init)
         check_max_hours(type(self).__name__, self.max_hours)
-        if self.chain_method not in ("parallel", "sequential"):
-            raise BnnZooError(
-                f"{type(self).__name__} chain_method must be 'parallel' or 'sequential', got {self.chain_method!r}"
-            )
 
     def settings(self) -> dict:
-        skip = {"init", "progress", "chain_method", "max_hours", "lockstep"}  # the wall time, not the draws
+        skip = {
+            "init",
+            "progress",
+            "chain_method",
+            "max_hours",
+            "lockstep",
+            "checkpoint",
+        }  # the wall time, not the draws
         out = {"method": self.name, **{f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}}
         out["init"] = (
             "posterior"
@@ -216,7 +222,9 @@ class _MCMC:
             mcmc.run(x, y)
             return {"samples": mcmc.get_samples(), "stats": {k: torch.tensor([s[k] for s in stats]) for k in stats[0]}}
 
-        chains = _run_chains(chain, self.num_chains, parallel=parallel)
+        identity = fingerprint(self.settings() | self.ran_on("torch"), model.describe(), x, y)
+        with FinishedChains(self.checkpoint, identity, self.num_chains, self.progress) as kept:
+            chains = _run_chains(chain, self.num_chains, parallel=parallel, kept=kept)
         samples = {k: torch.stack([ch["samples"][k] for ch in chains]) for k in model.latent_shapes()}
         sample_stats = {k: torch.stack([ch["stats"][k] for ch in chains]) for k in chains[0]["stats"]}
         return Posterior(
@@ -254,15 +262,18 @@ class _MCMC:
         return [init_to_sample] * self.num_chains  # "prior"
 
 
-def _run_chains(chain: Callable[[int], dict], n: int, parallel: bool) -> list[dict]:
-    """``chain(c)`` for c in 0..n-1: in forked processes, as many at a time as :func:`_workers` allows,
-    or one after another in this process."""
-    workers = _workers(n, parallel)
+def _run_chains(chain: Callable[[int], dict], n: int, parallel: bool, kept: FinishedChains) -> list[dict]:
+    """``chain(c)`` for c in 0..n-1 not ``kept`` already, each kept as it finishes: in forked processes,
+    as many at a time as :func:`_workers` allows, or one after another in this process."""
+    workers = _workers(n - len(kept.chains), parallel)
     if workers < 2:
-        return [chain(c) for c in range(n)]
+        for c in range(n):
+            if c not in kept.chains:
+                kept.add(c, chain(c))
+        return [kept.chains[c] for c in range(n)]
     context = multiprocessing.get_context("fork")
     threads = max(1, torch.get_num_threads() // workers)
-    results, waiting, running = [None] * n, list(range(n)), {}
+    waiting, running = [c for c in range(n) if c not in kept.chains], {}
     try:
         while waiting or running:
             while waiting and len(running) < workers:
@@ -274,12 +285,45 @@ def _run_chains(chain: Callable[[int], dict], n: int, parallel: bool) -> list[di
                 running[receive] = (c, process)
             for receive in wait(list(running)):
                 c, process = running.pop(receive)
-                results[c] = _chain_result(receive, c, process)
+                kept.add(c, _chain_result(receive, c, process))
     finally:
         for _, process in running.values():  # an error or Ctrl-C: stop the others
             process.terminate()
             process.join()
-    return results
+    return [kept.chains[c] for c in range(n)]
+
+
+class FinishedChains:
+    """The chains of a run that have finished, each saved to ``path`` (when given) as it finishes: a
+    chain is one program (its warm-up and draws), so a stopped run loses the chains under way, and the
+    same fit run again runs only the others. Their draws do not depend on the order chains run in (chain
+    c is seeded by seed + c), so the resumed run ends as an uninterrupted one. The finished run removes
+    the file."""
+
+    def __init__(self, path, identity: str, count: int, progress: bool):
+        self.path, self.identity, self.chains = (None if path is None else Path(path)), identity, {}
+        if self.path is not None and self.path.exists():
+            saved = safe_torch_load(self.path)
+            check_identity(saved, identity, self.path, "NUTS")
+            if not isinstance(saved.get("chains"), dict):
+                raise BnnZooError(f"checkpoint {self.path} is not an MCMC checkpoint; delete it to start afresh")
+            self.chains = saved["chains"]
+            if progress:
+                print(
+                    f"resuming from checkpoint {self.path}: {len(self.chains)} of {count} chains done", file=sys.stderr
+                )
+
+    def add(self, c: int, result: dict) -> None:
+        self.chains[c] = result
+        if self.path is not None:
+            atomic_torch_save({"identity": self.identity, "chains": self.chains}, self.path)
+
+    def __enter__(self) -> FinishedChains:
+        return self
+
+    def __exit__(self, kind, *_) -> None:
+        if kind is None and self.path is not None:
+            self.path.unlink(missing_ok=True)  # the posterior supersedes it
 
 
 def _workers(n: int, parallel: bool) -> int:
@@ -412,9 +456,16 @@ class NUTS(_MCMC):
             )
             target = xla.jax_target("NUTS", model, x, y, starts)
             if target is not None:
-                samples, stats = xla.run_nuts(
-                    target, target.start(starts), self, progress=not bar_disabled(self.progress)
-                )
+                identity = fingerprint(self.settings() | self.ran_on("jax"), model.describe(), x, y)
+                with FinishedChains(self.checkpoint, identity, self.num_chains, self.progress) as kept:
+                    samples, stats = xla.run_nuts(
+                        target,
+                        target.start(starts),
+                        self,
+                        progress=not bar_disabled(self.progress),
+                        done={c: [t.numpy() for t in columns] for c, columns in kept.chains.items()},
+                        on_chain=lambda c, columns: kept.add(c, [torch.tensor(np.asarray(a)) for a in columns]),
+                    )
                 return Posterior(
                     model,
                     x,

@@ -31,9 +31,6 @@ from bnn_zoo.io import atomic_torch_save, bar_disabled, check_identity, fingerpr
 from bnn_zoo.posterior import Posterior
 from bnn_zoo.priors import Normal
 
-KINDS = ("sgld", "sghmc", "cyclical")
-
-
 DENSE_MAX = (
     1000  # weights up to which the preconditioner is a full covariance (a d x d factor per step), diagonal above
 )
@@ -121,8 +118,6 @@ class SGMCMC:
 
     def __post_init__(self):
         check_field_types(self)
-        if self.kind not in KINDS:
-            raise BnnZooError(f"unknown SG-MCMC kind {self.kind!r}; choose one of {', '.join(KINDS)}")
         for name in ("num_samples", "thinning", "num_chains", "cycles", "checkpoint_every"):
             if not (isinstance(getattr(self, name), int) and getattr(self, name) >= 1):
                 raise BnnZooError(f"SGMCMC {name} must be a positive integer, got {getattr(self, name)!r}")

@@ -162,8 +162,6 @@ class SVI:
             raise BnnZooError(
                 f"SVI needs kl_weight > 0 and an integer kl_warmup >= 0, got {self.kl_weight}, {self.kl_warmup}"
             )
-        if self.objective not in ("elbo", "renyi"):
-            raise BnnZooError(f"unknown SVI objective {self.objective!r}; choose elbo or renyi")
         if self.objective == "renyi" and (self.num_particles < 2 or self.alpha == 1):
             raise BnnZooError("the Renyi objective needs num_particles >= 2 and alpha != 1 (alpha = 1 is the ELBO)")
         if not 0 <= self.validation < 1:

@@ -34,6 +34,7 @@ import torch
 from bnn_zoo import resources
 from bnn_zoo.bnn import BNN
 from bnn_zoo.errors import BnnZooError
+from bnn_zoo.inference.boundary import held_to_step_end
 from bnn_zoo.inference.budget import TimeLimit, TimeLimitExceeded
 from bnn_zoo.inference.potential import LogPosterior
 from bnn_zoo.io import atomic_torch_save, bar_disabled, check_identity, safe_torch_load, say_resumed
@@ -281,9 +282,13 @@ def _in_rounds(program, items, shared, lanes: int, watch: Watch):
     for r in range(-(-count // lanes)):
         first = r * lanes
         take = jnp.minimum(first + jnp.arange(lanes), count - 1)
-        # a device whose program stops stops the others at their next callback (:meth:`Watch._tick`)
-        watch.starting(lanes)
-        out = jax.block_until_ready(call(_rows(items, take), shared, jnp.arange(lanes), r))
+        args = (_rows(items, take), shared, jnp.arange(lanes), r)
+        # a device whose program stops stops the others at their next callback (:meth:`Watch._tick`);
+        # Ctrl-C waits until the programs are dispatched, so a stopped run waits only for programs that run
+        with held_to_step_end():
+            watch.starting(lanes)
+            out = call(*args)
+        out = jax.block_until_ready(out)
         yield first, _rows(jax.tree.map(np.asarray, out), slice(count - first))
 
 
@@ -510,15 +515,44 @@ def _on_target_device(run):
     return placed
 
 
-def run_nuts(target: JaxTarget, q0: torch.Tensor, method, progress: bool) -> tuple[dict, dict]:
+def run_nuts(
+    target: JaxTarget, q0: torch.Tensor, method, progress: bool, done: dict | None = None, on_chain=None
+) -> tuple[dict, dict]:
     """NumPyro's NUTS from starts q0 (C, d) on the target's data, watched (:class:`Watch`): one cell of
-    :func:`run_nuts_cells`. (site draws (C, S, ...), sample stats (C, S)) in the torch samplers' names."""
-    return run_nuts_cells(target, [(target.x, target.y)], [q0], [method.seed], method, progress)[0]
+    :func:`run_nuts_cells`. (site draws (C, S, ...), sample stats (C, S)) in the torch samplers' names.
+    ``done`` holds the columns of chains already run ({c: columns}), which are not run again;
+    ``on_chain(c, columns)`` is called as each other chain finishes. Chain c's key is the c-th of the
+    run's, so its draws do not depend on which chains run beside it."""
+    import jax
+
+    chains, done = q0.shape[0], dict(done or {})
+    todo = [c for c in range(chains) if c not in done]
+    if todo:
+        keys = jax.random.split(jax.random.PRNGKey(method.seed), chains)[np.array(todo)]
+
+        def chain_done(j, columns):
+            done[todo[j]] = columns
+            if on_chain is not None:
+                on_chain(todo[j], columns)
+
+        data = [(target.x, target.y)]
+        run_nuts_cells(
+            target, data, [q0[todo]], [method.seed], method, progress, keys=keys[None], chain_done=chain_done
+        )
+    return _nuts_result(target, [np.stack(c) for c in zip(*(done[c] for c in range(chains)), strict=True)])
 
 
 @_on_target_device
 def run_nuts_cells(
-    target: JaxTarget, data: list, q0s: list, seeds: list[int], method, progress: bool, finished=None
+    target: JaxTarget,
+    data: list,
+    q0s: list,
+    seeds: list[int],
+    method,
+    progress: bool,
+    finished=None,
+    keys=None,
+    chain_done=None,
 ) -> list:
     """NUTS on K cells in one XLA program: cell k's chains start at q0s[k] (C, d) on its training data
     data[k] = (x, y) (:func:`padded`), seeded by seeds[k]; every cell has the model and the settings of
@@ -528,14 +562,17 @@ def run_nuts_cells(
     would cost the longest of the chains' trees). A cell's chain gets the same key and the same kernel
     either way, so its draws equal the cell's run alone up to float rounding.
     Returns (site draws (C, S, ...), sample stats (C, S)) per cell; ``finished(k, result)`` is called
-    with each cell's as soon as its chains are done (on a GPU, at the end)."""
+    with each cell's as soon as its chains are done (on a GPU, at the end), and ``chain_done(j, columns)``
+    with each chain's raw columns (j counts the cells' chains in order). ``keys`` (K, C, 2) replaces the
+    chains' keys drawn from ``seeds``."""
     import jax
     import jax.numpy as jnp
 
     init, step = _nuts_kernel(target, method)
     cells, count = padded(data), len(data)
     chains, length = q0s[0].shape[0], method.num_warmup + method.num_samples
-    keys = jnp.stack([jax.random.split(jax.random.PRNGKey(seed), chains) for seed in seeds])
+    if keys is None:
+        keys = jnp.stack([jax.random.split(jax.random.PRNGKey(seed), chains) for seed in seeds])
     q0 = jnp.asarray(torch.stack(q0s).cpu().numpy())
     name = "NUTS" + (f" x{count} cells" if count > 1 else "")
     iterations = method.num_warmup + jnp.arange(method.num_samples)
@@ -557,6 +594,8 @@ def run_nuts_cells(
 
         with watch.running():  # blocks until XLA is done: its callbacks read the watch's pipe
             columns = [np.asarray(c) for c in jax.block_until_ready(lockstep(q0, keys, cells))]  # (K, C, S, ...)
+        for j in range(count * chains) if chain_done is not None else ():
+            chain_done(j, [c[j // chains][j % chains] for c in columns])
         for k in range(count):
             results.append(finished(k, _nuts_result(target, [c[k] for c in columns])))
         return results
@@ -583,7 +622,10 @@ def run_nuts_cells(
     with watch.running():
         flat = (q0.reshape(items, -1), keys.reshape(items, -1), jnp.arange(items) // chains)
         for _, out in _in_rounds(chain, flat, cells, lanes, watch):
-            done += [[c[j] for c in out] for j in range(out[0].shape[0])]
+            for j in range(out[0].shape[0]):
+                done.append([c[j] for c in out])
+                if chain_done is not None:
+                    chain_done(len(done) - 1, done[-1])
             while len(results) < len(done) // chains:
                 k = len(results)
                 cell = [np.stack(c) for c in zip(*done[k * chains : (k + 1) * chains], strict=True)]
