@@ -393,7 +393,8 @@ def fit_parser():
     parser.add_argument(
         "--resume",
         action="store_true",
-        help="continue an interrupted run from DIR/checkpoint.pt (SVI, SG-MCMC, ChEES) and ais_checkpoint.pt",
+        help="continue an interrupted run from DIR/checkpoint.pt (every method but Laplace and the GP; NUTS and "
+        "HMC keep their finished chains) and ais_checkpoint.pt, ending as an uninterrupted run ends",
     )
     parser.add_argument(
         "--overwrite",
