@@ -136,7 +136,7 @@ def test_tens_of_random_stops_resume_to_the_uninterrupted_result(name, tmp_path)
         resumed, stopped, kept = _with_stops(
             lambda: _fit(method)[0], lambda: rng.uniform(0, seconds * EVERY[name]), 10, checkpoint, after_saving=True
         )
-        assert stopped >= 2 and kept == stopped, (stopped, kept)
+        assert stopped >= 1 and kept == stopped, (stopped, kept)  # as many stops as the chains allow
     else:  # one in five stops during the setup, the rest while it steps, each allowed a share of the work
         share = 1.6 * (seconds - setup) / STOPS
 
