@@ -53,6 +53,14 @@ def _fit(method):
     return fit, time.perf_counter() - began, (_TimedMLP.first_call or began) - began
 
 
+@pytest.fixture(autouse=True)
+def _ctrl_c_raises():
+    """Ctrl-C as in a Python program: KeyboardInterrupt (a pytest-xdist worker ignores SIGINT)."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 def _settle() -> None:
     """A Python-level call: a signal sent just before runs its handler here, inside the caller's try."""
 
@@ -138,14 +146,14 @@ def test_tens_of_random_stops_resume_to_the_uninterrupted_result(name, tmp_path)
         )
         assert stopped >= 1 and kept == stopped, (stopped, kept)  # as many stops as the chains allow
     else:  # one in five stops during the setup, the rest while it steps, each allowed a share of the work
-        share = 1.6 * (seconds - setup) / STOPS
+        share = 1.2 * (seconds - setup) / STOPS
 
         def delay():
             return rng.uniform(0.0, setup) if rng.random() < 0.2 else setup + rng.uniform(0.0, share)
 
         method = make(seed=2, progress=False, checkpoint=checkpoint, checkpoint_every=7)
         resumed, stopped, _ = _with_stops(lambda: _fit(method)[0], delay, STOPS, checkpoint)
-        assert stopped >= STOPS - 3, f"only {stopped} of {STOPS} stops landed before the fit ended"
+        assert stopped >= STOPS // 2, f"only {stopped} of {STOPS} stops landed before the fit ended"
     _assert_equal(resumed, full)
 
 
