@@ -116,9 +116,10 @@ METHODS = {
     "ensemble": lambda **c: bz.Ensemble(members=3, steps=150, batch_size=16, **c),
     "swag": lambda **c: bz.SWAG(steps=200, snapshots=20, collect_every=5, batch_size=16, **c),
     "chees-torch": lambda **c: bz.ChEES(num_chains=4, num_warmup=40, num_samples=20, backend="torch", **c),
-    # a chain is one program: a stop loses the chains under way, and the rest are kept
+    # a chain is one program: a stop loses the chains under way, and the rest are kept. Not jit-compiled:
+    # a KeyboardInterrupt inside torch.jit.trace breaks the tracer for the rest of the process (torch's state)
     "nuts-torch": lambda **c: bz.NUTS(
-        num_chains=4, num_warmup=20, num_samples=20, max_tree_depth=4, backend="torch", **c
+        num_chains=4, num_warmup=20, num_samples=20, max_tree_depth=4, backend="torch", jit_compile=False, **c
     ),
 }
 # in the slow lane: the SG-MCMC kinds that share sghmc's loop, and XLA, which compiles its program again
