@@ -419,6 +419,8 @@ class NUTS(_MCMC):
             take longer (:mod:`bnn_zoo.inference.budget`; before HMC's first mass-matrix update only a run
             too slow even if the rest ran 10x faster); None: no limit.
         progress: show Pyro's progress bar (in parallel, chain 0's).
+        checkpoint: a path where each chain is saved as it finishes (:class:`FinishedChains`); an existing
+            one of this fit is resumed, running only the chains it lacks.
         max_tree_depth: the deepest trajectory doubling (None: 10; 8 on recurrent networks, whose trees
             reach the cap at every draw).
         backend: ``"torch"``: Pyro's NUTS; ``"jax"``: NumPyro's NUTS (same adaptation: dual averaging,
