@@ -223,7 +223,7 @@ class _MCMC:
             return {"samples": mcmc.get_samples(), "stats": {k: torch.tensor([s[k] for s in stats]) for k in stats[0]}}
 
         identity = fingerprint(self.settings() | self.ran_on("torch"), model.describe(), x, y)
-        with FinishedChains(self.checkpoint, identity, self.num_chains, self.progress) as kept:
+        with FinishedChains(self.checkpoint, identity, self.num_chains, self.progress, type(self).__name__) as kept:
             chains = _run_chains(chain, self.num_chains, parallel=parallel, kept=kept)
         samples = {k: torch.stack([ch["samples"][k] for ch in chains]) for k in model.latent_shapes()}
         sample_stats = {k: torch.stack([ch["stats"][k] for ch in chains]) for k in chains[0]["stats"]}
@@ -300,11 +300,11 @@ class FinishedChains:
     c is seeded by seed + c), so the resumed run ends as an uninterrupted one. The finished run removes
     the file."""
 
-    def __init__(self, path, identity: str, count: int, progress: bool):
+    def __init__(self, path, identity: str, count: int, progress: bool, method: str = "NUTS"):
         self.path, self.identity, self.chains = (None if path is None else Path(path)), identity, {}
         if self.path is not None and self.path.exists():
             saved = safe_torch_load(self.path)
-            check_identity(saved, identity, self.path, "NUTS")
+            check_identity(saved, identity, self.path, method)
             if not isinstance(saved.get("chains"), dict):
                 raise BnnZooError(f"checkpoint {self.path} is not an MCMC checkpoint; delete it to start afresh")
             self.chains = saved["chains"]
@@ -459,7 +459,9 @@ class NUTS(_MCMC):
             target = xla.jax_target("NUTS", model, x, y, starts)
             if target is not None:
                 identity = fingerprint(self.settings() | self.ran_on("jax"), model.describe(), x, y)
-                with FinishedChains(self.checkpoint, identity, self.num_chains, self.progress) as kept:
+                with FinishedChains(
+                    self.checkpoint, identity, self.num_chains, self.progress, type(self).__name__
+                ) as kept:
                     samples, stats = xla.run_nuts(
                         target,
                         target.start(starts),
