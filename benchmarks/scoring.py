@@ -16,8 +16,7 @@ import time
 import torch
 from results import write
 
-from bnn_zoo import arviz_compat
-from bnn_zoo.evaluation import diagnostics
+from bnn_zoo import arviz_compat, diagnostics
 from bnn_zoo.experiments import config as cfg
 from bnn_zoo.experiments.run import _chain_draws, prepare
 

@@ -62,8 +62,9 @@ def main(argv=None) -> int:
         help="put result folders side by side: one table (evidence, LOO, WAIC, test metrics) and plots",
         description="Read DIR/posterior.nc, metrics.json and predictions.nc from each result folder; print one table "
         "and write OUT/comparison.csv, comparison.md and plots: compare.png (az.plot_compare), reliability.png, "
-        "bands.png (1-D regression), evidence.png and trace/rank/energy plots of MCMC runs. LOO runs whose "
-        "Pareto k exceed ArviZ's threshold (0.7 at most) are flagged.",
+        "bands.png (1-D regression), evidence.png and trace/rank/energy plots of MCMC runs. Runs are ranked by "
+        "LOO only where every run's LOO is reliable (Pareto k within ArviZ's threshold), by test log-likelihood "
+        "otherwise (the ranked_by column).",
     )
     p.add_argument(
         "dirs",

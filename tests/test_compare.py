@@ -33,23 +33,58 @@ def _result(name, log_lik, **metrics):
     )
 
 
+def _heavy_tailed(rng, mean=-1.2):
+    """Pointwise log-likelihoods with one point whose importance ratios 1 / p(y_0 | theta) have a Pareto
+    tail of known shape k = 1.5: its LOO is unreliable."""
+    log_lik = rng.normal(mean, 0.1, size=(2, 500, 30))
+    log_lik[..., 0] = -1.5 * rng.exponential(size=(2, 500)) - 1
+    return log_lik
+
+
 def test_compare_ranks_runs_and_flags_high_pareto_k():
     rng = np.random.default_rng(0)
     good = rng.normal(-1.0, 0.1, size=(2, 500, 30))
-    bad = rng.normal(-1.2, 0.1, size=(2, 500, 30))
-    # one point whose importance ratios 1 / p(y_0 | theta) have a Pareto tail of known shape k = 1.5
-    bad[..., 0] = -1.5 * rng.exponential(size=(2, 500)) - 1
+    fair = rng.normal(-1.1, 0.1, size=(2, 500, 30))
     with pytest.warns(UserWarning, match="Pareto"):
         table = bz.compare(
-            [_result("good", good, elbo=-40.0, elbo_se=0.1, rmse=1.0), _result("bad", bad, elbo=-45.0, rmse=2.0)]
+            [
+                _result("good", good, elbo=-40.0, elbo_se=0.1, rmse=1.0),
+                _result("bad", _heavy_tailed(rng, -0.5), elbo=-45.0, rmse=2.0),  # the best LOO, but unreliable
+                _result("fair", fair, rmse=1.5),
+            ]
         )
-    assert list(table["run"]) == ["good", "bad"] and list(table["rank"]) == [0, 1]
-    assert table.set_index("run").loc["bad", "max_pareto_k"] > 0.7 and table.set_index("run").loc["bad", "loo_warning"]
-    assert not table.set_index("run").loc["good", "loo_warning"]
+    by_run = table.set_index("run")
+    assert list(table["run"][:2]) == ["good", "fair"] and list(table["rank"][:2]) == [0, 1]
+    assert set(by_run.loc[["good", "fair"], "ranked_by"]) == {"loo"}
+    # a flagged LOO gets no rank and no weight, and says why
+    assert np.isnan(by_run.loc["bad", "rank"]) and np.isnan(by_run.loc["bad", "weight"])
+    assert by_run.loc["bad", "unranked"].startswith("LOO unreliable (worst Pareto k")
+    assert by_run.loc["bad", "max_pareto_k"] > 0.7 and by_run.loc["bad", "loo_warning"]
+    assert not by_run.loc["good", "loo_warning"]
+    assert by_run.loc["good", "weight"] + by_run.loc["fair", "weight"] == pytest.approx(1.0)
     assert table.loc[0, "loo_elpd"] == pytest.approx(arviz_compat.loo(_result("g", good).idata).elpd)
     assert table.loc[0, "architecture"] == "MLP(1, [50])" and table.loc[0, "inference"] == "svi (mean-field)"
     assert {"waic_elpd", "waic_se", "elpd_diff", "weight", "elbo", "rmse"} <= set(table.columns)
     assert "evidence_ais" not in table  # columns no run has are dropped
+
+
+def test_a_five_draw_ensemble_is_ranked_by_test_log_likelihood_not_by_its_loo():
+    """Five members are five draws: ArviZ cannot smooth their importance weights (Pareto k inf or NaN).
+    Its LOO looks best here; with test data every run is ranked by test log-likelihood instead, under
+    either ArviZ major, with no stacking weights."""
+    rng = np.random.default_rng(1)
+    ensemble = rng.normal(-0.2, 0.01, size=(5, 1, 30))
+    nuts = rng.normal(-1.0, 0.1, size=(2, 500, 30))
+    with pytest.warns(UserWarning, match="LOO is unreliable for ensemble"):
+        table = bz.compare(
+            [
+                _result("ensemble", ensemble, test_log_likelihood=-27.1, rmse=2.0),
+                _result("nuts", nuts, test_log_likelihood=-8.7, rmse=1.4),
+            ]
+        )
+    assert list(table["run"]) == ["nuts", "ensemble"] and list(table["rank"]) == [0, 1]
+    assert set(table["ranked_by"]) == {"test_log_likelihood"}
+    assert "weight" not in table and table.set_index("run").loc["ensemble", "loo_warning"]
 
 
 def test_markdown_table_by_hand():

@@ -10,8 +10,7 @@ import pytest
 import torch
 import xarray as xr
 
-from bnn_zoo import arviz_compat
-from bnn_zoo.evaluation import diagnostics
+from bnn_zoo import arviz_compat, diagnostics
 
 
 def _ar1(rng, chains, draws, points, phi):

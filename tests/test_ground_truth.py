@@ -44,6 +44,14 @@ def test_nuts_matches_exact_posterior_within_4_mcse(nuts_fit, blr_exact):
     assert_matches_exact_posterior_within_4_mcse(nuts_fit, blr_exact)
 
 
+def test_a_converged_nuts_fit_reads_its_own_diagnostics_and_does_not_warn(nuts_fit):
+    from bnn_zoo.inference import health
+
+    assert nuts_fit.info["max_rhat_function"] <= health.RHAT_MAX
+    assert nuts_fit.info["min_ess_bulk_function"] >= 2 * health.ESS_MIN_PER_CHAIN
+    assert nuts_fit.info["divergences"] == 0 and "convergence_warning" not in nuts_fit.info
+
+
 def test_hmc_with_capped_trajectories_still_matches_the_exact_posterior(blr_model, blr_data, blr_exact):
     """max_leapfrog shortens trajectories, it does not bias them: the cap is fixed with the step size
     after warm-up, so the kept draws come from one reversible HMC kernel."""

@@ -19,6 +19,7 @@ from bnn_zoo.errors import BnnZooError, checked
 from bnn_zoo.evaluation import evidence, predictions
 from bnn_zoo.evaluation import reference as ref
 from bnn_zoo.evaluation.metrics import classification_metrics, regression_metrics
+from bnn_zoo.inference import health
 from bnn_zoo.io import load_inference_data
 from bnn_zoo.posterior import PosteriorLike
 
@@ -61,7 +62,14 @@ TEST = [
     "ood_auroc_max_probability",
     "ood_fpr95_entropy",
 ]
-DIAGNOSTICS = ["max_rhat", "min_ess_bulk", "max_rhat_function", "min_ess_bulk_function", "divergences"]
+DIAGNOSTICS = [
+    "max_rhat",
+    "min_ess_bulk",
+    "max_rhat_function",
+    "min_ess_bulk_function",
+    "divergences",
+    *health.WARNINGS,
+]
 
 
 class _Loaded:
@@ -126,6 +134,8 @@ class _Scored:
         task = pred.likelihood.task
         self.metrics.update(regression_metrics(pred, y) if task == "regression" else classification_metrics(pred, y))
         self.metrics["n_test"] = len(y)
+        if task == "regression" and not self.metrics.get("band_warning"):
+            self.metrics["band_warning"] = health.band_on(pred, y)
         attrs = {"name": self.name, "task": task, "model": self.metrics.get("model", ""), "method": posterior.method}
         attrs.update(posterior.units_attrs())
         self.predictions = predictions.test_predictions(pred, y, attrs)
@@ -166,10 +176,15 @@ def compare(
     results: list, reference: object | None = None, test: tuple | None = None, allow_unconverged: bool = False
 ) -> pd.DataFrame:
     """One row per run: run, data, model (architecture), inference, the log-evidence estimates with SEs,
-    LOO elpd/SE/p_loo and the worst Pareto k, WAIC with its SE, test metrics, MCMC diagnostics and run
-    time. Runs on the same training data are also ranked by ``az.compare`` (rank, elpd_diff, dse,
-    weight). A warning names the runs whose Pareto k exceed ArviZ's threshold (0.7 at most); the
-    ``loo_warning`` column marks them: their LOO is unreliable (NaN where ArviZ could not compute it).
+    LOO elpd/SE/p_loo and the worst Pareto k, WAIC with its SE, test metrics, diagnostics (R-hat, ESS,
+    divergences and the fit's own warnings: :mod:`bnn_zoo.inference.health`) and run time.
+
+    Runs on the same training data are ranked (``rank``, 0 best), and ``ranked_by`` says by what. By
+    ``az.compare``'s PSIS-LOO (with elpd_diff, dse and stacking weight) when every run's LOO is reliable;
+    a warning names the runs whose Pareto k exceed ArviZ's threshold (0.7 at most) or whose LOO could
+    not be computed, and the ``loo_warning`` column marks them. Such a LOO is never ranked or weighted:
+    with test data for every run, all runs are ranked by test log-likelihood instead (no weights);
+    without, only the reliable runs are ranked by LOO, and ``unranked`` gives the others' reason.
 
     Every number is in the data's units (the ``units`` column; a folder written before folders said so
     holds its evidence of the standardised targets, and says "standardised targets").
@@ -231,19 +246,43 @@ def compare(
             UserWarning,
             stacklevel=2,
         )
+    flagged = (
+        table.loc[table["band_warning"].fillna("").astype(bool), "run"].tolist() if "band_warning" in table else []
+    )
+    if flagged:
+        warnings.warn(f"the bands of {', '.join(flagged)} cannot be trusted; see the band_warning column", stacklevel=2)
     ranked = _ranked(runs, table)
     if ranked is not None:
-        table = table.merge(ranked, left_on="run", right_index=True, how="left").sort_values("rank")
+        table = table.merge(ranked, left_on="run", right_index=True, how="left")
+        table = table.sort_values("rank") if "rank" in table else table
     return table.dropna(axis=1, how="all").reset_index(drop=True)
 
 
 def _ranked(runs: list, table: pd.DataFrame) -> pd.DataFrame | None:
-    """az.compare's rank, elpd_diff, dse and weight of the runs with a LOO estimate, where at least two
-    were fitted to the same training data; None otherwise."""
-    scored = [r for r, elpd in zip(runs, table["loo_elpd"]) if math.isfinite(elpd)]
-    if len(scored) < 2 or table["data"].nunique() != 1 or table["n_train"].nunique() != 1:
+    """The ranking columns (see :func:`compare`) of runs fitted to the same training data; None when
+    fewer than two can be ranked."""
+    if len(runs) < 2 or table["data"].nunique() != 1 or table["n_train"].nunique() != 1:
         return None
-    return arviz_compat.compare({r.name: r.idata for r in scored})[["rank", "elpd_diff", "dse", "weight"]]
+    reliable = table["loo_elpd"].map(math.isfinite) & ~table["loo_warning"].astype(bool)
+    test_ll = table.get("test_log_likelihood", pd.Series([None] * len(table))).map(_finite)
+    if not reliable.all() and test_ll.all():
+        rank = table["test_log_likelihood"].rank(ascending=False, method="min").astype(int) - 1
+        return pd.DataFrame({"rank": rank.values, "ranked_by": "test_log_likelihood"}, index=table["run"])
+    names = table.loc[reliable, "run"].tolist()
+    out = pd.DataFrame(index=table["run"])
+    if len(names) >= 2:
+        scored = arviz_compat.compare({r.name: r.idata for r in runs if r.name in names})
+        out = out.join(scored[["rank", "elpd_diff", "dse", "weight"]])
+        out.loc[names, "ranked_by"] = "loo"
+    why = table.set_index("run")["max_pareto_k"].map(
+        lambda k: f"LOO unreliable (worst Pareto k {k:.2f})" if math.isfinite(k) else "LOO could not be computed"
+    )
+    out.loc[~reliable.values, "unranked"] = why[~reliable.values]
+    return None if out.get("rank") is None and out.get("unranked") is None else out
+
+
+def _finite(value) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value)
 
 
 def _against_reference(runs: list, reference, test=None, allow_unconverged: bool = False) -> dict:
@@ -299,8 +338,8 @@ def report(
     out.mkdir(parents=True, exist_ok=True)
     atomic_write(out / "comparison.csv", lambda tmp: table.to_csv(tmp, index=False))
     atomic_write(out / "comparison.md", lambda tmp: Path(tmp).write_text(to_markdown(table)))
-    if "rank" in table:
-        ranked = set(table.loc[table["rank"].notna(), "run"])
+    ranked = set(table.loc[table["ranked_by"] == "loo", "run"]) if "ranked_by" in table else set()
+    if len(ranked) >= 2:
         plots.compare_plot({r.name: r.idata for r in runs if r.name in ranked}, out / "compare.png")
     predictions = [r.predictions for r in runs if r.predictions is not None]
     if predictions:

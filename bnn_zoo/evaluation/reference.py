@@ -25,8 +25,8 @@ import numpy as np
 import torch
 import xarray as xr
 
+from bnn_zoo import diagnostics
 from bnn_zoo.errors import BnnZooError
-from bnn_zoo.evaluation import diagnostics
 
 QUANTILE_LEVELS = (torch.arange(100, dtype=torch.float64) + 0.5) / 100
 Y_DRAWS = 4000  # y draws per test point behind the stored quantiles (each f draw repeated with fresh noise)

@@ -10,13 +10,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bnn_zoo import arviz_compat, resources
+from bnn_zoo import arviz_compat, diagnostics, resources
 from bnn_zoo.bnn import BNN
 from bnn_zoo.errors import BnnZooError
 from bnn_zoo.evaluation import (
     calibration,
     classification_metrics,
-    diagnostics,
     evidence,
     language_model_metrics,
     predictions,
@@ -24,7 +23,7 @@ from bnn_zoo.evaluation import (
     regression_metrics,
 )
 from bnn_zoo.experiments.config import DEFAULT_LIKELIHOOD, Dropout, RunConfig, build_network, to_dict
-from bnn_zoo.inference import collapse, fit
+from bnn_zoo.inference import collapse, fit, health
 from bnn_zoo.inference.collapse import diagnose
 from bnn_zoo.inference.defaults import batch_size
 from bnn_zoo.io import announce, save_dataset, writable_folder, write_json, write_yaml
@@ -142,7 +141,12 @@ def evaluate(
         metrics.update(reference.convergence(f, depth, posterior.settings.get("max_tree_depth")))
     if posterior.x.shape[0] < x.shape[0]:
         metrics["n_validation"] = int(x.shape[0] - posterior.x.shape[0])  # held out for early stopping
-    metrics.update({k: v for k, v in posterior.info.items() if v != ""})  # stop_reason, early-stopping step
+    metrics.update({k: v for k, v in posterior.info.items() if v != ""})  # stop_reason, the fit's own warnings
+    if model.likelihood.task == "regression" and "band_warning" not in metrics:
+        band = health.band_on(pred, y_test)
+        if band:
+            metrics["band_warning"] = band
+            warnings.warn(f"{name} on {dataset.name} has a band that cannot be trusted: {band}", stacklevel=2)
     if model.likelihood.task == "language-model":  # judged by the test perplexity; fit checked the others
         collapse = diagnose(posterior, metrics, len(dataset.info["vocab"]))
         if collapse:
@@ -417,17 +421,12 @@ def _evidence(posterior, idata, elbo_samples):
         out.update(loo_elpd=loo.elpd, loo_se=loo.se, loo_max_pareto_k=float(np.max(loo.pareto_k)))
         if loo.warning:
             out["loo_warning"] = "some Pareto k are high: LOO is unreliable for those points"
-    if posterior.method in ("nuts", "hmc", "chees", "sgmcmc"):  # Markov chains: their convergence diagnostics
-        if "diverging" in posterior.sample_stats:
-            out["divergences"] = int(posterior.sample_stats["diverging"].sum())
+    if posterior.method in health.MARKOV_CHAINS:  # the weights' R-hat; the fit's own check did f's (health)
         weights = _chain_draws(arviz_compat.group(idata, "posterior")) if weights is None else weights
-        # The same in function space, on each training point's log-likelihood: chains of a BNN can
-        # disagree on the weights (permutations, sign flips) and still agree on the function.
-        for space, values in (("", weights), ("_function", _chain_draws(log_lik))):
-            rhat, ess = diagnostics.rhat_and_ess_bulk(values, rhat=posterior.num_chains > 1)
-            if rhat is not None:
-                out[f"max_rhat{space}"] = diagnostics.nanmax(rhat)
-            out[f"min_ess_bulk{space}"] = diagnostics.nanmin(ess)
+        rhat, ess = diagnostics.rhat_and_ess_bulk(weights, rhat=posterior.num_chains > 1)
+        if rhat is not None:
+            out["max_rhat"] = diagnostics.nanmax(rhat)
+        out["min_ess_bulk"] = diagnostics.nanmin(ess)
     return out
 
 

@@ -10,7 +10,7 @@ from bnn_zoo.baselines import GP, GPPosterior, TypeII
 from bnn_zoo.bnn import BNN
 from bnn_zoo.data.validation import check_data
 from bnn_zoo.errors import BnnZooError, check_device, check_seed, checked
-from bnn_zoo.inference import collapse, lockstep
+from bnn_zoo.inference import health, lockstep
 from bnn_zoo.inference.chees import ChEES
 from bnn_zoo.inference.ensemble import SWAG, Ensemble
 from bnn_zoo.inference.laplace import Laplace
@@ -53,8 +53,9 @@ def fit(
     act on the standardised data (``posterior.scaling``).
     A classifier's inputs are standardised the same way (token ids never are). A fixed Gaussian noise is
     stated in the data's units (:meth:`bnn_zoo.likelihoods.Gaussian.in_units`); the prior acts on the
-    weights of the network of standardised data. A fit that learned nothing about the inputs
-    (:mod:`bnn_zoo.inference.collapse`) warns in one line.
+    weights of the network of standardised data. A fit that fails its own diagnostics
+    (:mod:`bnn_zoo.inference.health`: collapse, R-hat, ESS, divergences, a band narrower than its
+    validation rows' residuals) warns in one line and keeps the sentence in ``posterior.info``.
 
     Args:
         model: a :class:`bnn_zoo.BNN`, fitted by SVI, NUTS, HMC, ChEES, Laplace, SGMCMC, Ensemble or SWAG; or a
@@ -99,10 +100,10 @@ def fit(
         x, y = x.to(model.device), y.to(model.device)
     if isinstance(method, SVI) and method.lockstep:
         job = lockstep.Job(model, x, y, method, standardize)
-        return lockstep.fit_lockstep([job], device=model.device)[0]  # it checks collapse itself
+        return lockstep.fit_lockstep([job], device=model.device)[0]  # it checks its fits itself
     scaling = scaling_for(model, x, y, standardize)
     posterior = method.run(*in_fit_units(model, x, y, scaling)).fitted_in(scaling)
-    collapse.check(posterior)
+    health.check(posterior, method.split(x, y)[1] if isinstance(method, SVI) else None)
     return posterior
 
 

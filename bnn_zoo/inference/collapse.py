@@ -4,13 +4,12 @@ A BNN whose prior or KL term overwhelms the data predicts the same thing for eve
 mean with everything else called noise (regression), the class frequencies (classification), or the
 uniform next token (language models); a loss that never moved is the same failure seen from the
 optimiser. Test metrics show it only to a reader who knows what chance looks like, so ``diagnose``
-names it: ``bnn_zoo.fit`` warns, and ``bnn-zoo fit`` also records it as ``collapse_warning`` in metrics.json.
+names it, and :mod:`bnn_zoo.inference.health` warns of it after every fit (``collapse_warning``).
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 
 import torch
 
@@ -83,14 +82,3 @@ def _flat_loss(loss) -> str:
     if not (math.isfinite(first) and math.isfinite(last)) or abs(first - last) > MIN_LOSS_CHANGE * abs(first):
         return ""
     return f"the loss never moved ({first:.4g} at the start, {last:.4g} at the end)"
-
-
-def check(posterior) -> None:
-    """After a fit: a collapse is warned of in one line and kept as ``posterior.info["collapse_warning"]``
-    (a language model is judged later, by its test perplexity)."""
-    if posterior.model.likelihood.task == "language-model":
-        return
-    found = diagnose(posterior, {})
-    if found:
-        posterior.info["collapse_warning"] = found
-        warnings.warn(f"this {posterior.method} fit collapsed: {found}", stacklevel=3)

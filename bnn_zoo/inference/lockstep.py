@@ -51,7 +51,7 @@ from bnn_zoo.data.validation import check_data
 from bnn_zoo.errors import BnnZooError, check_device, check_field_types
 from bnn_zoo.guides.dropout import DropoutGuide, default_options
 from bnn_zoo.guides.mean_field import MeanField
-from bnn_zoo.inference import collapse, xla
+from bnn_zoo.inference import health, xla
 from bnn_zoo.inference.chees import ChEES
 from bnn_zoo.inference.mcmc import NUTS
 from bnn_zoo.inference.potential import chain_starts
@@ -243,7 +243,7 @@ def fit_lockstep(
     runtime = (batch.elapsed + time.perf_counter() - start) / len(jobs)
     posteriors = [batch.posterior(k, runtime).fitted_in(s) for k, s in zip(range(len(jobs)), scalings)]
     for posterior in posteriors:
-        collapse.check(posterior)
+        health.check(posterior)
     return posteriors
 
 
@@ -313,7 +313,7 @@ def _sample_cells(jobs: list[Job], progress: bool, device, checkpoint: Path | No
         for j, (samples, stats, *extra) in zip(jobs, (done[k] for k in range(len(jobs))), strict=True)
     ]
     for posterior in posteriors:
-        collapse.check(posterior)
+        health.check(posterior)
     return posteriors
 
 

@@ -189,7 +189,7 @@ class SVI:
         if (method := self.resolved(model, x.shape[0])) is not self:
             return method.run(model, x, y)
         start = time.perf_counter()
-        (x, y), held_out = self._split(x, y)
+        (x, y), held_out = self.split(x, y)
         batch_size = None if self.batch_size is None or self.batch_size >= x.shape[0] else self.batch_size
         pyro.set_rng_seed(self.seed)
         point = model.point_estimates()  # non-Bayesian parameters (hide/expose), fitted with the guide
@@ -302,8 +302,9 @@ class SVI:
             RenyiELBO(alpha=self.alpha, **particles) if self.objective == "renyi" else TraceMeanField_ELBO(**particles)
         )
 
-    def _split(self, x, y):
-        """(training part, validation part or None): a seeded random hold-out of ``validation`` of the data."""
+    def split(self, x, y):
+        """(training part, validation part or None): a seeded random hold-out of ``validation`` of the data
+        (the same rows in any units: the order depends on the seed and the row count only)."""
         if not self.validation:
             return (x, y), None
         n_val = round(self.validation * x.shape[0])

@@ -1,0 +1,126 @@
+"""After every fit, the fit reads its own diagnostics and says in one line what failed.
+
+Each check gives a sentence ("" when it passed), kept in ``posterior.info`` under its key and warned of
+once; ``bnn-zoo fit`` writes the same keys to metrics.json and ``bz.compare`` shows them as columns.
+
+- ``collapse_warning``: the fit learned (almost) nothing about the inputs (:mod:`.collapse`).
+- ``convergence_warning``: a Markov chain method (NUTS, HMC, ChEES, SG-MCMC) whose draws of each
+  training point's log-likelihood ("f") have rank-normalised split R-hat above ``RHAT_MAX`` or bulk
+  ESS under ``ESS_MIN_PER_CHAIN`` per chain (Vehtari et al. 2021), or that diverged in over
+  ``DIVERGENT_MAX`` of its transitions. An ensemble's members and SWAG's draws are independent: their
+  effective sample size is their count.
+- ``band_warning``: the 90% predictive band covers a share of held-out targets outside
+  [``COVERAGE_MIN``, ``COVERAGE_MAX``] beyond chance (regression), or a learned dropout p fell under ``P_COLLAPSED``,
+  which leaves the band the noise alone: over-confident wherever the network overfits.
+  Held-out rows are the method's own validation rows when it has them (``bz.SVI(validation=...)``),
+  and a result's test rows when it is scored (:func:`band_on`).
+
+R-hat and ESS in function space rather than of the weights: a network's weights are not identified (permuting
+hidden units gives the same function), so their R-hat fails for a posterior whose predictions agree.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+from scipy.stats import binom
+
+from bnn_zoo import diagnostics
+from bnn_zoo.inference import collapse
+
+RHAT_MAX = 1.01
+ESS_MIN_PER_CHAIN = 100
+DIVERGENT_MAX = 0.01  # share of post-warmup transitions
+COVERAGE_MIN, COVERAGE_MAX = 0.75, 0.98  # of the 90% band, on held-out targets
+P_COLLAPSED = 1e-3
+WARNINGS = ["collapse_warning", "convergence_warning", "band_warning"]
+SIGNIFICANCE = 0.05  # a band is judged on n held-out targets by a one-sided binomial test at this level
+MARKOV_CHAINS = ("nuts", "hmc", "chees", "sgmcmc")  # methods whose draws are Markov chains
+
+
+def check(posterior, held_out: tuple | None = None) -> None:
+    """Run every check on a fitted posterior; each failure is warned of in one line and kept in
+    ``posterior.info``. ``held_out`` = (x, y) in the data's units, rows the fit did not train on."""
+    task = posterior.model.likelihood.task
+    found = {
+        "collapse_warning": "" if task == "language-model" else collapse.diagnose(posterior, {}),
+        "convergence_warning": convergence(posterior),
+        "band_warning": dropout_band(posterior.info.get("dropout_p", {})),
+    }
+    if held_out is not None and task == "regression" and not found["band_warning"]:
+        with torch.no_grad():
+            found["band_warning"] = band_on(posterior.predict(held_out[0]), held_out[1], "validation")
+    for key, sentence in found.items():
+        if sentence:
+            posterior.info[key] = sentence
+            warnings.warn(f"this {posterior.method} fit {_VERBS[key]}: {sentence}", stacklevel=3)
+
+
+_VERBS = {
+    "collapse_warning": "collapsed",
+    "convergence_warning": "has not converged",
+    "band_warning": "has a band that cannot be trusted",
+}
+
+
+def convergence(posterior) -> str:
+    """R-hat (with 2 or more chains) and bulk ESS of each training point's log-likelihood across the
+    draws of a Markov chain method, and its share of divergent transitions, kept in ``posterior.info``
+    (``max_rhat_function``, ``min_ess_bulk_function``, ``divergences``); a sentence when one fails."""
+    if posterior.method not in MARKOV_CHAINS or posterior.num_draws < 4:
+        return ""
+    chains, draws = posterior.num_chains, posterior.num_draws
+    with torch.no_grad():
+        rhat, ess = diagnostics.rhat_and_ess_bulk(posterior.log_likelihood(), rhat=chains > 1)
+    ess = diagnostics.nanmin(ess)
+    posterior.info["min_ess_bulk_function"] = ess
+    failed = [] if ess >= ESS_MIN_PER_CHAIN * chains else [f"bulk ESS of f {ess:.0f} < {ESS_MIN_PER_CHAIN * chains}"]
+    if rhat is not None:
+        posterior.info["max_rhat_function"] = rhat = diagnostics.nanmax(rhat)
+        failed = ([f"R-hat of f {rhat:.3f} > {RHAT_MAX}"] if not rhat <= RHAT_MAX else []) + failed
+    diverging = posterior.sample_stats.get("diverging")
+    if diverging is not None:
+        posterior.info["divergences"] = count = int(diverging.sum())
+        if count > DIVERGENT_MAX * diverging.numel():
+            failed.append(f"{count} of {diverging.numel()} transitions diverged")
+    if not failed:
+        return ""
+    return ", ".join(failed) + f" across {chains} chains of {draws} draws; {_remedy(posterior.method)}"
+
+
+def _remedy(method: str) -> str:
+    if method == "sgmcmc":
+        return "run longer (burn_in, num_samples) or use a smaller step_size"
+    return "run longer (num_warmup, num_samples) or more chains; divergences: a tighter prior or target_accept 0.95"
+
+
+def dropout_band(rates: dict) -> str:
+    """A learned dropout p under ``P_COLLAPSED``: the draws barely differ, and the band is the noise alone."""
+    low = {k: p for k, p in rates.items() if p < P_COLLAPSED}
+    if not low or len(low) < len(rates):
+        return ""
+    shown = ", ".join(f"{p:.1e}" for p in low.values())
+    return (
+        f"the learned dropout p fell to {shown}, so the draws are one network and the band is the noise alone: "
+        "over-confident wherever the network overfits; fix p (guide dropout with p=0.05) or use mean-field"
+    )
+
+
+def band_on(pred, y, rows: str = "test") -> str:
+    """A regression's 90% band against held-out targets ``y`` in the data's units: a sentence when its
+    coverage is outside [``COVERAGE_MIN``, ``COVERAGE_MAX``] beyond chance: a binomial test of the count
+    inside the band against the range's nearer edge, one-sided at ``SIGNIFICANCE`` (20 of 20 inside is
+    no evidence against 98%; 43 of 75 is against 75%)."""
+    pit = pred.cdf(y)
+    n = pit.numel()  # every output of every row, as the coverage metrics count
+    inside = int(((pit - 0.5).abs() <= 0.45).sum())
+    covered = inside / n
+    # a share of n rows is judged against the range's nearer edge by a one-sided binomial test
+    if binom.cdf(inside, n, COVERAGE_MIN) >= SIGNIFICANCE and binom.sf(inside - 1, n, COVERAGE_MAX) >= SIGNIFICANCE:
+        return ""
+    which = "over-confident" if covered < COVERAGE_MIN else "under-confident"
+    return (
+        f"its 90% band covers {covered:.0%} of {n} {rows} targets ({which}; "
+        f"[{COVERAGE_MIN:.0%}, {COVERAGE_MAX:.0%}] expected)"
+    )

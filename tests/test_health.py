@@ -1,0 +1,59 @@
+"""A fit reads its own diagnostics (bnn_zoo.inference.health): an over-confident band, an unconverged chain
+and a collapsed dropout p each warn in one line and stay in posterior.info, on data made here. That a
+converged NUTS fit does not warn is checked on Bayesian linear regression (test_ground_truth.py)."""
+
+import pytest
+import torch
+
+import bnn_zoo as bz
+from bnn_zoo.inference import health
+from bnn_zoo.posterior import Prediction
+
+
+def _standard_normal(n: int) -> Prediction:
+    return Prediction(torch.zeros(1, n, 1), {}, bz.likelihoods.Gaussian(scale=1.0))
+
+
+@pytest.mark.parametrize(
+    ("sd", "verdict"),
+    [(1.0, ""), (3.0, "over-confident"), (0.2, "under-confident")],
+)
+def test_a_band_is_judged_by_its_held_out_coverage(sd, verdict):
+    """400 targets from N(0, sd^2) against the predictive N(0, 1): the 90% band covers 0.90 of them at sd 1
+    (binomial sd 0.015, far inside [0.75, 0.98]), 0.41 at sd 3 and all of them at sd 0.2."""
+    y = sd * torch.randn(400, generator=torch.Generator().manual_seed(0))
+    sentence = health.band_on(_standard_normal(400), y)
+    assert (verdict in sentence) if verdict else sentence == ""
+
+
+def test_a_few_rows_inside_the_band_are_no_evidence_of_under_confidence():
+    # 20 of 20 inside happens to a calibrated band one time in eight (0.9^20); against 98%, P = 0.67
+    assert health.band_on(_standard_normal(20), torch.zeros(20)) == ""
+    assert "100% of 200" in health.band_on(_standard_normal(200), torch.zeros(200))
+
+
+def test_an_over_confident_fit_warns_from_its_validation_rows():
+    """A noise fixed far below the data's (sd 0.05 against 1) makes the band 20 times too narrow: SVI's
+    validation rows (the last fifth, never trained on) show it, and the fit says so."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(200, 1, generator=gen)
+    y = x[:, 0] + torch.randn(200, generator=gen)
+    model = bz.BNN(bz.models.MLP(1, [8]), likelihood=bz.likelihoods.Gaussian(scale=0.05))
+    with pytest.warns(UserWarning, match="has a band that cannot be trusted: its 90% band covers .* of 40 validation"):
+        posterior = bz.fit(model, x, y, bz.SVI(steps=300, validation=0.2, patience=100, progress=False))
+    assert "over-confident" in posterior.info["band_warning"]
+
+
+def test_a_collapsed_learned_dropout_p_warns():
+    assert "fell to 9.4e-05" in health.dropout_band({"layers.0.weight": 9.4e-5, "layers.1.weight": 3e-5})
+    assert health.dropout_band({"layers.0.weight": 9.4e-5, "layers.1.weight": 0.3}) == ""  # one layer still drops
+    assert health.dropout_band({"layers.0.weight": 0.05}) == ""
+
+
+def test_an_unconverged_sgmcmc_fit_warns():
+    gen = torch.Generator().manual_seed(0)
+    x = torch.linspace(-2, 2, 100)[:, None]
+    y = x[:, 0] ** 3 + 0.3 * torch.randn(100, generator=gen)
+    with pytest.warns(UserWarning, match=r"this sgmcmc fit has not converged: R-hat of f \d\.\d+ > 1.01"):
+        short = bz.fit(bz.BNN(bz.models.MLP(1, [20])), x, y, bz.SGMCMC(burn_in=100, num_samples=20, progress=False))
+    assert short.info["max_rhat_function"] > health.RHAT_MAX and "burn_in" in short.info["convergence_warning"]
