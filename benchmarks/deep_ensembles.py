@@ -35,7 +35,13 @@ def run(folder: Path, lr: float, adversarial: float, epochs: int) -> dict:
             "model": cfg.node(cfg.MLP, hidden=[hidden], activation="relu"),
             "likelihood": cfg.node(cfg.Heteroscedastic),
             "inference": cfg.node(
-                cfg.Ensemble, epochs=epochs, lr=lr, batch_size=100, use_prior=False, adversarial=adversarial
+                cfg.Ensemble,
+                epochs=epochs,
+                lr=lr,
+                batch_size=100,
+                use_prior=False,
+                adversarial=adversarial,
+                validation=0.0,
             ),
             "evaluation": {"plots": False, "training_evidence": False},
         }

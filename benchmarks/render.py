@@ -71,6 +71,26 @@ def backend_row(r: dict) -> str:
     return f"| {r['architecture']} | {r['weights']:,} | {r['rows']:,} | {r['torch_ms']:.2f} | {traced} {r['auto']} |"
 
 
+def real_tables(record: dict) -> str:
+    """Every method at its defaults on real tables: calibration, fit, distance to NUTS, and what it said."""
+    lines = [
+        "| table | method | 90% band covers | 50% | test LL | RMSE / accuracy | W2 / agreement with NUTS | R-hat of f "
+        "| time (s) | the fit's warning |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    num = lambda r, k, f="{:.3g}": f.format(r[k]) if r.get(k) is not None else "-"  # noqa: E731
+    for r in record["rows"]:
+        regression = r["task"] == "regression"
+        said = "; ".join(w.split(": ", 1)[-1].split(" (")[0] for w in r["warnings"]) or r.get("error") or ""
+        lines.append(
+            f"| {r['table']} | {r['method']} | {num(r, 'coverage_90', '{:.2f}')} | {num(r, 'coverage_50', '{:.2f}')} | "
+            f"{num(r, 'test_log_likelihood' if regression else 'nll')} | {num(r, 'rmse' if regression else 'accuracy')}"
+            f" | {num(r, 'w2' if regression else 'agreement')} | {num(r, 'max_rhat_function', '{:.3f}')} | "
+            f"{r['time_s']:.0f} | {said} |"
+        )
+    return "\n".join(lines)
+
+
 def rows(record: dict) -> str:
     """Any other result file: its rows as they are, numbers to three significant figures."""
     keys = list(dict.fromkeys(k for r in record["rows"] for k in r))  # rows may measure different things
@@ -84,6 +104,7 @@ def rendered(name: str) -> str:
     record = json.loads((RESULTS / f"{name}.json").read_text())
     first = record["rows"][0] if record["rows"] else {}
     render = backends if "jax_ms" in first else samplers if "ess_per_s" in first else rows
+    render = real_tables if "warnings" in first and "table" in first else render
     return f"**{name}** ({header(record)}):\n\n{render(record)}"
 
 

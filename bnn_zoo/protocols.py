@@ -101,3 +101,11 @@ class SiteDistributions(Protocol):
     """
 
     def site_distributions(self) -> dict[str, tuple[Distribution, dict]]: ...
+
+
+@runtime_checkable
+class HoldsOut(Protocol):
+    """Optional: a method that holds out validation rows, which it never trains on (SVI's early stopping,
+    an ensemble's band check); ``bnn_zoo.fit`` judges the fitted band on them."""
+
+    def split(self, x: torch.Tensor, y: torch.Tensor) -> tuple[tuple, tuple | None]: ...

@@ -50,7 +50,13 @@ def _linear_model(scale=0.5):
 def test_an_ensemble_of_one_is_a_hand_written_adam_map_fit():
     x, y = _data()
     model = bz.BNN(bz.models.MLP(2, [8], 1, "tanh"), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.5))
-    post = bz.fit(model, x, y, bz.Ensemble(members=1, steps=300, lr=1e-2, seed=3, progress=False), standardize=False)
+    post = bz.fit(
+        model,
+        x,
+        y,
+        bz.Ensemble(members=1, steps=300, lr=1e-2, seed=3, validation=0.0, progress=False),
+        standardize=False,
+    )
     net = model.network()
     with torch.no_grad():
         for name, p in net.named_parameters():
@@ -122,7 +128,9 @@ def test_adversarial_training_changes_the_fit_and_the_ensemble_predicts_their_mi
 
 def test_swags_moments_are_the_running_moments_of_the_collected_iterates():
     x, y = _data()
-    method = bz.SWAG(members=2, steps=50, snapshots=12, collect_every=3, rank=5, batch_size=16, progress=False)
+    method = bz.SWAG(
+        members=2, steps=50, snapshots=12, collect_every=3, rank=5, batch_size=16, validation=0.0, progress=False
+    )
     post = bz.fit(_linear_model(), x, y, method, standardize=False)
     method = method.resolved(post.model, len(y))
     team = Members(post.model, x, y[:, None], method)  # the same members, stepped again to record every iterate
@@ -188,6 +196,7 @@ def test_swags_moments_on_linear_regression_match_the_exact_stationary_law_of_sg
         optimizer="sgd",
         swag_lr=lr,
         momentum=0.0,
+        validation=0.0,
         progress=False,
     )
     post = bz.fit(_linear_model(scale=1.0), x, y, method, standardize=False)

@@ -26,8 +26,15 @@ def test_a_band_is_judged_by_its_held_out_coverage(sd, verdict):
     assert (verdict in sentence) if verdict else sentence == ""
 
 
+def test_on_its_training_rows_a_band_is_judged_only_for_under_confidence():
+    wide = torch.zeros(200)  # every row at the centre of N(0, 1)
+    narrow = 3.0 * torch.randn(200, generator=torch.Generator().manual_seed(0))
+    assert "under-confident" in health.band_on(_standard_normal(200), wide, "training", over=False)
+    assert health.band_on(_standard_normal(200), narrow, "training", over=False) == ""
+
+
 def test_a_few_rows_inside_the_band_are_no_evidence_of_under_confidence():
-    # 20 of 20 inside happens to a calibrated band one time in eight (0.9^20); against 98%, P = 0.67
+    # 20 of 20 inside happens to a calibrated band one time in eight (0.9^20)
     assert health.band_on(_standard_normal(20), torch.zeros(20)) == ""
     assert "100% of 200" in health.band_on(_standard_normal(200), torch.zeros(200))
 
@@ -57,3 +64,18 @@ def test_an_unconverged_sgmcmc_fit_warns():
     with pytest.warns(UserWarning, match=r"this sgmcmc fit has not converged: R-hat of f \d\.\d+ > 1.01"):
         short = bz.fit(bz.BNN(bz.models.MLP(1, [20])), x, y, bz.SGMCMC(burn_in=100, num_samples=20, progress=False))
     assert short.info["max_rhat_function"] > health.RHAT_MAX and "burn_in" in short.info["convergence_warning"]
+
+
+def test_an_ensemble_holds_out_rows_to_judge_its_band():
+    """Friedman #1 in a price's units: five MAP networks of 50 units fit 270 rows below the noise, and
+    their mixture's 90% band covers 21 of the 30 rows held out by default, which a calibrated band does
+    one time in 500. validation=0 trains on every row."""
+    from sklearn.datasets import make_friedman1
+
+    x, y = make_friedman1(n_samples=300, noise=1.0, random_state=0)
+    x, y = torch.tensor(x, dtype=torch.float32), torch.tensor(50_000 + 1_000 * y, dtype=torch.float32)
+    with pytest.warns(UserWarning, match="ensemble fit has a band that cannot be trusted: .* of 30 validation"):
+        posterior = bz.fit(bz.BNN(bz.models.MLP(10, [50])), x, y, bz.Ensemble(progress=False))
+    assert len(posterior.x) == 270 and "over-confident" in posterior.info["band_warning"]
+    every_row = bz.Ensemble(members=1, steps=10, validation=0.0, progress=False)
+    assert len(bz.fit(bz.BNN(bz.models.MLP(10, [50])), x, y, every_row).x) == 300

@@ -18,6 +18,7 @@ from bnn_zoo.inference.mcmc import HMC, NUTS
 from bnn_zoo.inference.sgmcmc import SGMCMC
 from bnn_zoo.inference.svi import SVI
 from bnn_zoo.posterior import Posterior
+from bnn_zoo.protocols import HoldsOut
 from bnn_zoo.scaling import in_fit_units, scaling_for
 
 ArrayLike = torch.Tensor | np.ndarray | Sequence
@@ -103,7 +104,7 @@ def fit(
         return lockstep.fit_lockstep([job], device=model.device)[0]  # it checks its fits itself
     scaling = scaling_for(model, x, y, standardize)
     posterior = method.run(*in_fit_units(model, x, y, scaling)).fitted_in(scaling)
-    health.check(posterior, method.split(x, y)[1] if isinstance(method, SVI) else None)
+    health.check(posterior, method.split(x, y)[1] if isinstance(method, HoldsOut) else None)
     return posterior
 
 

@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 
 from bnn_zoo.bnn import BNN
 from bnn_zoo.errors import BnnZooError, check_field_types
-from bnn_zoo.inference import defaults
+from bnn_zoo.inference import defaults, health
 from bnn_zoo.inference.boundary import held_to_step_end, say_saved
 from bnn_zoo.inference.budget import STEPS_FIX, TimeLimit, TimeLimitExceeded, check_max_hours
 from bnn_zoo.inference.lockstep import Stream, first_distinct
@@ -65,6 +65,9 @@ class Ensemble:
         adversarial: epsilon of Goodfellow et al.'s fast-gradient-sign adversarial training, as a fraction
             of each input's range in the training data (the paper's 0.01); 0 turns it off. The loss is
             the NLL at x plus the NLL at x + epsilon sign(grad_x NLL).
+        validation: the fraction of the rows held out (seeded by ``seed``) and never trained on: the fitted
+            band is judged on them (:mod:`bnn_zoo.inference.health`), since K point estimates cannot judge
+            their own band (LOO needs more draws). 0 trains on every row.
         seed: seeds the members' initial weights and minibatches (:func:`member_seed`).
         progress: show a progress bar.
         checkpoint: a path written every ``checkpoint_every`` steps and on Ctrl-C; an existing one is resumed
@@ -85,6 +88,7 @@ class Ensemble:
     batch_size: int | None = None
     use_prior: bool = True
     adversarial: float = 0.0
+    validation: float = 0.1
     seed: int = 0
     progress: bool = True
     checkpoint: str | Path | None = None
@@ -104,19 +108,30 @@ class Ensemble:
         check_max_hours(type(self).__name__, self.max_hours)
         if not (0 < self.lr < math.inf and 0 <= self.adversarial < math.inf):
             raise BnnZooError(f"need a finite lr > 0 and adversarial >= 0, got {self.lr}, {self.adversarial}")
+        if not 0 <= self.validation < 1:
+            raise BnnZooError(f"validation is the held-out fraction of the rows, in [0, 1); got {self.validation}")
+
+    def split(self, x, y):
+        """(training part, validation part or None): :func:`bnn_zoo.inference.health.held_out`."""
+        return health.held_out(x, y, self.validation, self.seed)
 
     def settings(self) -> dict:
         unsettled = ("progress", "checkpoint", "checkpoint_every", "max_hours")  # they change no number
         return {"method": self.name, **{k: getattr(self, k) for k in self.__dataclass_fields__ if k not in unsettled}}
 
     def resolved(self, model: BNN, n: int):
-        """This method with its minibatch size and steps for n training rows filled in."""
+        """This method with its minibatch size and steps for n training rows (those not held out) filled in."""
         filled = defaults.optimisation_budget(self, n)
         return dataclasses.replace(self, **filled) if filled else self
 
     def run(self, model: BNN, x: torch.Tensor, y: torch.Tensor) -> Posterior:
+        (x, y), _ = self.split(x, y)
         if (method := self.resolved(model, x.shape[0])) is not self:
-            return method.run(model, x, y)
+            return method._run(model, x, y)
+        return self._run(model, x, y)
+
+    def _run(self, model: BNN, x: torch.Tensor, y: torch.Tensor) -> Posterior:
+        """The fit on the training part."""
         start = time.perf_counter()
         team = Members(model, x, y, self)
         losses = team.pretrain()
@@ -196,9 +211,7 @@ class SWAG(Ensemble):
             return torch.optim.Adam(leaves, lr=self.swag_lr)
         return torch.optim.SGD(leaves, lr=self.swag_lr, momentum=self.momentum)
 
-    def run(self, model: BNN, x: torch.Tensor, y: torch.Tensor) -> Posterior:
-        if (method := self.resolved(model, x.shape[0])) is not self:
-            return method.run(model, x, y)
+    def _run(self, model: BNN, x: torch.Tensor, y: torch.Tensor) -> Posterior:
         start = time.perf_counter()
         team = Members(model, x, y, self)
         team.pretrain()

@@ -10,10 +10,12 @@ once; ``bnn-zoo fit`` writes the same keys to metrics.json and ``bz.compare`` sh
   ``DIVERGENT_MAX`` of its transitions. An ensemble's members and SWAG's draws are independent: their
   effective sample size is their count.
 - ``band_warning``: the 90% predictive band covers a share of held-out targets outside
-  [``COVERAGE_MIN``, ``COVERAGE_MAX``] beyond chance (regression), or a learned dropout p fell under ``P_COLLAPSED``,
+  [``COVERAGE_MIN``, ``COVERAGE_MAX``] beyond a calibrated band's chance (regression), or a learned dropout p fell under ``P_COLLAPSED``,
   which leaves the band the noise alone: over-confident wherever the network overfits.
-  Held-out rows are the method's own validation rows when it has them (``bz.SVI(validation=...)``),
-  and a result's test rows when it is scored (:func:`band_on`).
+  Held-out rows are the method's own validation rows when it has them (``bz.SVI(validation=...)``,
+  ``bz.Ensemble``, ``bz.SWAG``), and a result's test rows when it is scored (:func:`band_on`). Without
+  them only under-confidence is judged, on the training rows (a band covering more than 98% of the
+  rows it was fitted to usually covers as many new ones).
 
 R-hat and ESS in function space rather than of the weights: a network's weights are not identified (permuting
 hidden units gives the same function), so their R-hat fails for a posterior whose predictions agree.
@@ -27,6 +29,7 @@ import torch
 from scipy.stats import binom
 
 from bnn_zoo import diagnostics
+from bnn_zoo.errors import BnnZooError
 from bnn_zoo.inference import collapse
 
 RHAT_MAX = 1.01
@@ -35,26 +38,47 @@ DIVERGENT_MAX = 0.01  # share of post-warmup transitions
 COVERAGE_MIN, COVERAGE_MAX = 0.75, 0.98  # of the 90% band, on held-out targets
 P_COLLAPSED = 1e-3
 WARNINGS = ["collapse_warning", "convergence_warning", "band_warning"]
+NOMINAL = 0.90  # the band judged: the central 90% interval
 SIGNIFICANCE = 0.05  # a band is judged on n held-out targets by a one-sided binomial test at this level
 MARKOV_CHAINS = ("nuts", "hmc", "chees", "sgmcmc")  # methods whose draws are Markov chains
+
+
+def held_out(x: torch.Tensor, y: torch.Tensor, fraction: float, seed: int) -> tuple[tuple, tuple | None]:
+    """(training part, validation part or None): a seeded random ``fraction`` of the rows held out. The
+    same rows in any units: the order depends on the seed and the row count only."""
+    if not fraction:
+        return (x, y), None
+    n_val = round(fraction * x.shape[0])
+    if not 1 <= n_val < x.shape[0]:
+        raise BnnZooError(f"validation={fraction} of {x.shape[0]} rows leaves no training or no validation rows")
+    order = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(seed)).to(x.device)
+    train, val = order[n_val:], order[:n_val]
+    return (x[train], y[train]), (x[val], y[val])
 
 
 def check(posterior, held_out: tuple | None = None) -> None:
     """Run every check on a fitted posterior; each failure is warned of in one line and kept in
     ``posterior.info``. ``held_out`` = (x, y) in the data's units, rows the fit did not train on."""
     task = posterior.model.likelihood.task
+    training = None if task == "language-model" else collapse.training_prediction(posterior)
     found = {
-        "collapse_warning": "" if task == "language-model" else collapse.diagnose(posterior, {}),
+        "collapse_warning": "" if training is None else collapse.diagnose(posterior, {}, training=training),
         "convergence_warning": convergence(posterior),
         "band_warning": dropout_band(posterior.info.get("dropout_p", {})),
     }
-    if held_out is not None and task == "regression" and not found["band_warning"]:
+    if task == "regression" and not found["band_warning"]:
         with torch.no_grad():
-            found["band_warning"] = band_on(posterior.predict(held_out[0]), held_out[1], "validation")
+            found["band_warning"] = (
+                band_on(posterior.predict(held_out[0]), held_out[1], "validation")
+                if held_out is not None
+                else band_on(*training, "training", over=False)  # a band is never worse on its own rows
+            )
     for key, sentence in found.items():
         if sentence:
             posterior.info[key] = sentence
-            warnings.warn(f"this {posterior.method} fit {_VERBS[key]}: {sentence}", stacklevel=3)
+            warnings.warn(
+                f"this {posterior.method} fit {_VERBS[key]}: {sentence}", stacklevel=4
+            )  # the caller of bz.fit
 
 
 _VERBS = {
@@ -107,17 +131,21 @@ def dropout_band(rates: dict) -> str:
     )
 
 
-def band_on(pred, y, rows: str = "test") -> str:
+def band_on(pred, y, rows: str = "test", over: bool = True) -> str:
     """A regression's 90% band against held-out targets ``y`` in the data's units: a sentence when its
-    coverage is outside [``COVERAGE_MIN``, ``COVERAGE_MAX``] beyond chance: a binomial test of the count
-    inside the band against the range's nearer edge, one-sided at ``SIGNIFICANCE`` (20 of 20 inside is
-    no evidence against 98%; 43 of 75 is against 75%)."""
+    coverage is outside [``COVERAGE_MIN``, ``COVERAGE_MAX``] and a calibrated band (covering 90%) would
+    give so extreme a count with probability under ``SIGNIFICANCE`` (one-sided binomial): 20 of 20 inside
+    happens to a calibrated band one time in eight and is not judged; 21 of 30 happens one time in 500. ``over=False`` judges only under-confidence: on
+    the training rows, a band looks better than it is."""
     pit = pred.cdf(y)
     n = pit.numel()  # every output of every row, as the coverage metrics count
-    inside = int(((pit - 0.5).abs() <= 0.45).sum())
+    inside = int(((pit - 0.5).abs() <= NOMINAL / 2).sum())
     covered = inside / n
     # a share of n rows is judged against the range's nearer edge by a one-sided binomial test
-    if binom.cdf(inside, n, COVERAGE_MIN) >= SIGNIFICANCE and binom.sf(inside - 1, n, COVERAGE_MAX) >= SIGNIFICANCE:
+    # outside the range, and beyond what a calibrated band's binomial count makes likely (one-sided, 5%)
+    too_narrow = over and covered < COVERAGE_MIN and binom.cdf(inside, n, NOMINAL) < SIGNIFICANCE
+    too_wide = covered > COVERAGE_MAX and binom.sf(inside - 1, n, NOMINAL) < SIGNIFICANCE
+    if not (too_narrow or too_wide):
         return ""
     which = "over-confident" if covered < COVERAGE_MIN else "under-confident"
     return (

@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 from bnn_zoo import guides
 from bnn_zoo.errors import BnnZooError, check_field_types
 from bnn_zoo.guides.dropout import DropoutGuide
-from bnn_zoo.inference import defaults, elbo
+from bnn_zoo.inference import defaults, elbo, health
 from bnn_zoo.inference.boundary import held_to_step_end, say_saved
 from bnn_zoo.inference.budget import STEPS_FIX, TimeLimit, TimeLimitExceeded, check_max_hours
 from bnn_zoo.io import atomic_torch_save, bar_disabled, check_identity, fingerprint, safe_torch_load, say_resumed
@@ -303,18 +303,8 @@ class SVI:
         )
 
     def split(self, x, y):
-        """(training part, validation part or None): a seeded random hold-out of ``validation`` of the data
-        (the same rows in any units: the order depends on the seed and the row count only)."""
-        if not self.validation:
-            return (x, y), None
-        n_val = round(self.validation * x.shape[0])
-        if not 1 <= n_val < x.shape[0]:
-            raise BnnZooError(
-                f"validation={self.validation} of {x.shape[0]} points leaves no training or no validation data"
-            )
-        order = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(self.seed))
-        train, val = order[n_val:], order[:n_val]
-        return (x[train], y[train]), (x[val], y[val])
+        """(training part, validation part or None): :func:`bnn_zoo.inference.health.held_out`."""
+        return health.held_out(x, y, self.validation, self.seed)
 
 
 def posterior_from(method: SVI, model, guide, x, y, losses: list[float], runtime_s: float, info: dict) -> Posterior:
