@@ -10,15 +10,16 @@ once; ``bnn-zoo fit`` writes the same keys to metrics.json and ``bz.compare`` sh
   ``DIVERGENT_MAX`` of its transitions. An ensemble's members and SWAG's draws are independent: their
   effective sample size is their count.
 - ``band_warning``: the 90% predictive band covers a share of held-out targets outside
-  [``COVERAGE_MIN``, ``COVERAGE_MAX``] beyond a calibrated band's chance (regression), or a learned dropout p fell under ``P_COLLAPSED``,
-  which leaves the band the noise alone: over-confident wherever the network overfits.
+  [``COVERAGE_MIN``, ``COVERAGE_MAX``] beyond a calibrated band's chance (regression, :func:`band_on`),
+  or every learned dropout p fell under ``P_COLLAPSED``, which leaves the band the noise alone:
+  over-confident wherever the network overfits.
   Held-out rows are the method's own validation rows when it has them (``bz.SVI(validation=...)``,
   ``bz.Ensemble``, ``bz.SWAG``), and a result's test rows when it is scored (:func:`band_on`). Without
   them only under-confidence is judged, on the training rows (a band covering more than 98% of the
   rows it was fitted to usually covers as many new ones).
 
-R-hat and ESS in function space rather than of the weights: a network's weights are not identified (permuting
-hidden units gives the same function), so their R-hat fails for a posterior whose predictions agree.
+R-hat and ESS in function space rather than of the weights: a network's weights are not identified
+(permuting hidden units gives the same function), so their R-hat fails for chains whose predictions agree.
 """
 
 from __future__ import annotations
@@ -71,14 +72,12 @@ def check(posterior, held_out: tuple | None = None) -> None:
             found["band_warning"] = (
                 band_on(posterior.predict(held_out[0]), held_out[1], "validation")
                 if held_out is not None
-                else band_on(*training, "training", over=False)  # a band is never worse on its own rows
+                else band_on(*training, "training", over=False)  # its own rows cannot show over-confidence
             )
     for key, sentence in found.items():
         if sentence:
             posterior.info[key] = sentence
-            warnings.warn(
-                f"this {posterior.method} fit {_VERBS[key]}: {sentence}", stacklevel=4
-            )  # the caller of bz.fit
+            warnings.warn(f"this {posterior.method} fit {_VERBS[key]}: {sentence}", stacklevel=4)  # bz.fit's caller
 
 
 _VERBS = {
@@ -135,14 +134,12 @@ def band_on(pred, y, rows: str = "test", over: bool = True) -> str:
     """A regression's 90% band against held-out targets ``y`` in the data's units: a sentence when its
     coverage is outside [``COVERAGE_MIN``, ``COVERAGE_MAX``] and a calibrated band (covering 90%) would
     give so extreme a count with probability under ``SIGNIFICANCE`` (one-sided binomial): 20 of 20 inside
-    happens to a calibrated band one time in eight and is not judged; 21 of 30 happens one time in 500. ``over=False`` judges only under-confidence: on
-    the training rows, a band looks better than it is."""
+    happens to a calibrated band one time in eight and is not judged; 21 of 30, one time in 500 is.
+    ``over=False`` judges only under-confidence: on its training rows a band looks better than it is."""
     pit = pred.cdf(y)
     n = pit.numel()  # every output of every row, as the coverage metrics count
     inside = int(((pit - 0.5).abs() <= NOMINAL / 2).sum())
     covered = inside / n
-    # a share of n rows is judged against the range's nearer edge by a one-sided binomial test
-    # outside the range, and beyond what a calibrated band's binomial count makes likely (one-sided, 5%)
     too_narrow = over and covered < COVERAGE_MIN and binom.cdf(inside, n, NOMINAL) < SIGNIFICANCE
     too_wide = covered > COVERAGE_MAX and binom.sf(inside - 1, n, NOMINAL) < SIGNIFICANCE
     if not (too_narrow or too_wide):
