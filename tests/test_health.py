@@ -26,13 +26,6 @@ def test_a_band_is_judged_by_its_held_out_coverage(sd, verdict):
     assert (verdict in sentence) if verdict else sentence == ""
 
 
-def test_on_its_training_rows_a_band_is_judged_only_for_under_confidence():
-    wide = torch.zeros(200)  # every row at the centre of N(0, 1)
-    narrow = 3.0 * torch.randn(200, generator=torch.Generator().manual_seed(0))
-    assert "under-confident" in health.band_on(_standard_normal(200), wide, "training", over=False)
-    assert health.band_on(_standard_normal(200), narrow, "training", over=False) == ""
-
-
 def test_a_few_rows_inside_the_band_are_no_evidence_of_under_confidence():
     # 20 of 20 inside happens to a calibrated band one time in eight (0.9^20)
     assert health.band_on(_standard_normal(20), torch.zeros(20)) == ""
@@ -61,7 +54,7 @@ def test_an_unconverged_sgmcmc_fit_warns():
     gen = torch.Generator().manual_seed(0)
     x = torch.linspace(-2, 2, 100)[:, None]
     y = x[:, 0] ** 3 + 0.3 * torch.randn(100, generator=gen)
-    with pytest.warns(UserWarning, match=r"this sgmcmc fit has not converged: R-hat of f \d\.\d+ > 1.01"):
+    with pytest.warns(UserWarning, match=r"this sgmcmc fit has not converged: R-hat of f \d\.\d+ > 1.05"):
         short = bz.fit(bz.BNN(bz.models.MLP(1, [20])), x, y, bz.SGMCMC(burn_in=100, num_samples=20, progress=False))
     assert short.info["max_rhat_function"] > health.RHAT_MAX and "burn_in" in short.info["convergence_warning"]
 

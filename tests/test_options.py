@@ -99,6 +99,22 @@ def test_every_option_is_a_library_parameter_with_its_default_and_help(kind, nam
     )
 
 
+@pytest.mark.parametrize("name", sorted(config.REGISTRY["inference"]))
+def test_a_method_chosen_on_the_command_line_keeps_its_own_defaults(name):
+    """jsonargparse carries the default kind's values (SVI's) to the kind chosen instead wherever a name
+    matches (jsonargparse issue #460): `--inference ensemble` had SVI's validation 0 and checkpoint_every."""
+    from bnn_zoo.cli import fit_parser
+
+    parser, argv = fit_parser(), config.resolve_names(["--inference", name, "--out", "-"])
+    built = config.from_namespace(parser, parser.parse_args(argv), parser.parse_args(argv, defaults=False))
+    assert built.inference == config.REGISTRY["inference"][name]()
+    if not hasattr(built.inference, "max_hours"):  # Laplace and the GP
+        return
+    given = config.resolve_names(["--inference", name, "--inference.max_hours", "0.5", "--out", "-"])
+    chosen = config.from_namespace(parser, parser.parse_args(given), parser.parse_args(given, defaults=False))
+    assert chosen.inference == dataclasses.replace(config.REGISTRY["inference"][name](), max_hours=0.5)
+
+
 @pytest.mark.parametrize("guide", [None, "dropout"])
 def test_the_same_run_from_python_and_from_the_command_line_gives_the_same_metrics(tmp_path, guide):
     """`bnn-zoo fit` with every default against bz.fit with every default on the same data and model; the

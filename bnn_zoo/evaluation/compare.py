@@ -326,9 +326,10 @@ def report(
     results, out_dir, reference=None, test: tuple | None = None, allow_unconverged: bool = False
 ) -> pd.DataFrame:
     """compare() written to ``out_dir``: comparison.csv and comparison.md, and the plots: compare.png
-    (az.plot_compare), reliability.png (Heek's calibration bins, or interval coverage for regression),
-    bands.png (1-D regression), evidence.png (by architecture) and <run>_trace.png / <run>_rank.png /
-    <run>_energy.png for MCMC runs; with ``reference``, the distance columns of :func:`compare`."""
+    (az.plot_compare, of the runs ranked by a reliable LOO, where there are two), reliability.png
+    (Heek's calibration bins, or interval coverage for regression), bands.png (1-D regression),
+    evidence.png (by architecture) and <run>_trace.png / <run>_rank.png / <run>_energy.png for MCMC
+    runs; with ``reference``, the distance columns of :func:`compare`."""
     from bnn_zoo.evaluation import plots
     from bnn_zoo.io import atomic_write
 

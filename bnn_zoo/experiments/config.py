@@ -898,17 +898,31 @@ def from_dict(data: dict) -> RunConfig:
     """A RunConfig from its YAML/JSON form (``to_dict``'s inverse; kinds may be given by name), checked by
     the same parser as the command line."""
     p = _object_parser()
+    data = with_names_resolved(data)
     try:
-        namespace = p.parse_object(with_names_resolved(data))
+        namespace = p.parse_object(data)
     except Exception as exc:  # jsonargparse reports bad configs as ArgumentError or TypeError
         raise BnnZooError(f"bad run config: {exc}") from None
-    return from_namespace(p, namespace)
+    return from_namespace(p, namespace, p.parse_object(data, defaults=False))
 
 
-def from_namespace(p, namespace) -> RunConfig:
-    """The RunConfig a parsed namespace describes (its classes instantiated), checked."""
+def from_namespace(p, namespace, given) -> RunConfig:
+    """The RunConfig a parsed namespace describes (its classes instantiated), checked. ``given``: the
+    same parse without defaults (``defaults=False``), what the user set."""
     built = p.instantiate(namespace)
-    return RunConfig(**{f.name: built[f.name] for f in dataclasses.fields(RunConfig)}).check()
+    return RunConfig(
+        **{f.name: _own_defaults(built[f.name], given.get(f.name)) for f in dataclasses.fields(RunConfig)}
+    ).check()
+
+
+def _own_defaults(option, given):
+    """A kind chosen in place of the default one, with its own defaults where the user set nothing:
+    jsonargparse carries the default kind's values over wherever a name matches (jsonargparse issue
+    #460), which gave ``--inference ensemble`` SVI's validation and checkpoint_every."""
+    if not dataclasses.is_dataclass(option) or given is None or "class_path" not in given:
+        return option
+    init_args = given.get("init_args")
+    return type(option)(**{k: getattr(option, k) for k in (vars(init_args) if init_args is not None else {})})
 
 
 def user_network(spec: str) -> str:

@@ -10,7 +10,6 @@ weight makes the posterior a thin ridge) and Pyro's potential is jit-compiled
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import torch
@@ -163,8 +162,6 @@ COLUMNS = [
     ("Laplace", "evidence_laplace", "{:.2f}"),
     ("Laplace type-II", "evidence_laplace_type_ii", "{:.2f}"),
     ("log ML", "log_marginal_likelihood", "{:.2f}"),
-    ("LOO elpd", "loo_elpd", "{:.2f}"),
-    ("LOO SE", "loo_se", "{:.2f}"),
     ("W2 to NUTS", "w2", "{:.3f}"),
     ("var ratio", "variance_ratio", "{:.2f}"),
     ("time s", "runtime_s", "{:.1f}"),
@@ -179,9 +176,8 @@ def _console():
 
 
 def _cell(metrics: dict, key: str, fmt: str) -> str:
-    """A metric as the table shows it; a LOO whose Pareto k ArviZ flags is left out ("-"): with k above
-    ArviZ's threshold (at most 0.7) the PSIS estimate can be off by any amount (Vehtari et al. 2024)."""
-    if key not in metrics or (key in LOO_KEYS and "loo_warning" in metrics):
+    """A metric as the table shows it ("-" where the run has none)."""
+    if key not in metrics:
         return "-"
     mark = "*" if key in REFERENCE_KEYS and "reference_unconverged" in metrics else ""  # against an unconverged NUTS
     return fmt.format(metrics[key]) + mark
@@ -195,35 +191,31 @@ def units_note(names_and_units: list[tuple[str, str]]) -> str:
     return line + (f"; but the evidence and LOO of {', '.join(old)} are of standardised targets" if old else "") + "."
 
 
-LOO_KEYS = ("loo_elpd", "loo_se")
 REFERENCE_KEYS = ("w2", "variance_ratio")
 
 
 def loo_note(names_and_k: list[tuple[str, float]]) -> str | None:
-    """One line for the runs whose LOO is left out (k NaN: ArviZ computed none), naming what answers the
-    same question."""
+    """One line for the runs whose LOO ArviZ flags (k NaN: it computed none), saying what ranks them."""
     if not names_and_k:
         return None
     runs = ", ".join(f"{name} {k:.1f}" if k == k else f"{name} (no estimate)" for name, k in names_and_k)
     return (
-        f"LOO left out where PSIS is unreliable (worst Pareto k: {runs}): each training point moves these posteriors "
-        "too far for importance sampling to leave it out; compare them by test LL (held-out data) or by evidence"
+        f"LOO unreliable (worst Pareto k: {runs}): each training point moves these posteriors too far for "
+        "importance sampling to leave it out, so they get no LOO rank or weight (see ranked by: test LL ranks every "
+        "run where each has test data)"
     )
 
 
 def print_table(results, console=None, title=None):
     table = Table(title=title)
     table.add_column("run")
-    reliable = [r for r in results if "loo_elpd" in r.metrics and "loo_warning" not in r.metrics]
-    shown = [c for c in COLUMNS if any(c[1] in r.metrics for r in results) and (c[1] not in LOO_KEYS or reliable)]
+    shown = [c for c in COLUMNS if any(c[1] in r.metrics for r in results)]
     for header, _, _ in shown:
         table.add_column(header, justify="right")
     for r in results:
         table.add_row(r.name, *(_cell(r.metrics, key, fmt) for _, key, fmt in shown))
     (console or _console()).print(table)
-    flagged = [(r.name, r.metrics.get("loo_max_pareto_k", math.nan)) for r in results if "loo_warning" in r.metrics]
-    notes = [loo_note(flagged)]
-    notes += [f"{r.name}: stopped early ({r.metrics['stop_reason']})" for r in results if "stop_reason" in r.metrics]
+    notes = [f"{r.name}: stopped early ({r.metrics['stop_reason']})" for r in results if "stop_reason" in r.metrics]
     notes += [
         f"{r.name}: early stopping kept step {r.metrics['best_step']} of {r.metrics['steps_run']} run"
         for r in results
@@ -241,6 +233,7 @@ COMPARE_COLUMNS = [
     ("architecture", "architecture", None, "{}"),
     ("inference", "inference", None, "{}"),
     ("rank", "rank", None, "{:.0f}"),
+    ("ranked by", "ranked_by", None, "{}"),
     ("ELBO", "elbo", "elbo_se", "{:.2f}"),
     ("IW bound", "evidence_iw", "evidence_iw_se", "{:.2f}"),
     ("AIS", "evidence_ais", "evidence_ais_se", "{:.2f}"),

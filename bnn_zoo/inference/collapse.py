@@ -21,18 +21,9 @@ MIN_LOSS_CHANGE = 1e-3  # relative change of the loss from its first to its last
 DRAWS = 100  # posterior draws for the training-set prediction
 
 
-def training_prediction(posterior) -> tuple:
-    """(prediction, targets) on the training rows, in the data's units, from up to ``DRAWS`` draws."""
-    stored = getattr(posterior, "num_draws", DRAWS) * getattr(posterior, "num_chains", 1)  # a chain's are all it has
-    x, y = posterior.training_data()
-    with torch.no_grad():
-        return posterior.predict(x, num_samples=min(DRAWS, stored)), y
-
-
-def diagnose(posterior, metrics: dict, vocabulary: int | None = None, training: tuple | None = None) -> str:
+def diagnose(posterior, metrics: dict, vocabulary: int | None = None) -> str:
     """What collapsed, as one sentence ("" when nothing did), from predictions on the training data
-    (regression, classification: ``training``, or :func:`training_prediction`), the test perplexity
-    (language models) and the loss trace (SVI)."""
+    (regression, classification), the test perplexity (language models) and the loss trace (SVI)."""
     task = posterior.model.likelihood.task
     signs = []
     if task == "language-model":
@@ -41,7 +32,11 @@ def diagnose(posterior, metrics: dict, vocabulary: int | None = None, training: 
                 f"test perplexity {metrics['perplexity']:.1f} is that of guessing uniformly among {vocabulary} tokens"
             )
     else:
-        pred, y = training or training_prediction(posterior)
+        # a chain's draws are all it has
+        stored = getattr(posterior, "num_draws", DRAWS) * getattr(posterior, "num_chains", 1)
+        x, y = posterior.training_data()
+        with torch.no_grad():
+            pred = posterior.predict(x, num_samples=min(DRAWS, stored))
         signs.append(_regression(pred, y) if task == "regression" else _classification(pred, y))
     signs.append(_flat_loss(getattr(posterior, "sample_stats", {}).get("loss")))
     return "; ".join(s for s in signs if s)

@@ -14,9 +14,9 @@ once; ``bnn-zoo fit`` writes the same keys to metrics.json and ``bz.compare`` sh
   or every learned dropout p fell under ``P_COLLAPSED``, which leaves the band the noise alone:
   over-confident wherever the network overfits.
   Held-out rows are the method's own validation rows when it has them (``bz.SVI(validation=...)``,
-  ``bz.Ensemble``, ``bz.SWAG``), and a result's test rows when it is scored (:func:`band_on`). Without
-  them only under-confidence is judged, on the training rows (a band covering more than 98% of the
-  rows it was fitted to usually covers as many new ones).
+  ``bz.Ensemble``, ``bz.SWAG``), and a result's test rows when it is scored (:func:`band_on`). The
+  training rows cannot judge a band: a posterior's mean passes closer to them than to new rows (NUTS
+  on Friedman #1 covers 99% of its training rows and 88% of new ones; five MAP networks 100% and 70%).
 
 R-hat and ESS in function space rather than of the weights: a network's weights are not identified
 (permuting hidden units gives the same function), so their R-hat fails for chains whose predictions agree.
@@ -33,7 +33,7 @@ from bnn_zoo import diagnostics
 from bnn_zoo.errors import BnnZooError
 from bnn_zoo.inference import collapse
 
-RHAT_MAX = 1.01
+RHAT_MAX = 1.05  # the warning's; a reference posterior needs 1.01 and 4 chains (bnn_zoo.evaluation.reference)
 ESS_MIN_PER_CHAIN = 100
 DIVERGENT_MAX = 0.01  # share of post-warmup transitions
 COVERAGE_MIN, COVERAGE_MAX = 0.75, 0.98  # of the 90% band, on held-out targets
@@ -61,19 +61,14 @@ def check(posterior, held_out: tuple | None = None) -> None:
     """Run every check on a fitted posterior; each failure is warned of in one line and kept in
     ``posterior.info``. ``held_out`` = (x, y) in the data's units, rows the fit did not train on."""
     task = posterior.model.likelihood.task
-    training = None if task == "language-model" else collapse.training_prediction(posterior)
     found = {
-        "collapse_warning": "" if training is None else collapse.diagnose(posterior, {}, training=training),
+        "collapse_warning": "" if task == "language-model" else collapse.diagnose(posterior, {}),
         "convergence_warning": convergence(posterior),
         "band_warning": dropout_band(posterior.info.get("dropout_p", {})),
     }
-    if task == "regression" and not found["band_warning"]:
+    if task == "regression" and held_out is not None and not found["band_warning"]:
         with torch.no_grad():
-            found["band_warning"] = (
-                band_on(posterior.predict(held_out[0]), held_out[1], "validation")
-                if held_out is not None
-                else band_on(*training, "training", over=False)  # its own rows cannot show over-confidence
-            )
+            found["band_warning"] = band_on(posterior.predict(held_out[0]), held_out[1], "validation")
     for key, sentence in found.items():
         if sentence:
             posterior.info[key] = sentence
@@ -130,17 +125,16 @@ def dropout_band(rates: dict) -> str:
     )
 
 
-def band_on(pred, y, rows: str = "test", over: bool = True) -> str:
+def band_on(pred, y, rows: str = "test") -> str:
     """A regression's 90% band against held-out targets ``y`` in the data's units: a sentence when its
     coverage is outside [``COVERAGE_MIN``, ``COVERAGE_MAX``] and a calibrated band (covering 90%) would
     give so extreme a count with probability under ``SIGNIFICANCE`` (one-sided binomial): 20 of 20 inside
-    happens to a calibrated band one time in eight and is not judged; 21 of 30, one time in 500 is.
-    ``over=False`` judges only under-confidence: on its training rows a band looks better than it is."""
+    happens to a calibrated band one time in eight and is not judged; 21 of 30, one time in 500 is."""
     pit = pred.cdf(y)
     n = pit.numel()  # every output of every row, as the coverage metrics count
     inside = int(((pit - 0.5).abs() <= NOMINAL / 2).sum())
     covered = inside / n
-    too_narrow = over and covered < COVERAGE_MIN and binom.cdf(inside, n, NOMINAL) < SIGNIFICANCE
+    too_narrow = covered < COVERAGE_MIN and binom.cdf(inside, n, NOMINAL) < SIGNIFICANCE
     too_wide = covered > COVERAGE_MAX and binom.sf(inside - 1, n, NOMINAL) < SIGNIFICANCE
     if not (too_narrow or too_wide):
         return ""
