@@ -85,6 +85,9 @@ def test_a_five_draw_ensemble_is_ranked_by_test_log_likelihood_not_by_its_loo():
     assert list(table["run"]) == ["nuts", "ensemble"] and list(table["rank"]) == [0, 1]
     assert set(table["ranked_by"]) == {"test_log_likelihood"}
     assert "weight" not in table and table.set_index("run").loc["ensemble", "loo_warning"]
+    with pytest.warns(UserWarning, match="LOO is unreliable for ensemble"):  # classifiers: by their test NLL
+        classifiers = bz.compare([_result("ensemble", ensemble, nll=0.2), _result("nuts", nuts, nll=0.3)])
+    assert list(classifiers["run"]) == ["ensemble", "nuts"] and set(classifiers["ranked_by"]) == {"test_log_likelihood"}
 
 
 def test_markdown_table_by_hand():

@@ -246,9 +246,7 @@ def compare(
             UserWarning,
             stacklevel=2,
         )
-    flagged = (
-        table.loc[table["band_warning"].fillna("").astype(bool), "run"].tolist() if "band_warning" in table else []
-    )
+    flagged = table.loc[table["band_warning"].fillna("").astype(bool), "run"].tolist()
     if flagged:
         warnings.warn(f"the bands of {', '.join(flagged)} cannot be trusted; see the band_warning column", stacklevel=2)
     ranked = _ranked(runs, table)
@@ -259,14 +257,15 @@ def compare(
 
 
 def _ranked(runs: list, table: pd.DataFrame) -> pd.DataFrame | None:
-    """The ranking columns (see :func:`compare`) of runs fitted to the same training data; None when
-    fewer than two can be ranked."""
+    """The ranking columns (see :func:`compare`) of two or more runs fitted to the same training data;
+    None otherwise."""
     if len(runs) < 2 or table["data"].nunique() != 1 or table["n_train"].nunique() != 1:
         return None
     reliable = table["loo_elpd"].map(math.isfinite) & ~table["loo_warning"].astype(bool)
-    test_ll = table.get("test_log_likelihood", pd.Series([None] * len(table))).map(_finite)
-    if not reliable.all() and test_ll.all():
-        rank = table["test_log_likelihood"].rank(ascending=False, method="min").astype(int) - 1
+    # per test point: a regression's test LL, a classifier's -NLL
+    test_ll = pd.to_numeric(table["test_log_likelihood"]).fillna(-pd.to_numeric(table["nll"]))
+    if not reliable.all() and test_ll.map(_finite).all():
+        rank = test_ll.rank(ascending=False, method="min").astype(int) - 1
         return pd.DataFrame({"rank": rank.values, "ranked_by": "test_log_likelihood"}, index=table["run"])
     names = table.loc[reliable, "run"].tolist()
     out = pd.DataFrame(index=table["run"])
@@ -278,7 +277,7 @@ def _ranked(runs: list, table: pd.DataFrame) -> pd.DataFrame | None:
         lambda k: f"LOO unreliable (worst Pareto k {k:.2f})" if math.isfinite(k) else "LOO could not be computed"
     )
     out.loc[~reliable.values, "unranked"] = why[~reliable.values]
-    return None if out.get("rank") is None and out.get("unranked") is None else out
+    return out
 
 
 def _finite(value) -> bool:
