@@ -121,7 +121,8 @@ def dropout_band(rates: dict) -> str:
     shown = ", ".join(f"{p:.1e}" for p in low.values())
     return (
         f"the learned dropout p fell to {shown}, so the draws are one network and the band is the noise alone: "
-        "over-confident wherever the network overfits; fix p (guide dropout with p=0.05) or use mean-field"
+        "over-confident wherever the network overfits; fix p (guide_options={'p': 0.05}, --guide.p 0.05) or use "
+        "mean-field"
     )
 
 
