@@ -72,7 +72,8 @@ def backend_row(r: dict) -> str:
 
 
 def real_tables(record: dict) -> str:
-    """Every method at its defaults on real tables: calibration, fit, distance to NUTS, and what it said."""
+    """Every method at its defaults on real tables: calibration, test log-likelihood per point (a
+    classifier's -NLL), distance to NUTS, and what the fit said."""
     lines = [
         "| table | method | 90% band covers | 50% | test LL | RMSE / accuracy | W2 / agreement with NUTS | R-hat of f "
         "| time (s) | the fit's warning |",
@@ -81,14 +82,22 @@ def real_tables(record: dict) -> str:
     num = lambda r, k, f="{:.3g}": f.format(r[k]) if r.get(k) is not None else "-"  # noqa: E731
     for r in record["rows"]:
         regression = r["task"] == "regression"
-        said = "; ".join(w.split(": ", 1)[-1].split(" (")[0] for w in r["warnings"]) or r.get("error") or ""
+        said = "; ".join(_said(w) for w in r["warnings"]) or r.get("error") or ""
         lines.append(
             f"| {r['table']} | {r['method']} | {num(r, 'coverage_90', '{:.2f}')} | {num(r, 'coverage_50', '{:.2f}')} | "
-            f"{num(r, 'test_log_likelihood' if regression else 'nll')} | {num(r, 'rmse' if regression else 'accuracy')}"
+            f"{num(r, 'test_log_likelihood') if regression else num({'ll': -r['nll']}, 'll')} | "
+            f"{num(r, 'rmse' if regression else 'accuracy')}"
             f" | {num(r, 'w2' if regression else 'agreement')} | {num(r, 'max_rhat_function', '{:.3f}')} | "
             f"{r['time_s']:.0f} | {said} |"
         )
     return "\n".join(lines)
+
+
+def _said(warning: str) -> str:
+    """A fit's warning, short and without its advice: "unconverged: R-hat of f 1.85 > 1.05 ..." """
+    first = re.sub(r"^this \S+ fit ", "", warning).split("; ")[0].split(", so ")[0]
+    first = first.replace("has a band that cannot be trusted:", "band:").replace("has not converged:", "unconverged:")
+    return re.sub(r" \([^)]*$", "", first)  # a parenthesis the cut left open
 
 
 def rows(record: dict) -> str:
