@@ -417,7 +417,7 @@ def _fit(argv):
         argv = [a for a in argv if a not in printing] + ([] if "--out" in argv else ["--out", "-"])
     parser = fit_parser()
     args = parser.parse_args(config.resolve_names(argv))
-    run_config = config.from_namespace(parser, args, parser.parse_args(config.resolve_names(argv), defaults=False))
+    run_config = config.from_argv(parser, argv)
     if printing:
         return _print_config(run_config)
     if args.resume and args.overwrite:

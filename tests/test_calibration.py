@@ -193,6 +193,7 @@ def test_a_run_holds_rows_out_to_calibrate_on_and_scores_both(tmp_path, capsys):
     from bnn_zoo.cli import main
 
     argv = ["fit", "--data", "digits", "--inference", "ensemble", "--inference.steps", "100", "--quiet"]
+    argv += ["--inference.validation", "0"]  # the calibration rows are the only ones held out
     assert main([*argv, "--evaluation.calibrate", "0.2", "--out", str(tmp_path / "d")]) == 0
     metrics = json.loads((tmp_path / "d" / "metrics.json").read_text())
     assert metrics["n_train"] == 1347 - round(0.2 * 1347) and metrics["temperature"] > 0

@@ -174,7 +174,7 @@ def test_bz_bnn_defaults_are_the_command_lines_model():
 
     for argv in (["--data", "digits", "--model", "cnn"], ["--data", "toy-text", "--model", "lstm-untied"]):
         p = config.parser()
-        run = prepare(config.from_namespace(p, p.parse_args(config.resolve_names(argv))), progress=False)
+        run = prepare(config.from_argv(p, argv), progress=False)
         model = bz.BNN(run.model.net, likelihood=bz.likelihoods.Categorical())
         assert model.describe() == run.model.describe()  # (a regression's: see the command-line fit above)
 

@@ -105,13 +105,12 @@ def test_a_method_chosen_on_the_command_line_keeps_its_own_defaults(name):
     matches (jsonargparse issue #460): `--inference ensemble` had SVI's validation 0 and checkpoint_every."""
     from bnn_zoo.cli import fit_parser
 
-    parser, argv = fit_parser(), config.resolve_names(["--inference", name, "--out", "-"])
-    built = config.from_namespace(parser, parser.parse_args(argv), parser.parse_args(argv, defaults=False))
+    parser = fit_parser()
+    built = config.from_argv(parser, ["--inference", name, "--out", "-"])
     assert built.inference == config.REGISTRY["inference"][name]()
     if not hasattr(built.inference, "max_hours"):  # Laplace and the GP
         return
-    given = config.resolve_names(["--inference", name, "--inference.max_hours", "0.5", "--out", "-"])
-    chosen = config.from_namespace(parser, parser.parse_args(given), parser.parse_args(given, defaults=False))
+    chosen = config.from_argv(parser, ["--inference", name, "--inference.max_hours", "0.5", "--out", "-"])
     assert chosen.inference == dataclasses.replace(config.REGISTRY["inference"][name](), max_hours=0.5)
 
 

@@ -906,6 +906,12 @@ def from_dict(data: dict) -> RunConfig:
     return from_namespace(p, namespace, p.parse_object(data, defaults=False))
 
 
+def from_argv(p, argv: list[str]) -> RunConfig:
+    """The RunConfig a command line describes to parser ``p`` (``--inference nuts``, ``--data.path``)."""
+    argv = resolve_names(argv)
+    return from_namespace(p, p.parse_args(argv), p.parse_args(argv, defaults=False))
+
+
 def from_namespace(p, namespace, given) -> RunConfig:
     """The RunConfig a parsed namespace describes (its classes instantiated), checked. ``given``: the
     same parse without defaults (``defaults=False``), what the user set."""
