@@ -140,7 +140,7 @@ def evaluate(
         f = f.reshape(posterior.num_chains, -1, *f.shape[1:])
         metrics.update(reference.convergence(f, depth, posterior.settings.get("max_tree_depth")))
     if posterior.x.shape[0] < x.shape[0]:
-        metrics["n_validation"] = int(x.shape[0] - posterior.x.shape[0])  # held out for early stopping
+        metrics["n_validation"] = int(x.shape[0] - posterior.x.shape[0])  # held out: early stopping, the band
     metrics.update({k: v for k, v in posterior.info.items() if v != ""})  # stop_reason, the fit's own warnings
     if model.likelihood.task == "regression" and "band_warning" not in metrics:
         band = health.band_on(pred, y_test)

@@ -55,8 +55,8 @@ def fit(
     A classifier's inputs are standardised the same way (token ids never are). A fixed Gaussian noise is
     stated in the data's units (:meth:`bnn_zoo.likelihoods.Gaussian.in_units`); the prior acts on the
     weights of the network of standardised data. A fit that fails its own diagnostics
-    (:mod:`bnn_zoo.inference.health`: collapse, R-hat, ESS, divergences, a band narrower than its
-    validation rows' residuals) warns in one line and keeps the sentence in ``posterior.info``.
+    (:mod:`bnn_zoo.inference.health`: collapse, R-hat, ESS, divergences, a band its validation rows
+    find over- or under-confident) warns in one line and keeps the sentence in ``posterior.info``.
 
     Args:
         model: a :class:`bnn_zoo.BNN`, fitted by SVI, NUTS, HMC, ChEES, Laplace, SGMCMC, Ensemble or SWAG; or a

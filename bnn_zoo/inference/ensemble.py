@@ -126,9 +126,7 @@ class Ensemble:
 
     def run(self, model: BNN, x: torch.Tensor, y: torch.Tensor) -> Posterior:
         (x, y), _ = self.split(x, y)
-        if (method := self.resolved(model, x.shape[0])) is not self:
-            return method._run(model, x, y)
-        return self._run(model, x, y)
+        return self.resolved(model, x.shape[0])._run(model, x, y)
 
     def _run(self, model: BNN, x: torch.Tensor, y: torch.Tensor) -> Posterior:
         """The fit on the training part."""
