@@ -733,7 +733,7 @@ class RunConfig:
             and (lik.scale is not None or lik.precision is not None)
             and inf.num_particles == 1
             and inf.objective == "elbo"
-            and inf.validation == 0
+            and not inf.validation  # None: 0 for every guide this allows
         )
 
     def check(self) -> RunConfig:

@@ -104,7 +104,8 @@ def fit(
         return lockstep.fit_lockstep([job], device=model.device)[0]  # it checks its fits itself
     scaling = scaling_for(model, x, y, standardize)
     posterior = method.run(*in_fit_units(model, x, y, scaling)).fitted_in(scaling)
-    health.check(posterior, method.split(x, y)[1] if isinstance(method, HoldsOut) else None)
+    held_out = method.resolved(model, len(x)).split(x, y)[1] if isinstance(method, HoldsOut) else None
+    health.check(posterior, held_out)
     return posterior
 
 

@@ -10,13 +10,11 @@ once; ``bnn-zoo fit`` writes the same keys to metrics.json and ``bz.compare`` sh
   ``DIVERGENT_MAX`` of its transitions. An ensemble's members and SWAG's draws are independent: their
   effective sample size is their count.
 - ``band_warning``: the 90% predictive band covers a share of held-out targets outside
-  [``COVERAGE_MIN``, ``COVERAGE_MAX``] beyond a calibrated band's chance (regression, :func:`band_on`),
-  or every learned dropout p fell under ``P_COLLAPSED``, which leaves the band the noise alone:
-  over-confident wherever the network overfits.
+  [``COVERAGE_MIN``, ``COVERAGE_MAX``] beyond a calibrated band's chance (regression, :func:`band_on`).
   Held-out rows are the method's own validation rows when it has them (``bz.SVI(validation=...)``,
-  ``bz.Ensemble``, ``bz.SWAG``), and a result's test rows when it is scored (:func:`band_on`). The
-  training rows cannot judge a band: a posterior's mean passes closer to them than to new rows (NUTS
-  on Friedman #1 covers 99% of its training rows and 88% of new ones; five MAP networks 100% and 70%).
+  SVI's dropout guide learning p, ``bz.Ensemble``, ``bz.SWAG``), and a result's test rows when it is
+  scored (:func:`band_on`). The training rows cannot judge a band: a posterior's mean passes closer to
+  them than to new rows (NUTS on Friedman #1 covers 99% of its training rows and 88% of new ones).
 
 R-hat and ESS in function space rather than of the weights: a network's weights are not identified
 (permuting hidden units gives the same function), so their R-hat fails for chains whose predictions agree.
@@ -37,7 +35,6 @@ RHAT_MAX = 1.05  # the warning's; a reference posterior needs 1.01 and 4 chains 
 ESS_MIN_PER_CHAIN = 100
 DIVERGENT_MAX = 0.01  # share of post-warmup transitions
 COVERAGE_MIN, COVERAGE_MAX = 0.75, 0.98  # of the 90% band, on held-out targets
-P_COLLAPSED = 1e-3
 WARNINGS = ["collapse_warning", "convergence_warning", "band_warning"]
 NOMINAL = 0.90  # the band judged: the central 90% interval
 SIGNIFICANCE = 0.05  # a band is judged on n held-out targets by a one-sided binomial test at this level
@@ -61,14 +58,13 @@ def check(posterior, held_out: tuple | None = None) -> None:
     """Run every check on a fitted posterior; each failure is warned of in one line and kept in
     ``posterior.info``. ``held_out`` = (x, y) in the data's units, rows the fit did not train on."""
     task = posterior.model.likelihood.task
-    found = {
-        "collapse_warning": "" if task == "language-model" else collapse.diagnose(posterior, {}),
-        "convergence_warning": convergence(posterior),
-        "band_warning": dropout_band(posterior.info.get("dropout_p", {})),
-    }
-    if task == "regression" and held_out is not None and not found["band_warning"]:
-        with torch.no_grad():
-            found["band_warning"] = band_on(posterior.predict(held_out[0]), held_out[1], "validation")
+    judged = task == "regression" and held_out is not None
+    with torch.no_grad():
+        found = {
+            "collapse_warning": "" if task == "language-model" else collapse.diagnose(posterior, {}),
+            "convergence_warning": convergence(posterior),
+            "band_warning": band_on(posterior.predict(held_out[0]), held_out[1], "validation") if judged else "",
+        }
     for key, sentence in found.items():
         if sentence:
             posterior.info[key] = sentence
@@ -111,19 +107,6 @@ def _remedy(method: str) -> str:
     if method == "sgmcmc":
         return "run longer (burn_in, num_samples) or use a smaller step_size"
     return "run longer (num_warmup, num_samples) or more chains; divergences: a tighter prior or target_accept 0.95"
-
-
-def dropout_band(rates: dict) -> str:
-    """A learned dropout p under ``P_COLLAPSED``: the draws barely differ, and the band is the noise alone."""
-    low = {k: p for k, p in rates.items() if p < P_COLLAPSED}
-    if not low or len(low) < len(rates):
-        return ""
-    shown = ", ".join(f"{p:.1e}" for p in low.values())
-    return (
-        f"the learned dropout p fell to {shown}, so the draws are one network and the band is the noise alone: "
-        "over-confident wherever the network overfits; fix p (guide_options={'p': 0.05}, --guide.p 0.05) or use "
-        "mean-field"
-    )
 
 
 def band_on(pred, y, rows: str = "test") -> str:

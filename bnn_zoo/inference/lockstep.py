@@ -126,7 +126,7 @@ def why_not(job: Job) -> str | None:
             isinstance(m, SVI) and (m.num_particles != 1 or m.objective != "elbo"),
             "lockstep fits take one particle and the ELBO",
         ),
-        (isinstance(m, SVI) and m.validation > 0, "lockstep fits have no early stopping"),
+        (isinstance(m, SVI) and bool(m.validation), "lockstep fits have no early stopping"),
         (isinstance(m, SVI) and not m.direct, "direct=False asks for Pyro's own TraceMeanField_ELBO"),
         (
             not isinstance(model.likelihood, Gaussian) or not isinstance(model.likelihood.fixed_sigma, float),

@@ -67,7 +67,10 @@ class SVI:
         objective: ``"elbo"``, or ``"renyi"`` for Li & Turner's Renyi bound of order ``alpha``
             (Pyro's RenyiELBO; needs >= 2 particles and a guide with a density).
         alpha: the Renyi order.
-        validation: fraction of the data held out (a seeded random split) for early stopping; 0 is off.
+        validation: fraction of the data held out (a seeded random split) for early stopping, and on
+            which the fitted band is judged (:mod:`bnn_zoo.inference.health`); 0 is off. None: 0.1 where
+            the dropout guide learns p on a regression (:func:`bnn_zoo.inference.defaults.validation`),
+            0 otherwise.
         eval_every: steps between validation scores.
         patience: validation scores without improvement before stopping.
         progress: show a progress bar (quiet when the output is not a terminal).
@@ -98,7 +101,7 @@ class SVI:
     kl_warmup: int = 0
     objective: Literal["elbo", "renyi"] = "elbo"
     alpha: float = 0.5
-    validation: float = 0.0
+    validation: float | None = None
     eval_every: int = 100
     patience: int = 5
     progress: bool = True
@@ -164,7 +167,7 @@ class SVI:
             )
         if self.objective == "renyi" and (self.num_particles < 2 or self.alpha == 1):
             raise BnnZooError("the Renyi objective needs num_particles >= 2 and alpha != 1 (alpha = 1 is the ELBO)")
-        if not 0 <= self.validation < 1:
+        if self.validation is not None and not 0 <= self.validation < 1:
             raise BnnZooError(f"validation is the held-out fraction of the data, in [0, 1); got {self.validation}")
         if self.guide is None:
             return
@@ -179,10 +182,14 @@ class SVI:
 
     def resolved(self, model, n: int) -> SVI:
         """This SVI with its defaults for ``model`` and n training rows filled in (:mod:`~bnn_zoo.inference.defaults`):
-        the guide by the architecture, the minibatch size by n, the steps from epochs or 3,000."""
+        the guide by the architecture, the minibatch size by n, the steps from epochs or 3,000, the
+        held-out fraction by the guide."""
         filled = defaults.optimisation_budget(self, n)
-        if self.guide is None:
-            filled["guide"] = defaults.guide(architecture(model.net))
+        guide = self.guide
+        if guide is None:
+            filled["guide"] = guide = defaults.guide(architecture(model.net))
+        if self.validation is None:
+            filled["validation"] = defaults.validation(guide, self.guide_options, model.likelihood.task)
         return dataclasses.replace(self, **filled) if filled else self
 
     def run(self, model, x, y) -> Posterior:
