@@ -1,5 +1,5 @@
-"""A fit reads its own diagnostics (bnn_zoo.inference.health): an over-confident band, an unconverged chain
-and a collapsed dropout p each warn in one line and stay in posterior.info, on data made here. That a
+"""A fit reads its own diagnostics (bnn_zoo.inference.health): an over-confident band and an unconverged chain
+each warn in one line and stay in posterior.info, on data made here. That a
 converged NUTS fit does not warn is checked on Bayesian linear regression (test_ground_truth.py)."""
 
 import pytest
@@ -32,22 +32,19 @@ def test_a_few_rows_inside_the_band_are_no_evidence_of_under_confidence():
     assert "100% of 200" in health.band_on(_standard_normal(200), torch.zeros(200))
 
 
-def test_an_over_confident_fit_warns_from_its_validation_rows():
-    """A noise fixed far below the data's (sd 0.05 against 1) makes the band 20 times too narrow: SVI's
-    validation rows (the last fifth, never trained on) show it, and the fit says so."""
+def test_an_over_confident_dropout_fit_warns_from_its_validation_rows():
+    """A noise fixed far below the data's (sd 0.05 against 1) makes the band 20 times too narrow. The
+    dropout guide learning p (a regression's default) holds out a tenth of the rows, never trained on,
+    and the fit says what they show."""
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(200, 1, generator=gen)
     y = x[:, 0] + torch.randn(200, generator=gen)
     model = bz.BNN(bz.models.MLP(1, [8]), likelihood=bz.likelihoods.Gaussian(scale=0.05))
-    with pytest.warns(UserWarning, match="has a band that cannot be trusted: its 90% band covers .* of 40 validation"):
-        posterior = bz.fit(model, x, y, bz.SVI(steps=300, validation=0.2, patience=100, progress=False))
-    assert "over-confident" in posterior.info["band_warning"]
-
-
-def test_a_collapsed_learned_dropout_p_warns():
-    assert "fell to 9.4e-05" in health.dropout_band({"layers.0.weight": 9.4e-5, "layers.1.weight": 3e-5})
-    assert health.dropout_band({"layers.0.weight": 9.4e-5, "layers.1.weight": 0.3}) == ""  # one layer still drops
-    assert health.dropout_band({"layers.0.weight": 0.05}) == ""
+    with pytest.warns(
+        UserWarning, match="svi fit has a band that cannot be trusted: its 90% band covers .* of 20 valid"
+    ):
+        posterior = bz.fit(model, x, y, bz.SVI(guide="dropout", steps=300, progress=False))
+    assert len(posterior.x) == 180 and "over-confident" in posterior.info["band_warning"]
 
 
 def test_an_unconverged_sgmcmc_fit_warns():

@@ -470,10 +470,15 @@ class InferenceConfig:
         resumable = {"checkpoint": checkpoint} if "checkpoint" in inspect.signature(self.method).parameters else {}
         return self.method(**self.options(), seed=run.seed, progress=progress, **resumable)
 
-    def resolved(self, model, n: int) -> InferenceConfig:
-        """This config with the defaults the library fills for ``model`` and n training rows written out."""
-        resolved = self.method(**self.options()).resolved(model, n)
+    def resolved(self, model, n: int, guide: GuideConfig | None = None) -> InferenceConfig:
+        """This config with the defaults the library fills for ``model``, n training rows and ``guide``
+        written out."""
+        resolved = self.library(guide).resolved(model, n)
         return dataclasses.replace(self, **{f.name: getattr(resolved, f.name) for f in dataclasses.fields(self)})
+
+    def library(self, guide: GuideConfig | None = None):
+        """The library method with these options (a run's seed and progress aside)."""
+        return self.method(**self.options())
 
 
 @register("svi")
@@ -484,6 +489,11 @@ class SVI(InferenceConfig):
 
     takes_guide = True
     method = inference.SVI
+
+    def library(self, guide: GuideConfig | None = None):
+        if guide is None:
+            return super().library()
+        return self.method(guide=guide.registered_name, guide_options=guide.options(), **self.options())
 
     def build(self, run, model, dataset, checkpoint, progress):
         guide = run.guide or run.default_guide()
@@ -598,7 +608,7 @@ class GP(InferenceConfig):
     def options(self):
         return {"steps": self.steps, "lr": self.lr}
 
-    def resolved(self, model, n):
+    def resolved(self, model, n, guide=None):
         return self
 
     def model(self, run: RunConfig, likelihood, classes: int, dataset):
@@ -692,7 +702,7 @@ class RunConfig:
         """This config with the defaults the library fills for the built ``model`` and n training rows
         written out (the method's and the guide's), so that ``config.yaml`` re-runs exactly."""
         guide = self.guide and self.guide.resolved(model)
-        return dataclasses.replace(self, guide=guide, inference=self.inference.resolved(model, n))
+        return dataclasses.replace(self, guide=guide, inference=self.inference.resolved(model, n, guide))
 
     def default_prior(self, guide: GuideConfig | None, task: str) -> PriorConfig:
         """The library's default (:func:`bnn_zoo.priors.default_prior`) for this model, task, guide and method."""
