@@ -48,14 +48,25 @@ def guide(arch: Architecture) -> str:
     return "dropout" if arch == "recurrent" else "mean-field"
 
 
-def validation(guide, options: dict, task: str) -> float:
-    """SVI's held-out fraction when none is given: 0.1 where the dropout guide learns p on a regression,
-    0 otherwise. A learned p falls towards 0 and the network then overfits with nothing to stop it:
-    on Friedman #1 its 90% band covered 0.33 of new rows; stopped early on a tenth held out, 0.86, and
-    0.86-0.94 on four UCI tables (benchmarks/results/dropout-validation.json)."""
+HELD_OUT, MIN_HELD_OUT = 0.1, 20  # a tenth of the rows, where that is at least 20 (fewer judge no band)
+
+
+def held_out_share(n: int) -> float:
+    """The share of n rows a method that holds rows out keeps aside when none is given: ``HELD_OUT``
+    where that is at least ``MIN_HELD_OUT`` rows, else 0 (a band judged on fewer, or early stopping on
+    them, is noise: 20 of 20 inside happens to a calibrated band one time in eight)."""
+    return HELD_OUT if round(HELD_OUT * n) >= MIN_HELD_OUT else 0.0
+
+
+def validation(guide, options: dict, task: str, n: int) -> float:
+    """SVI's held-out share of n rows when none is given: :func:`held_out_share` where the dropout guide
+    learns p on a regression, 0 otherwise. A learned p falls towards 0 and the network then overfits
+    with nothing to stop it: on Friedman #1 its 90% band covered 0.33 of new rows; stopped early on a
+    tenth held out, 0.86, and 0.86-0.94 on four UCI tables (benchmarks/results/dropout-validation.json)."""
     if guide != "dropout" or task != "regression":
         return 0.0
-    return 0.1 if default_options(task, options.get("p"), learn_p=options.get("learn_p"))[2] else 0.0
+    learned = default_options(task, options.get("p"), learn_p=options.get("learn_p"))[2]
+    return held_out_share(n) if learned else 0.0
 
 
 def unset(method, **defaults):

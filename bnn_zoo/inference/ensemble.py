@@ -67,7 +67,8 @@ class Ensemble:
             the NLL at x plus the NLL at x + epsilon sign(grad_x NLL).
         validation: the fraction of the rows held out (seeded by ``seed``) and never trained on: the fitted
             band is judged on them (:mod:`bnn_zoo.inference.health`), since K point estimates cannot judge
-            their own band (LOO needs more draws). 0 trains on every row.
+            their own band (LOO needs more draws). 0 trains on every row; None: 0.1 from 200 rows up
+            (:func:`bnn_zoo.inference.defaults.held_out_share`), 0 below.
         seed: seeds the members' initial weights and minibatches (:func:`member_seed`).
         progress: show a progress bar.
         checkpoint: a path written every ``checkpoint_every`` steps and on Ctrl-C; an existing one is resumed
@@ -88,7 +89,7 @@ class Ensemble:
     batch_size: int | None = None
     use_prior: bool = True
     adversarial: float = 0.0
-    validation: float = 0.1
+    validation: float | None = None
     seed: int = 0
     progress: bool = True
     checkpoint: str | Path | None = None
@@ -108,7 +109,7 @@ class Ensemble:
         check_max_hours(type(self).__name__, self.max_hours)
         if not (0 < self.lr < math.inf and 0 <= self.adversarial < math.inf):
             raise BnnZooError(f"need a finite lr > 0 and adversarial >= 0, got {self.lr}, {self.adversarial}")
-        if not 0 <= self.validation < 1:
+        if self.validation is not None and not 0 <= self.validation < 1:
             raise BnnZooError(f"validation is the held-out fraction of the rows, in [0, 1); got {self.validation}")
 
     def split(self, x, y):
@@ -120,13 +121,19 @@ class Ensemble:
         return {"method": self.name, **{k: getattr(self, k) for k in self.__dataclass_fields__ if k not in unsettled}}
 
     def resolved(self, model: BNN, n: int):
-        """This method with its minibatch size and steps for n training rows (those not held out) filled in."""
-        filled = defaults.optimisation_budget(self, n)
-        return dataclasses.replace(self, **filled) if filled else self
+        """This method with its held-out share of n rows, and its minibatch size and steps for the rows
+        it trains on, filled in."""
+        method = defaults.unset(self, validation=defaults.held_out_share(n))
+        filled = defaults.optimisation_budget(method, method.trained_rows(n))
+        return dataclasses.replace(method, **filled) if filled else method
+
+    def trained_rows(self, n: int) -> int:
+        return n - round(self.validation * n)
 
     def run(self, model: BNN, x: torch.Tensor, y: torch.Tensor) -> Posterior:
-        (x, y), _ = self.split(x, y)
-        return self.resolved(model, x.shape[0])._run(model, x, y)
+        method = self.resolved(model, x.shape[0])
+        (x, y), _ = method.split(x, y)
+        return method._run(model, x, y)
 
     def _run(self, model: BNN, x: torch.Tensor, y: torch.Tensor) -> Posterior:
         """The fit on the training part."""
@@ -198,7 +205,8 @@ class SWAG(Ensemble):
         method = super().resolved(model, n)
         filled = {}
         if method.collect_every is None:
-            filled["collect_every"] = math.ceil(n / (method.batch_size or n))
+            rows = method.trained_rows(n)
+            filled["collect_every"] = math.ceil(rows / (method.batch_size or rows))
         if method.swag_lr is None:
             filled["swag_lr"] = method.lr
         return dataclasses.replace(method, **filled) if filled else method

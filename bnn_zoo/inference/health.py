@@ -44,7 +44,7 @@ MARKOV_CHAINS = ("nuts", "hmc", "chees", "sgmcmc")  # methods whose draws are Ma
 def held_out(x: torch.Tensor, y: torch.Tensor, fraction: float, seed: int) -> tuple[tuple, tuple | None]:
     """(training part, validation part or None): a seeded random ``fraction`` of the rows held out. The
     same rows in any units: the order depends on the seed and the row count only."""
-    if not fraction:
+    if not fraction:  # 0 or None (a method not resolved: it holds nothing out)
         return (x, y), None
     n_val = round(fraction * x.shape[0])
     if not 1 <= n_val < x.shape[0]:

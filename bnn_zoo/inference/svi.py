@@ -69,8 +69,8 @@ class SVI:
         alpha: the Renyi order.
         validation: fraction of the data held out (a seeded random split) for early stopping, and on
             which the fitted band is judged (:mod:`bnn_zoo.inference.health`); 0 is off. None: 0.1 where
-            the dropout guide learns p on a regression (:func:`bnn_zoo.inference.defaults.validation`),
-            0 otherwise.
+            the dropout guide learns p on a regression of 200 rows or more
+            (:func:`bnn_zoo.inference.defaults.validation`), 0 otherwise.
         eval_every: steps between validation scores.
         patience: validation scores without improvement before stopping.
         progress: show a progress bar (quiet when the output is not a terminal).
@@ -189,7 +189,7 @@ class SVI:
         if guide is None:
             filled["guide"] = guide = defaults.guide(architecture(model.net))
         if self.validation is None:
-            filled["validation"] = defaults.validation(guide, self.guide_options, model.likelihood.task)
+            filled["validation"] = defaults.validation(guide, self.guide_options, model.likelihood.task, n)
         return dataclasses.replace(self, **filled) if filled else self
 
     def run(self, model, x, y) -> Posterior:
