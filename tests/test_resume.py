@@ -138,7 +138,9 @@ EVERY = {"nuts-torch": 0.02, "nuts-jax": 0.1}
 def test_tens_of_random_stops_resume_to_the_uninterrupted_result(name, tmp_path):
     make = (METHODS | SLOW)[name]
     _fit(make(seed=2, progress=False))  # warm: the timings below are a steady run's
-    full, seconds, setup = _fit(make(seed=2, progress=False))
+    # the faster of two runs: a spike of load elsewhere lengthens a run, and stops timed by it land too late
+    runs = [_fit(make(seed=2, progress=False)) for _ in range(2)]
+    full, seconds, setup = runs[0][0], min(r[1] for r in runs), min(r[2] for r in runs)
     checkpoint, rng = tmp_path / "checkpoint.pt", random.Random(name)
     if name in EVERY:  # a checkpoint per finished chain: each run stopped at a random moment after it saved one
         method = make(seed=2, progress=False, checkpoint=checkpoint)
