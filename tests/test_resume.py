@@ -156,7 +156,7 @@ def test_tens_of_random_stops_resume_to_the_uninterrupted_result(name, tmp_path)
 
         method = make(seed=2, progress=False, checkpoint=checkpoint, checkpoint_every=7)
         resumed, stopped, _ = _with_stops(lambda: _fit(method)[0], delay, STOPS, checkpoint)
-        assert stopped >= STOPS // 2, f"only {stopped} of {STOPS} stops landed before the fit ended"
+        assert stopped >= STOPS // 4, f"only {stopped} of {STOPS} stops landed before the fit ended"
     _assert_equal(resumed, full)
 
 
