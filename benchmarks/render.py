@@ -1,15 +1,24 @@
-"""Markdown tables from benchmarks/results/*.json, for docs/benchmarks.md.
+"""Every number the docs show, rendered from benchmarks/results/*.json or from the library's own constants.
 
-python benchmarks/render.py chees-toy backends      # print these tables
-python benchmarks/render.py --page docs/benchmarks*.md          # re-render every table the pages mark
-python benchmarks/render.py --page docs/benchmarks*.md --check  # fail if a page and the data differ (CI)
+python benchmarks/render.py chees-toy backends          # print these tables
+python benchmarks/render.py --page README.md docs/*.md docs/*/*.md          # re-render what the pages mark
+python benchmarks/render.py --page README.md docs/*.md docs/*/*.md --check  # fail if a page and the data differ
 
-A page marks a rendered table as ``<!-- result: NAME -->`` ... ``<!-- end result -->``.
+A page marks a rendered table as ``<!-- result: NAME -->`` ... ``<!-- end result -->``, and a number in its
+prose as ``<!-- n: SOURCE PATH FORMAT -->`` ... ``<!-- /n -->``:
+
+- SOURCE is a result file's name (``demo``) or a library constant (``bnn_zoo.inference.health:RHAT_MAX``,
+  ``bnn_zoo:NUTS.max_hours``);
+- PATH walks the record: ``rows.run=nuts.rmse`` takes the first row whose ``run`` is ``nuts``; ``rows.*.x``
+  takes every row's ``x``; a last step ``max``, ``min`` or ``len`` reduces them;
+- FORMAT is a Python format string with no space before its first brace, ``{:.3g}`` for a float by
+  default.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import re
 import statistics
@@ -100,6 +109,28 @@ def _said(warning: str) -> str:
     return re.sub(r" \([^)]*$", "", first)  # a parenthesis the cut left open
 
 
+def demo(record: dict) -> str:
+    """The demo's table as ``bnn-zoo demo`` prints it."""
+    columns = {
+        "rmse": ("test RMSE", "{:.3f}"),
+        "rmse_in_range": ("RMSE in range", "{:.3f}"),
+        "rmse_beyond": ("RMSE beyond", "{:.3f}"),
+        "test_log_likelihood": ("test LL", "{:.3f}"),
+        "elbo": ("ELBO", "{:.2f}"),
+        "evidence_laplace": ("Laplace", "{:.2f}"),
+        "log_marginal_likelihood": ("log ML", "{:.2f}"),
+        "w2": ("W2 to NUTS", "{:.3f}"),
+        "variance_ratio": ("var ratio", "{:.2f}"),
+        "max_rhat": ("max R-hat", "{:.3f}"),
+        "min_ess_bulk": ("min bulk ESS", "{:.0f}"),
+    }
+    lines = ["| run | " + " | ".join(name for name, _ in columns.values()) + " |", "|---" * (len(columns) + 1) + "|"]
+    for r in record["rows"]:
+        cells = ["-" if r[k] is None else fmt.format(r[k]) for k, (_, fmt) in columns.items()]
+        lines.append(f"| {r['run']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def rows(record: dict) -> str:
     """Any other result file: its rows as they are, numbers to three significant figures."""
     keys = list(dict.fromkeys(k for r in record["rows"] for k in r))  # rows may measure different things
@@ -110,19 +141,87 @@ def rows(record: dict) -> str:
 
 def rendered(name: str) -> str:
     """One result file as its header line and table."""
+    if name in LIBRARY:
+        from bnn_zoo.version import __version__
+
+        return f"**{name}** (bnn-zoo {__version__}, from the code):\n\n{LIBRARY[name]()}"
     record = json.loads((RESULTS / f"{name}.json").read_text())
     first = record["rows"][0] if record["rows"] else {}
     render = backends if "jax_ms" in first else samplers if "ess_per_s" in first else rows
     render = real_tables if "warnings" in first and "table" in first else render
+    render = demo if "rmse_beyond" in first else render
     return f"**{name}** ({header(record)}):\n\n{render(record)}"
 
 
+def library_defaults() -> str:
+    """What each method fills in for a field left unset, by the network's kind and the rows it is fitted
+    on: ``method.resolved(model, n)`` itself, so the table cannot drift from the code."""
+    import dataclasses
+
+    import bnn_zoo as bz
+    from bnn_zoo.inference import METHODS
+    from bnn_zoo.models.cnn import LeNet
+    from bnn_zoo.models.rnn import TextRNN
+
+    dense = bz.BNN(bz.models.MLP(3, hidden=[50]))
+    contexts = {
+        "dense, 500 rows": (dense, 500),
+        "dense, 5,000 rows": (dense, 5000),
+        "convolutional": (bz.BNN(LeNet(), likelihood=bz.likelihoods.Categorical()), 1000),
+        "recurrent": (bz.BNN(TextRNN(50), likelihood=bz.likelihoods.Categorical()), 300),
+    }
+    lines = [f"| method | field | {' | '.join(contexts)} |", "|---|---|" + "---|" * len(contexts)]
+    for name, method in METHODS.items():
+        unset = method()
+        filled = [unset.resolved(model, n) for model, n in contexts.values()]
+        for field in dataclasses.fields(unset):
+            values = [getattr(f, field.name) for f in filled]
+            if any(v != getattr(unset, field.name) for v in values):
+                shown = ["full batch" if v is None and field.name == "batch_size" else f"{v}" for v in values]
+                lines.append(f"| {name} | `{field.name}` | {' | '.join(shown)} |")
+    return "\n".join(lines)
+
+
+LIBRARY = {"library-defaults": library_defaults}  # tables rendered from the library, not a result file
 MARKED = re.compile(r"<!-- result: (?P<name>[\w-]+) -->\n.*?<!-- end result -->", re.S)
+INLINE = re.compile(r"<!-- n: (?P<source>\S+)(?: (?P<path>[^\s{]+))?(?: (?P<format>[^\s{]*\{.*?))? -->.*?<!-- /n -->")
+REDUCE = {"max": max, "min": min, "len": len, "median": statistics.median}
+
+
+def value(source: str, path: str | None):
+    """What an inline mark points at: a step into a record, a row chosen by ``key=value``, every row by ``*``."""
+    if ":" in source:
+        module, attributes = source.split(":")
+        found = importlib.import_module(module)
+        for attribute in attributes.split("."):  # a class's field default: bnn_zoo:NUTS.max_hours
+            found = getattr(found, attribute)
+    else:
+        found = json.loads((RESULTS / f"{source}.json").read_text())
+    many = False
+    for step in path.split(".") if path else []:
+        if step in REDUCE and many:
+            found, many = REDUCE[step](found), False
+        elif step == "*":
+            found, many = list(found), True
+        elif "=" in step:
+            key, wanted = step.split("=", 1)
+            found = next(r for r in found if str(r[key]) == wanted)
+        else:
+            pick = (lambda x: x[int(step)]) if step.isdigit() else (lambda x: x[step])
+            found = [pick(x) for x in found] if many else pick(found)
+    return found
+
+
+def inline(m: re.Match) -> str:
+    found = value(m["source"], m["path"])
+    shown = (m["format"] or ("{:.3g}" if isinstance(found, float) else "{}")).format(found)
+    return m[0][: m[0].index("-->") + 3] + shown + "<!-- /n -->"
 
 
 def page(text: str) -> str:
-    """The page with every marked table rendered afresh from its result file."""
-    return MARKED.sub(lambda m: f"<!-- result: {m['name']} -->\n{rendered(m['name'])}\n<!-- end result -->", text)
+    """The page with every marked table and number rendered afresh from its result file or constant."""
+    text = MARKED.sub(lambda m: f"<!-- result: {m['name']} -->\n{rendered(m['name'])}\n<!-- end result -->", text)
+    return INLINE.sub(inline, text)
 
 
 def main() -> int:
