@@ -7,8 +7,8 @@ python benchmarks/render.py --page README.md docs/*.md docs/*/*.md --check  # fa
 A page marks a rendered table as ``<!-- result: NAME -->`` ... ``<!-- end result -->``, and a number in its
 prose as ``<!-- n: SOURCE PATH FORMAT -->`` ... ``<!-- /n -->``:
 
-- SOURCE is a result file's name (``demo``) or a library constant (``bnn_zoo.inference.health:RHAT_MAX``,
-  ``bnn_zoo:NUTS.max_hours``);
+- SOURCE is a result file's name (``demo``) or a library constant (``bnn_zoo.inference.health:RHAT_MAX``),
+  a field's default (``bnn_zoo:NUTS.max_hours``) or a function's (``bnn_zoo.evidence:ais.num_steps``);
 - PATH walks the record: ``rows.run=nuts.rmse`` takes the first row whose ``run`` is ``nuts``; ``rows.*.x``
   takes every row's ``x``; a last step ``max``, ``min`` or ``len`` reduces them;
 - FORMAT is a Python format string with no space before its first brace, ``{:.3g}`` for a float by
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import json
 import re
 import statistics
@@ -193,8 +194,8 @@ def value(source: str, path: str | None):
     if ":" in source:
         module, attributes = source.split(":")
         found = importlib.import_module(module)
-        for attribute in attributes.split("."):  # a class's field default: bnn_zoo:NUTS.max_hours
-            found = getattr(found, attribute)
+        for attribute in attributes.split("."):  # a field's or parameter's default: bnn_zoo:NUTS.max_hours
+            found = default(found, attribute) if inspect.isfunction(found) else getattr(found, attribute)
     else:
         found = json.loads((RESULTS / f"{source}.json").read_text())
     many = False
@@ -207,9 +208,14 @@ def value(source: str, path: str | None):
             key, wanted = step.split("=", 1)
             found = next(r for r in found if str(r[key]) == wanted)
         else:
-            pick = (lambda x: x[int(step)]) if step.isdigit() else (lambda x: x[step])
-            found = [pick(x) for x in found] if many else pick(found)
+            key = int(step) if step.isdigit() else step
+            found = [x[key] for x in found] if many else found[key]
     return found
+
+
+def default(function, parameter: str):
+    """A function's default for ``parameter``, through the wrappers that check arguments."""
+    return inspect.signature(function).parameters[parameter].default
 
 
 def inline(m: re.Match) -> str:

@@ -19,6 +19,39 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main(argv=None) -> int:
+    parser = command_parser()
+    if argv is None:  # as a command: `bnn-zoo ... | head` ends quietly, as other tools do
+        # OpenMP threads spinning at barriers stall when another job holds a core (docs/benchmarks.md,
+        # "Beside another job"); read when torch is first imported, which has not happened yet
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, _terminate)
+        warnings.showwarning = _one_line_warning
+        from bnn_zoo.memory import keep_freed_memory
+
+        keep_freed_memory()  # this process is ours: steps reuse faulted-in pages (bnn_zoo/memory.py)
+        if not sys.stderr.isatty() and "--quiet" not in sys.argv:
+            from bnn_zoo.io import start_heartbeat
+
+            start_heartbeat(float(os.environ.get("BNN_ZOO_HEARTBEAT_S", 30)))
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["fit"]:  # the run's options come from its typed config (jsonargparse), not argparse
+        return _guarded(_fit, argv[1:])
+    args = parser.parse_args(argv)
+    commands = {
+        "demo": _demo,
+        "compare": _compare,
+        "list": _list,
+        "sweep": _sweep,
+        "table": _table,
+        "reproduce": _reproduce,
+        "reference": _reference,
+    }
+    return _guarded(commands[args.command], args)
+
+
+def command_parser() -> _Parser:
+    """Every command's options but ``fit``'s, whose come from the typed run config (:func:`fit_parser`)."""
     parser = _Parser(
         prog="bnn-zoo",
         description="Bayesian neural networks on Pyro: fit one model by SVI guides or NUTS/HMC, compare in ArviZ.",
@@ -216,35 +249,7 @@ def main(argv=None) -> int:
         help="datasets, models, priors, likelihoods, guides and inference methods available",
         description="List what can be named on the command line.",
     )
-
-    if argv is None:  # as a command: `bnn-zoo ... | head` ends quietly, as other tools do
-        # OpenMP threads spinning at barriers stall when another job holds a core (docs/benchmarks.md,
-        # "Beside another job"); read when torch is first imported, which has not happened yet
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-        signal.signal(signal.SIGTERM, _terminate)
-        warnings.showwarning = _one_line_warning
-        from bnn_zoo.memory import keep_freed_memory
-
-        keep_freed_memory()  # this process is ours: steps reuse faulted-in pages (bnn_zoo/memory.py)
-        if not sys.stderr.isatty() and "--quiet" not in sys.argv:
-            from bnn_zoo.io import start_heartbeat
-
-            start_heartbeat(float(os.environ.get("BNN_ZOO_HEARTBEAT_S", 30)))
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["fit"]:  # the run's options come from its typed config (jsonargparse), not argparse
-        return _guarded(_fit, argv[1:])
-    args = parser.parse_args(argv)
-    commands = {
-        "demo": _demo,
-        "compare": _compare,
-        "list": _list,
-        "sweep": _sweep,
-        "table": _table,
-        "reproduce": _reproduce,
-        "reference": _reference,
-    }
-    return _guarded(commands[args.command], args)
+    return parser
 
 
 def _positive(text: str) -> int:

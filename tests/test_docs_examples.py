@@ -124,3 +124,33 @@ def test_the_readmes_python_example_runs_as_written(tmp_path, monkeypatch):
     table = namespace["table"]
     assert "reference_unconverged" not in table and table["w2"].notna().all(), table
     assert (table["units"] == "data's units").all()
+
+
+EXECUTED = {  # pages whose every Python block a test here runs, as written
+    "README.md": test_the_readmes_python_example_runs_as_written,
+    "docs/index.md": test_the_readmes_python_example_runs_as_written,  # the README's block, checked equal below
+    "docs/extending.md": test_the_extending_page_runs,
+    "docs/guide/own-data.md": test_the_own_data_tutorial_prints_what_the_page_shows,
+    "docs/guide/experiments.md": test_the_experiments_page_and_the_example_sweeps_build_their_runs,
+}
+
+
+def test_every_python_block_in_the_docs_runs_or_names_the_test_that_covers_it():
+    """A block on a page a test above runs, or one marked ``<!-- fragment: tests/FILE.py::TEST -->``
+    whose test exists (the tutorial scripts' tests are slow: pytest -m slow)."""
+    root = PAGE.parent.parent
+    readme, index = ((root / p).read_text() for p in ("README.md", "docs/index.md"))
+    blocks = [re.findall(r"```python\n(.*?)```", page, flags=re.S) for page in (readme, index)]
+    assert blocks[0] == blocks[1], "docs/index.md shows the README's Python block"
+    unmarked = []
+    for page in [root / "README.md", *sorted((root / "docs").rglob("*.md"))]:
+        name = str(page.relative_to(root))
+        for marker in re.findall(r"(?:<!-- fragment: (\S+) -->\n)?```python\n", page.read_text()):
+            if name in EXECUTED:
+                continue
+            path, _, test = marker.partition("::")
+            if not marker or f"def {test}(" not in (root / path).read_text():
+                unmarked.append(f"{name}: {marker or 'a Python block with no fragment marker'}")
+    assert not unmarked, "run these blocks in a test or mark them with the test that covers them:\n" + "\n".join(
+        unmarked
+    )

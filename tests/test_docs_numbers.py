@@ -20,8 +20,8 @@ NUMBER = re.compile(
 # What is not a measurement: a version, an equation or section of a source, a PR or issue number.
 NAMED = re.compile(
     r"\b(?:Python|python|torch|ArviZ|NumPy|pandas|jax|JAX|NumPyro|BlackJAX|torchax|CUDA|Pyro|GPyTorch|scipy|Ray|"
-    r"jsonargparse|mkdocs|xarray|py|cp|equations?|eq\.|Eq\.|section|Section|§|chapter|Chapter|figure|Figure|"
-    r"table|Table|PR|issue)\s?[\d.x]+(?:\s?(?:to|-|and|,)\s?[\d.x]+)*"
+    r"jsonargparse|mkdocs|xarray|py|cp|equations?|[eE]qs?\.|section|Section|§|chapter|Chapter|figure|Figure|"
+    r"table|Table|Tables|alg\.|sec\.|PR|issue)\s?[\d.x]+(?:\s*(?:to|-|and|,)\s*[\d.x]+)*"
 )
 
 
@@ -31,18 +31,19 @@ def prose(text: str) -> str:
     text = re.sub(r"<!-- result: .*?<!-- end result -->", "", text, flags=re.S)
     text = re.sub(r"<!-- n: .*?<!-- /n -->", "", text)
     text = re.sub(r"<!--.*?-->", "", text, flags=re.S)
-    text = re.sub(r"`[^`\n]*`", "", text)
+    text = re.sub(r"`[^`]*`", "", text)  # a code span may wrap to the next line
     text = re.sub(r"\]\([^)]*\)", "]", text)
     return NAMED.sub("", text)
 
 
 def unrendered(text: str) -> list[str]:
     found = []
-    for number, line in ((m, line) for line in prose(text).splitlines() for m in NUMBER.finditer(line)):
-        digits = number["n"].replace(",", "").lstrip("-−")
-        count = digits.isdigit() and int(digits) >= 100 and not 1900 <= int(digits) <= 2099
-        if number["unit"] or not digits.isdigit() or count:
-            found.append(f"{number[0]!r} in: {line.strip()[:120]}")
+    for line in prose(text).splitlines():
+        for number in NUMBER.finditer(line):
+            digits = number["n"].replace(",", "").lstrip("-−")
+            count = digits.isdigit() and int(digits) >= 100 and not 1900 <= int(digits) <= 2099
+            if number["unit"] or not digits.isdigit() or count:
+                found.append(f"{number[0]!r} in: {line.strip()[:120]}")
     return found
 
 
