@@ -42,6 +42,7 @@ def main(argv=None) -> int:
         "demo": _demo,
         "compare": _compare,
         "list": _list,
+        "data": _data,
         "sweep": _sweep,
         "table": _table,
         "reproduce": _reproduce,
@@ -243,6 +244,18 @@ def command_parser() -> _Parser:
     )
     p.add_argument("--out", required=True, help="output folder")
     _execution_options(p)
+
+    p = sub.add_parser(
+        "data",
+        help="fetch a benchmark dataset into a folder the other commands take (needs the internet)",
+        description="Fetch one of Gal's UCI regression datasets with its 20 fixed splits (5 for protein) and the "
+        "published grids into OUT/NAME, checked before it is put in place; then use --data uci --data.path "
+        "OUT/NAME, or --data OUT/NAME for bnn-zoo reproduce and reference.",
+    )
+    p.add_argument("collection", choices=["uci"], help="the collection: uci (Gal & Ghahramani's splits)")
+    p.add_argument("name", help="the dataset, e.g. yacht, bostonHousing, energy (bnn-zoo data uci --help lists them)")
+    p.add_argument("--out", default="data/uci", help="folder that receives NAME/ (default: data/uci)")
+    p.add_argument("--source", help="where the datasets' folders are (default: Gal's repository on GitHub)")
 
     sub.add_parser(
         "list",
@@ -658,6 +671,14 @@ def _digits_shift(args, out):
     _, md = table.write(ood, ["inference"], out / "ood")
     print(f"written: {out / 'shift.csv'}, {out / 'shift.png'}, {md}")
     return _report(summary, out)
+
+
+def _data(args):
+    from bnn_zoo.data.fetch import SOURCE, fetch_uci
+
+    folder = fetch_uci(args.name, args.out, args.source or SOURCE)
+    print(f"{args.name}: {folder} (use --data uci --data.path {folder})")
+    return 0
 
 
 def _list(args):

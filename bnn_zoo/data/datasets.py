@@ -127,12 +127,12 @@ def load_uci(
     if root.is_file():
         raise BnnZooError(
             f"UCI path {root} is a file; pass the folder holding data.txt, e.g. --data uci --data.path "
-            "../shared/data/uci/yacht"
+            "data/uci/yacht"
         )
     if not root.is_dir():
         raise BnnZooError(
             f"UCI folder {root} does not exist; pass the folder holding data.txt, e.g. --data uci --data.path "
-            "../shared/data/uci/yacht"
+            "data/uci/yacht (bnn-zoo data uci yacht fetches Gal's splits there)"
         )
     data = _read_table(root / "data.txt", float)
     if data.ndim == 1:

@@ -113,7 +113,7 @@ class _FromPath(DataConfig):
 class UCI(_FromPath):
     """A UCI regression folder in the standard format (data.txt, index_train_K.txt, ...) at one split."""
 
-    reader, example = staticmethod(load_uci), "a folder: --data uci --data.path ../shared/data/uci/yacht"
+    reader, example = staticmethod(load_uci), "a folder: --data uci --data.path data/uci/yacht (bnn-zoo data uci yacht fetches it)"
 
 
 @register("csv")

@@ -3,7 +3,7 @@ pool or by Ray, resumable after any interruption.
 
 A sweep file (YAML) names a base run config and axes over its fields::
 
-    base: {data: {class_path: UCI, init_args: {path: ../shared/data/uci/yacht}}, guide: dropout}
+    base: {data: {class_path: UCI, init_args: {path: data/uci/yacht}}, guide: dropout}
     grid: {data.split: range(20), seed: [0, 1]}           # every combination
     zip: {inference: [svi, nuts], evaluation.evidence: [[iw], [ais]]}   # in step with each other
     select:                                                 # optional: a nested protocol per cell
