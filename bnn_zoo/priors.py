@@ -228,6 +228,12 @@ def matches(name: str, key: str) -> bool:
     return fnmatch.fnmatchcase(name, key) or name.startswith(key + ".")
 
 
+DEFAULT_RULE = (  # what default_prior picks, in the words the command line's help and the docs show
+    "normal under the dropout guide on classifiers and language models, the method's recurrent prior on the "
+    "recurrent models (the scale mixture unless the method names another), fanin otherwise"
+)
+
+
 @checked
 def default_prior(architecture: str, task: str, dropout_guide: bool | None = None, recurrent: Prior | None = None):
     """The prior bnn-zoo fits when none is given, through every door (``bz.BNN(net)``, ``bnn-zoo fit``).

@@ -126,8 +126,7 @@ def load_uci(
     root = Path(path)
     if root.is_file():
         raise BnnZooError(
-            f"UCI path {root} is a file; pass the folder holding data.txt, e.g. --data uci --data.path "
-            "data/uci/yacht"
+            f"UCI path {root} is a file; pass the folder holding data.txt, e.g. --data uci --data.path data/uci/yacht"
         )
     if not root.is_dir():
         raise BnnZooError(

@@ -113,7 +113,8 @@ class _FromPath(DataConfig):
 class UCI(_FromPath):
     """A UCI regression folder in the standard format (data.txt, index_train_K.txt, ...) at one split."""
 
-    reader, example = staticmethod(load_uci), "a folder: --data uci --data.path data/uci/yacht (bnn-zoo data uci yacht fetches it)"
+    reader = staticmethod(load_uci)
+    example = "a folder: --data uci --data.path data/uci/yacht (bnn-zoo data uci yacht fetches it)"
 
 
 @register("csv")
@@ -673,14 +674,13 @@ class RunConfig:
     model: Union[ModelConfig, UserNetwork] = field(default_factory=MLP)
     """the network: a registered model or your own torch.nn.Module class"""
     prior: PriorConfig | None = None
-    """null: normal for the dropout guide, the scale mixture on the recurrent models, fanin otherwise
-    (docs/guide/defaults.md)"""
+    """null: bnn_zoo.priors.DEFAULT_RULE (docs/guide/defaults.md)"""
     likelihood: LikelihoodConfig | None = None
     """null: the data's task decides"""
     inference: InferenceConfig = field(default_factory=SVI)
     """how the posterior is approximated"""
     guide: GuideConfig | None = None
-    """svi only; null: dropout for the recurrent models, mean-field otherwise"""
+    """svi only; null: bnn_zoo.inference.defaults.GUIDE_RULE"""
     evaluation: Evaluation = field(default_factory=Evaluation)
     """what is measured"""
     seed: int = 0
@@ -869,8 +869,8 @@ def parser():
             options = f"; its options: --{action.dest}.help NAME"
             name = name or {
                 "likelihood": "the data's task decides",
-                "guide": "dropout for the recurrent models, mean-field otherwise; svi only",
-                "prior": "normal with the dropout guide, the scale mixture on the recurrent models, fanin otherwise",
+                "guide": f"{inference_defaults.GUIDE_RULE}; svi only",
+                "prior": priors.DEFAULT_RULE,
             }.get(action.dest)
             return f"{' | '.join(REGISTRY[action.dest])} (default: {name}){options}"
 

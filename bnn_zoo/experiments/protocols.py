@@ -82,6 +82,9 @@ def uci_gal(
     return Sweep(base, grid={"data.split": splits}, select=select, name=f"uci-gal {folder.name}")
 
 
+DEEP_ENSEMBLES_EPOCHS = 40  # the paper's
+
+
 def deep_ensembles(
     folder: str | Path,
     epochs: int | None = None,
@@ -105,7 +108,7 @@ def deep_ensembles(
     grids = {name: _numbers(folder / f"{name}.txt") for name in ("n_hidden", "n_splits")}
     positive(f"{folder / 'n_hidden.txt'}'s value", grids["n_hidden"][0], integer=True)
     splits = _checked_splits(folder, grids["n_splits"][0], splits)
-    epochs = 40 if epochs is None else positive("epochs", epochs, integer=True)
+    epochs = DEEP_ENSEMBLES_EPOCHS if epochs is None else positive("epochs", epochs, integer=True)
     base = {
         "data": cfg.node(cfg.UCI, path=str(folder)),
         "model": cfg.node(cfg.MLP, hidden=[int(grids["n_hidden"][0])], activation="relu"),

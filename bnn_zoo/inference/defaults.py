@@ -42,6 +42,9 @@ def chain_length(arch: Architecture) -> int:
     return 500 if arch == "dense" else 100
 
 
+GUIDE_RULE = "dropout for the recurrent models, mean-field otherwise"  # guide()'s, in words
+
+
 def guide(arch: Architecture) -> str:
     """SVI's guide when none is given: Gal's dropout on recurrent networks (his variational RNN; mean-field
     on toy-text's LSTMs keeps the prior: 0.66 accuracy, the majority class), mean-field otherwise."""
