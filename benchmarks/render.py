@@ -183,7 +183,17 @@ def library_defaults() -> str:
     return "\n".join(lines)
 
 
-LIBRARY = {"library-defaults": library_defaults}  # tables rendered from the library, not a result file
+def registry() -> str:
+    """The choices of each kind on the command line, with their config classes (``config.REGISTRY``)."""
+    from bnn_zoo.experiments.config import REGISTRY
+
+    lines = ["| kind | `--KIND NAME` | config class |", "|---|---|---|"]
+    for kind, choices in REGISTRY.items():
+        lines += [f"| {kind} | `{name}` | `{cls.__name__}` |" for name, cls in choices.items()]
+    return "\n".join(lines)
+
+
+LIBRARY = {"library-defaults": library_defaults, "registry": registry}  # tables rendered from the library, not a result file
 MARKED = re.compile(r"<!-- result: (?P<name>[\w-]+) -->\n.*?<!-- end result -->", re.S)
 INLINE = re.compile(r"<!-- n: (?P<source>\S+)(?: (?P<path>[^\s{]+))?(?: (?P<format>[^\s{]*\{.*?))? -->.*?<!-- /n -->")
 REDUCE = {"max": max, "min": min, "len": len, "median": statistics.median}

@@ -242,7 +242,7 @@ def command_parser() -> _Parser:
         "--num-warmup", type=_positive, default=500, help="warm-up iterations per chain (default %(default)s)"
     )
     p.add_argument("--num-samples", type=_positive, default=250, help="kept draws per chain (default %(default)s)")
-    p.add_argument("--device", help="where the XLA program runs: cpu (default) or cuda (pip install 'bnn-zoo[cuda]')")
+    p.add_argument("--device", help="where the XLA program runs: cpu (default) or cuda (pip install -e '.[cuda]')")
     p.add_argument(
         "--max-hours",
         type=_hours,
@@ -304,7 +304,7 @@ def _execution_options(p) -> None:
     p.add_argument(
         "--ray",
         action="store_true",
-        help="run the cells as Ray tasks on a local Ray (pip install 'bnn-zoo[distributed]')",
+        help="run the cells as Ray tasks on a local Ray (pip install -e '.[distributed]')",
     )
     p.add_argument(
         "--ray-address",

@@ -126,12 +126,25 @@ def test_the_readmes_python_example_runs_as_written(tmp_path, monkeypatch):
     assert (table["units"] == "data's units").all()
 
 
+def test_the_classification_page_prints_what_it_shows_and_writes_its_table(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    page = (PAGE.parent / "guide" / "own-classifier.md").read_text()
+    namespace: dict = {}
+    for code, shown in _steps(page, "no tabs"):
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            exec(compile(code, "own-classifier.md", "exec"), namespace)
+        assert not shown or _numbers_close(shown, printed.getvalue()), printed.getvalue()
+    assert (tmp_path / "cancer.csv").read_text().splitlines()[1].endswith(",malignant")
+
+
 EXECUTED = {  # pages whose every Python block a test here runs, as written
     "README.md": test_the_readmes_python_example_runs_as_written,
     "docs/index.md": test_the_readmes_python_example_runs_as_written,  # the README's block, checked equal below
     "docs/extending.md": test_the_extending_page_runs,
     "docs/guide/own-data.md": test_the_own_data_tutorial_prints_what_the_page_shows,
     "docs/guide/experiments.md": test_the_experiments_page_and_the_example_sweeps_build_their_runs,
+    "docs/guide/own-classifier.md": test_the_classification_page_prints_what_it_shows_and_writes_its_table,
 }
 
 

@@ -494,7 +494,7 @@ class _Executor:
         try:
             import ray
         except ImportError:
-            raise BnnZooError("--ray needs Ray: pip install 'bnn-zoo[distributed]'") from None
+            raise BnnZooError("--ray needs Ray: pip install -e '.[distributed]'") from None
         if not ray.is_initialized():
             if self.ray_address:
                 try:

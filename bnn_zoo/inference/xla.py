@@ -8,7 +8,7 @@ small network's gradient costs a fraction of eager PyTorch's (docs/benchmarks.md
 Before a run the traced log density and its gradient are compared with the torch potential at the
 first chain's start; a network that cannot be traced, or a mismatch, falls back to the torch
 samplers with one warning saying why. JAX runs on the CPU, or on a GPU where the data is on one
-(``--device cuda``; ``pip install 'bnn-zoo[cuda]'`` adds jax's CUDA plugin).
+(``--device cuda``; ``pip install -e '.[cuda]'`` adds jax's CUDA plugin).
 
 Many cells of one model (the splits of a UCI table, seeds) run as one program: :func:`run_nuts_cells`
 and :func:`run_chees_cells` take every cell's data padded to the longest (:func:`padded`), and the
@@ -78,7 +78,7 @@ def check_backend(method: str, backend: str) -> None:
     if backend == "jax" and not installed():
         raise BnnZooError(
             f"{method} backend='jax' needs jax, numpyro, blackjax, optax and torchax, which bnn-zoo depends on: "
-            "reinstall it (pip install bnn-zoo), or use backend='torch'"
+            "reinstall bnn-zoo (pip install -e . in its checkout), or use backend='torch'"
         )
     if backend == "jax" and unsupported_torch():
         raise BnnZooError(f"{method} backend='jax': {unsupported_torch()}; use backend='torch'")
@@ -232,7 +232,7 @@ def _jax_device(device: torch.device):
     try:
         return jax.devices("gpu")[device.index or 0]
     except (RuntimeError, IndexError):
-        raise FallBack(f"JAX sees no GPU {device} (pip install 'bnn-zoo[cuda]')") from None
+        raise FallBack(f"JAX sees no GPU {device} (pip install -e '.[cuda]')") from None
 
 
 def _use_every_core() -> None:
