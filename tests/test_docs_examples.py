@@ -44,8 +44,9 @@ def test_the_api_reference_covers_every_public_name():
 
 
 def test_the_experiments_page_and_the_example_sweeps_build_their_runs():
-    """The run config in YAML and in Python on docs/guide/experiments.md, and every cell of the sweep
-    files in examples/sweeps, parse and pass the config checks (nothing is fitted here)."""
+    """The run config in YAML and in Python on docs/guide/experiments.md, the sweep file on
+    docs/guide/sweeps.md, and every cell of the sweep files in examples/sweeps, parse and pass the config
+    checks (nothing is fitted here)."""
     import yaml
 
     from bnn_zoo.experiments import config
@@ -58,7 +59,8 @@ def test_the_experiments_page_and_the_example_sweeps_build_their_runs():
     namespace: dict = {}
     exec(python.replace("result = execute(", "result = (lambda *a: a)("), namespace)  # build the run, do not fit it
     assert namespace["run"] == run
-    on_page = yaml.safe_load(re.findall(r"```yaml\n(.*?)```", page, flags=re.S)[1])
+    sweeps = (PAGE.parent / "guide" / "sweeps.md").read_text()
+    on_page = yaml.safe_load(re.findall(r"```yaml\n(.*?)```", sweeps, flags=re.S)[0])
     assert on_page == yaml.safe_load((PAGE.parent.parent / "examples" / "sweeps" / "toy-guides.yaml").read_text())
     for path in sorted((PAGE.parent.parent / "examples" / "sweeps").glob("*.yaml")):
         sweep = Sweep.from_file(path)
