@@ -9,8 +9,8 @@ prose as ``<!-- n: SOURCE PATH FORMAT -->`` ... ``<!-- /n -->``:
 
 - SOURCE is a result file's name (``demo``) or a library constant (``bnn_zoo.inference.health:RHAT_MAX``),
   a field's default (``bnn_zoo:NUTS.max_hours``) or a function's (``bnn_zoo.evidence:ais.num_steps``);
-- PATH walks the record: ``rows.run=nuts.rmse`` takes the first row whose ``run`` is ``nuts``; ``rows.*.x``
-  takes every row's ``x``; a last step ``max``, ``min`` or ``len`` reduces them;
+- PATH walks the record by key or index: ``rows.run=nuts.rmse`` takes the first row whose ``run`` is
+  ``nuts``, ``rows.0.wall_s`` the first row's;
 - FORMAT is a Python format string with no space before its first brace, ``{:.3g}`` for a float by
   default.
 """
@@ -193,14 +193,13 @@ def registry() -> str:
     return "\n".join(lines)
 
 
-LIBRARY = {"library-defaults": library_defaults, "registry": registry}  # tables rendered from the library, not a result file
+LIBRARY = {"library-defaults": library_defaults, "registry": registry}  # rendered from the library, not a file
 MARKED = re.compile(r"<!-- result: (?P<name>[\w-]+) -->\n.*?<!-- end result -->", re.S)
 INLINE = re.compile(r"<!-- n: (?P<source>\S+)(?: (?P<path>[^\s{]+))?(?: (?P<format>[^\s{]*\{.*?))? -->.*?<!-- /n -->")
-REDUCE = {"max": max, "min": min, "len": len, "median": statistics.median}
 
 
 def value(source: str, path: str | None):
-    """What an inline mark points at: a step into a record, a row chosen by ``key=value``, every row by ``*``."""
+    """What an inline mark points at: a step into a record by key or index, a row chosen by ``key=value``."""
     if ":" in source:
         module, attributes = source.split(":")
         found = importlib.import_module(module)
@@ -208,18 +207,12 @@ def value(source: str, path: str | None):
             found = default(found, attribute) if inspect.isfunction(found) else getattr(found, attribute)
     else:
         found = json.loads((RESULTS / f"{source}.json").read_text())
-    many = False
     for step in path.split(".") if path else []:
-        if step in REDUCE and many:
-            found, many = REDUCE[step](found), False
-        elif step == "*":
-            found, many = list(found), True
-        elif "=" in step:
+        if "=" in step:
             key, wanted = step.split("=", 1)
             found = next(r for r in found if str(r[key]) == wanted)
         else:
-            key = int(step) if step.isdigit() else step
-            found = [x[key] for x in found] if many else found[key]
+            found = found[int(step) if step.isdigit() else step]
     return found
 
 
