@@ -35,8 +35,11 @@ def main() -> None:
             start = time.perf_counter()
             done = subprocess.run(command, shell=True, cwd=clone, capture_output=True, text=True)
             minutes = (time.perf_counter() - start) / 60
-            summary = ([line for line in done.stdout.splitlines() if " passed" in line] or [""])[-1].strip("= ")
-            rows.append({"command": name, "minutes": minutes, "exit_status": done.returncode, "pytest": summary})
+            lines = done.stdout.splitlines()
+            summary = ([line for line in lines if " passed" in line] or [""])[-1].strip("= ")
+            failed = [line for line in lines if line.startswith(("FAILED", "ERROR"))]
+            row = {"command": name, "minutes": minutes, "exit_status": done.returncode, "pytest": summary}
+            rows.append(row | {"failed": failed})
             subprocess.run(["rm", "-rf", str(clone / ".venv")], check=True)  # each command starts fresh
             print(rows[-1], flush=True)
     write("readme-commands", rows, commands=commands())

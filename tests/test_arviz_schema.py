@@ -28,7 +28,7 @@ METHODS = {
     "hmc": bz.HMC(num_warmup=40, num_samples=40, num_chains=2, **QUICK),
     "chees": bz.ChEES(num_warmup=40, num_samples=40, num_chains=4, backend="torch", **QUICK),
     "laplace": bz.Laplace(map_steps=200, num_draws=100, **QUICK),
-    "sgmcmc": bz.SGMCMC(num_samples=50, **QUICK),
+    "sgmcmc": bz.SGMCMC(num_samples=50, burn_in=300, thinning=2, **QUICK),
     "ensemble": bz.Ensemble(members=3, steps=200, **QUICK),
     "swag": bz.SWAG(steps=300, **QUICK),
 }

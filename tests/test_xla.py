@@ -278,7 +278,7 @@ def test_bad_backend_settings_are_one_clear_error(monkeypatch):
         bz.ChEES(backend="jax", mass_matrix="within")
     monkeypatch.setattr(xla, "installed", lambda: False)
     monkeypatch.setattr(xla, "available", lambda: False)
-    with pytest.raises(bz.BnnZooError, match=r"needs jax, numpyro, blackjax, optax and torchax.*reinstall it"):
+    with pytest.raises(bz.BnnZooError, match=r"needs jax, numpyro, blackjax, optax and torchax.*reinstall bnn-zoo"):
         bz.ChEES(backend="jax")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -328,12 +328,15 @@ def test_a_padded_cell_has_its_own_log_density():
 
 
 @pytest.mark.filterwarnings("ignore:this .* fit collapsed")  # a few iterations: only the draws' equality counts
-@pytest.mark.parametrize("lockstep", [False, True], ids=["one-after-another", "lockstep"])
+@pytest.mark.parametrize(
+    "lockstep", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["one-after-another", "lockstep"]
+)
 @pytest.mark.parametrize("sampler", ["nuts", "chees"])
 def test_cells_in_one_program_equal_each_cell_run_alone(sampler, lockstep, monkeypatch):
     """Same keys, same kernel, the cell's own rows: draws equal to float rounding over a short run (over
     hundreds of iterations rounding differences grow, as between any two machines, so the two runs then
-    agree in distribution only). Both layouts: the CPU's, and a GPU's lockstep, run here on the CPU."""
+    agree in distribution only). Both layouts: the CPU's, and a GPU's lockstep run here on the CPU (slow
+    lane: the CPU never runs it)."""
     monkeypatch.setattr(xla, "in_lockstep", lambda target: lockstep)
     jobs = _short_jobs(sampler, _cells(), chees_chains=4)
     together = bz.inference.lockstep.fit_lockstep(jobs)
