@@ -261,7 +261,7 @@ def command_parser() -> _Parser:
         "OUT/NAME, or --data OUT/NAME for bnn-zoo reproduce and reference.",
     )
     p.add_argument("collection", choices=["uci"], help="the collection: uci (Gal & Ghahramani's splits)")
-    p.add_argument("name", help="the dataset, e.g. yacht, bostonHousing, energy (bnn-zoo data uci --help lists them)")
+    p.add_argument("name", help="the dataset, e.g. yacht, bostonHousing, energy (an unknown name lists them all)")
     p.add_argument("--out", default="data/uci", help="folder that receives NAME/ (default: %(default)s)")
     p.add_argument("--source", help="where the datasets' folders are (default: Gal's repository on GitHub)")
 
