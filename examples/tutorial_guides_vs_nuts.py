@@ -2,7 +2,7 @@
 1-50-1 tanh BNN under a fan-in prior and the generating noise, fitted by mean-field SVI, the dropout
 guide (MC dropout), a last-layer BNN, NUTS (started from the SVI fit) and a GP baseline.
 
-    python examples/tutorial_guides_vs_nuts.py [--out runs/tutorial-toy]    (about 3 minutes on 2 cores)
+    python examples/tutorial_guides_vs_nuts.py [--out runs/tutorial-toy]    (under a minute on 2 cores)
 
 Prints a markdown table and writes bands.png (every predictive band) and the result folders.
 """
