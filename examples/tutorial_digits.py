@@ -5,7 +5,7 @@ both under N(0, 1), fitted by mean-field SVI (ELBO and importance-weighted bound
 MC dropout; then `bz.compare` puts them in one table and the report draws the reliability diagram
 (Heek's expected-versus-observed bins with +-2 sd bands) and the evidence plot.
 
-    python examples/tutorial_digits.py [--out runs/tutorial-digits]    (about 4 minutes on 2 cores)
+    python examples/tutorial_digits.py [--out runs/tutorial-digits]    (about a minute on 2 cores)
 """
 
 import argparse
