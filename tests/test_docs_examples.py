@@ -150,6 +150,26 @@ EXECUTED = {  # pages whose every Python block a test here runs, as written
 }
 
 
+def _markers(page: str) -> list[str]:
+    """Per Python block, the fragment marker just above it ("" if none); one above content tabs
+    (``=== "ArviZ 1.x"``) covers every tab's block."""
+    found, marker, fence = [], "", None
+    for line in page.splitlines():
+        stripped = line.strip()
+        if fence is not None:
+            fence = None if stripped == "```" and line.startswith(fence) else fence
+            continue
+        if stripped.startswith("```"):
+            fence = line[: len(line) - len(line.lstrip())]
+            found += [marker] if stripped == "```python" else []
+            continue
+        if match := re.fullmatch(r"<!-- fragment: (\S+) -->", stripped):
+            marker = match[1]
+        elif stripped and not line.startswith((" ", "===")):
+            marker = ""  # prose ends what a marker covers
+    return found
+
+
 def test_every_python_block_in_the_docs_runs_or_names_the_test_that_covers_it():
     """A block on a page a test above runs, or one marked ``<!-- fragment: tests/FILE.py::TEST -->``
     whose test exists (the tutorial scripts' tests are slow: pytest -m slow)."""
@@ -160,7 +180,7 @@ def test_every_python_block_in_the_docs_runs_or_names_the_test_that_covers_it():
     unmarked = []
     for page in [root / "README.md", *sorted((root / "docs").rglob("*.md"))]:
         name = str(page.relative_to(root))
-        for marker in re.findall(r"(?:<!-- fragment: (\S+) -->\n)?```python\n", page.read_text()):
+        for marker in _markers(page.read_text()):
             if name in EXECUTED:
                 continue
             path, _, test = marker.partition("::")
