@@ -21,13 +21,13 @@ EXAMPLE = {"DIR": "runs/x", "FILE": "examples/sweeps/toy-guides.yaml", "PATH": "
            "KIND": "nuts", "M": "lstm-untied", "P": "normal", "K": "sghmc"}  # fmt: skip
 
 
-def shown(page: Path) -> list[tuple[str, str]]:
-    """(where, command) for every bnn-zoo line of a bash block and every bnn-zoo code span with a command."""
+def shown(page: Path) -> list[str]:
+    """Every bnn-zoo line of the page's bash blocks, and every bnn-zoo code span with options."""
     text = page.read_text()
     found = []
     for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
         for line in block.replace("\\\n", " ").splitlines():
-            line = re.sub(r"^(?:\.venv/bin/)", "", line.strip())
+            line = line.strip().removeprefix(".venv/bin/")
             if line.startswith("bnn-zoo "):
                 found.append(line)
     spans = re.findall(r"`(bnn-zoo [^`]+ --[^`]+)`", re.sub(r"```.*?```", "", text, flags=re.S))
@@ -49,8 +49,9 @@ def dry_run(words: list[str]) -> None:
     given = [w for w in words[1:] if not w.startswith(("--print-config", "--print_config"))]
     if "--out" not in given and not any(w == "--help" or w.endswith(".help") for w in given):
         given += ["--out", "runs/x"]
-    args = cli.fit_parser().parse_args(config.resolve_names(given))
-    run = config.from_argv(cli.fit_parser(), given)
+    parser = cli.fit_parser()
+    args = parser.parse_args(config.resolve_names(given))
+    run = config.from_argv(parser, given)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "config.yaml").write_text(yaml.safe_dump(config.to_dict(run)))
 
