@@ -53,16 +53,11 @@ def test_every_number_on_the_page_is_rendered(page):
     assert not found, "render these (benchmarks/render.py) or drop them:\n" + "\n".join(found)
 
 
-def test_the_rendered_numbers_match_their_results():
+def test_the_rendered_numbers_match_their_results(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # render.py imports its neighbour results.py
     spec = importlib.util.spec_from_file_location("render", ROOT / "benchmarks" / "render.py")
     render = importlib.util.module_from_spec(spec)
-    import sys
-
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        spec.loader.exec_module(render)
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    spec.loader.exec_module(render)
     stale = [str(p.relative_to(ROOT)) for p in PAGES if render.page(p.read_text()) != p.read_text()]
     assert not stale, f"run python benchmarks/render.py --page {' '.join(stale)}"
 
