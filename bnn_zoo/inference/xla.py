@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.util
+import logging
 import math
 import os
 import re
@@ -47,10 +48,10 @@ LENGTH_FLOOR_MAX_DIM = 4096  # BlackJAX's slow-direction length floor keeps a d 
 INITIAL_STEP_SIZE = 0.01  # BlackJAX's ChEES adapted from here on Boston 13-50-1, not from larger steps
 ABANDON_WAIT_S = 600.0  # a stopped run waits this long at most for each device's program to call back
 NUTS_WATCH_EVERY = 5  # NUTS iterations between host callbacks: a callback costs about one small tree
-# torch releases (first, last) beside which torchax 0.0.13, the newest, runs (with the shim of _torchax): 2.13
-# passes tests/test_xla.py (benchmarks/results/torchax-torch.json); 2.11, a GPU machine's, traced and sampled
-# the UCI MLP on an H200. Torch 2.15 removed aten.cholesky, which torchax still registers: every trace fails.
-TORCHAX_TORCH = ((2, 11), (2, 13))
+# torch releases (first, last) beside which torchax 0.0.13, the newest, runs with the shim of _torchax: 2.13
+# and 2.15 pass tests/test_xla.py (benchmarks/results/torchax-torch.json); 2.11, a GPU machine's, traced and
+# sampled the UCI MLP on an H200; 2.14 lies between and is not run here.
+TORCHAX_TORCH = ((2, 11), (2, 15))
 
 
 def installed() -> bool:
@@ -99,6 +100,9 @@ def resolve_backend(backend: str, model: BNN) -> str:
     return "jax" if available() else "torch"
 
 
+RENAMED = {"cholesky": "linalg_cholesky", "qr": "linalg_qr"}  # operators torch 2.15 removed -> their successors
+
+
 class FallBack(Exception):
     """The JAX backend cannot run this model; the message says why."""
 
@@ -106,21 +110,36 @@ class FallBack(Exception):
 def _torchax():
     """torchax, imported only here: at import it renames torch's PrivateUse1 backend to "jax".
 
-    torchax 0.0.13 names named-tensor overloads (``aten.prod.dim_Dimname``, ...) that torch 2.13
-    removed, and fails at import. Each missing overload is aliased to one its packet still has, before
-    the import, so the installed package is left as it is; named tensors are never traced here."""
+    torchax 0.0.13 names operators that later torch releases removed, and fails at import:
+    named-tensor overloads (``aten.prod.dim_Dimname``, ...; gone in torch 2.13), ``aten.cholesky`` and
+    ``aten.qr`` (gone in 2.15). Before the import, each missing operator is aliased to its successor
+    (:data:`RENAMED`, as upstream torchax does in google/torchax#99) and each missing overload to one its
+    packet still has (#102), so the installed package is left as it is. Named tensors are never traced
+    here, and the first trace of every run is checked against the torch potential."""
     import sys
 
     if "torchax" in sys.modules:
         return sys.modules["torchax"]
     root = Path(importlib.util.find_spec("torchax").origin).parent
-    for source in root.rglob("*.py"):
-        for op, overload in set(re.findall(r"torch\.ops\.aten\.(\w+)\.(\w+)", source.read_text())):
-            packet = getattr(torch.ops.aten, op, None)
-            if packet is not None and overload not in packet.overloads():
-                setattr(packet, overload, getattr(packet, packet.overloads()[0]))
-    import torchax
+    source = "\n".join(path.read_text() for path in root.rglob("*.py"))
+    for op in set(re.findall(r"torch\.ops\.aten\.(\w+)", source)) & set(RENAMED):
+        if not hasattr(torch.ops.aten, op):
+            setattr(torch.ops.aten, op, getattr(torch.ops.aten, RENAMED[op]))
+    for op, overload in set(re.findall(r"torch\.ops\.aten\.(\w+)\.(\w+)", source)):
+        packet = getattr(torch.ops.aten, op, None)
+        if packet is not None and overload not in packet.overloads():
+            setattr(packet, overload, getattr(packet, packet.overloads()[0]))
 
+    def successor_registered_twice(record) -> bool:  # torchax's own lowering, registered last, wins
+        return not record.getMessage().startswith("Duplicate op registration for aten.linalg_")
+
+    logging.getLogger().addFilter(successor_registered_twice)
+    try:
+        import torchax
+
+        torchax.default_env()  # torchax's own check that its environment builds beside this torch
+    finally:
+        logging.getLogger().removeFilter(successor_registered_twice)
     return torchax
 
 
