@@ -111,23 +111,13 @@ def _said(warning: str) -> str:
 
 
 def demo(record: dict) -> str:
-    """The demo's table as ``bnn-zoo demo`` prints it."""
-    columns = {
-        "rmse": ("test RMSE", "{:.3f}"),
-        "rmse_in_range": ("RMSE in range", "{:.3f}"),
-        "rmse_beyond": ("RMSE beyond", "{:.3f}"),
-        "test_log_likelihood": ("test LL", "{:.3f}"),
-        "elbo": ("ELBO", "{:.2f}"),
-        "evidence_laplace": ("Laplace", "{:.2f}"),
-        "log_marginal_likelihood": ("log ML", "{:.2f}"),
-        "w2": ("W2 to NUTS", "{:.3f}"),
-        "variance_ratio": ("var ratio", "{:.2f}"),
-        "max_rhat": ("max R-hat", "{:.3f}"),
-        "min_ess_bulk": ("min bulk ESS", "{:.0f}"),
-    }
-    lines = ["| run | " + " | ".join(name for name, _ in columns.values()) + " |", "|---" * (len(columns) + 1) + "|"]
+    """The demo's table with the columns and formats ``bnn-zoo demo`` prints (``demo.COLUMNS``)."""
+    from bnn_zoo.experiments.demo import COLUMNS
+
+    columns = [(name, key, fmt) for name, key, fmt in COLUMNS if key in record["rows"][0]]
+    lines = ["| run | " + " | ".join(name for name, _, _ in columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for r in record["rows"]:
-        cells = ["-" if r[k] is None else fmt.format(r[k]) for k, (_, fmt) in columns.items()]
+        cells = ["-" if r[key] is None else fmt.format(r[key]) for _, key, fmt in columns]
         lines.append(f"| {r['run']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
