@@ -32,8 +32,16 @@ class Elpd(NamedTuple):
     warning: bool  # ArviZ's flag: some Pareto k (LOO) or pointwise variance (WAIC) is too high
 
 
+def _indexed(ds: xr.Dataset) -> xr.Dataset:
+    """``ds`` with a 0..n-1 coordinate on each dimension that has none, as ``az.from_dict`` gives: ArviZ 1.x's
+    plots select by coordinate."""
+    return ds.assign_coords({dim: np.arange(n) for dim, n in ds.sizes.items() if dim not in ds.coords})
+
+
 def inference_data(groups: dict[str, xr.Dataset]):
-    """The installed ArviZ's posterior object (InferenceData or DataTree) with these groups."""
+    """The installed ArviZ's posterior object (InferenceData or DataTree) with these groups, every
+    dimension indexed."""
+    groups = {name: _indexed(ds) for name, ds in groups.items()}
     if MAJOR >= 1:
         return xr.DataTree.from_dict(groups)
     return az.InferenceData(**groups)
@@ -55,8 +63,10 @@ def read(path):
     """A netCDF file of groups, read into memory as the installed ArviZ's posterior object."""
     if MAJOR >= 1:
         with xr.open_datatree(path, engine="h5netcdf") as tree:
-            return tree.load()
-    return az.from_netcdf(path, engine="h5netcdf")
+            tree = tree.load()
+        return inference_data({name: tree[name].to_dataset() for name in tree.children})
+    idata = az.from_netcdf(path, engine="h5netcdf")
+    return inference_data({name: getattr(idata, name) for name in idata.groups()})
 
 
 def _dataset(data) -> xr.Dataset:

@@ -79,7 +79,7 @@ def test_the_xla_backend_outside_the_torch_its_torchax_is_tested_with(monkeypatc
 
     monkeypatch.setattr(xla, "installed", lambda: True)
     monkeypatch.setattr(xla.torch, "__version__", "2.99.0+cpu")
-    refused = r"'jax': torch 2.99.0\+cpu is not a release .* \(2.11 to 2.13\); use backend='torch'"
+    refused = r"'jax': torch 2.99.0\+cpu is not a release .* \(2.11 to 2.15\); use backend='torch'"
     with pytest.raises(bz.BnnZooError, match=refused):
         bz.NUTS(backend="jax")
     with pytest.warns(UserWarning, match="NUTS and ChEES run on torch: torch 2.99.0"):

@@ -124,9 +124,15 @@ def test_a_user_network_is_passed_back_in_and_checked(tmp_path):
     assert torch.equal(bz.load(tmp_path / "p", model=model).predict(x).f, post.predict(x).f)
 
 
-def test_a_bnn_zoo_fit_result_folder_is_loadable(tmp_path):
+def test_a_bnn_zoo_fit_result_folder_is_loadable_and_its_writing_is_announced(tmp_path, monkeypatch):
+    from bnn_zoo.experiments import run
+
+    said = []
+    monkeypatch.setattr(run, "announce", said.append)  # what the heartbeat says while each file is written
     out = tmp_path / "run"
     assert main(["fit", "--inference.steps", "30", "--out", str(out), "--quiet"]) == 0
+    files = ["posterior.nc and state.pt", "predictions.nc", "plots", "metrics.json"]
+    assert said[-4:] == [f"writing {f} to {out}" for f in files]
     post = bz.load(out)
     data = bz.data.toy_cubic()
     stored = xr.open_dataset(out / "predictions.nc", engine="h5netcdf")

@@ -26,7 +26,7 @@ from bnn_zoo.experiments.config import DEFAULT_LIKELIHOOD, Dropout, RunConfig, b
 from bnn_zoo.inference import collapse, fit, health
 from bnn_zoo.inference.collapse import diagnose
 from bnn_zoo.inference.defaults import batch_size
-from bnn_zoo.io import announce, save_dataset, writable_folder, write_json, write_yaml
+from bnn_zoo.io import announce, bar_disabled, save_dataset, writable_folder, write_json, write_yaml
 from bnn_zoo.posterior import function_space_draws
 
 
@@ -160,7 +160,7 @@ def evaluate(
         None if pred is None else test_predictions(name, posterior, dataset, metrics, pred),
     )
     if out_dir is not None:
-        save(result, Path(out_dir), plots)
+        save(result, Path(out_dir), plots, progress)
     return result
 
 
@@ -481,16 +481,27 @@ def test_predictions(name, posterior, dataset, metrics, pred):
     return ds
 
 
-def save(result: Result, out_dir: Path, with_plots: bool = True):
+def save(result: Result, out_dir: Path, with_plots: bool = True, progress: bool = False):
     """The saved posterior (loadable with ``bnn_zoo.load``), metrics.json, predictions.nc (all written
-    atomically) and the run's plots."""
+    atomically) and the run's plots, a bar step each: compressing a large posterior takes minutes."""
+    from tqdm.auto import tqdm
+
     from bnn_zoo.evaluation import plots
 
-    result.posterior.save(out_dir, idata=result.idata)  # posterior.nc, posterior.json, state.pt: bnn_zoo.load(out_dir)
-    if result.predictions is not None:
-        save_dataset(result.predictions, out_dir / "predictions.nc")
-    if with_plots:
+    def draw():
         if result.predictions is not None and "x_grid" in result.predictions:
             plots.predictive_bands([result.predictions], out_dir / "predictive.png")
         plots.diagnostics(result.name, result.idata, out_dir)
-    write_json(result.metrics, out_dir / "metrics.json")  # last: its presence says every other file is from this run
+
+    steps = {"posterior.nc and state.pt": lambda: result.posterior.save(out_dir, idata=result.idata)}
+    if result.predictions is not None:
+        steps["predictions.nc"] = lambda: save_dataset(result.predictions, out_dir / "predictions.nc")
+    if with_plots:
+        steps["plots"] = draw
+    steps["metrics.json"] = lambda: write_json(result.metrics, out_dir / "metrics.json")  # last: says all is written
+    with tqdm(total=len(steps), desc=f"writing {out_dir}", unit="file", disable=bar_disabled(progress)) as bar:
+        for what, write in steps.items():
+            announce(f"writing {what} to {out_dir}")  # the heartbeat's line where no bar shows
+            bar.set_postfix_str(what)
+            write()
+            bar.update()
