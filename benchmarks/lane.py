@@ -2,7 +2,7 @@
 install and test times, pytest's summary line, the exit status and the versions that decide the lane
 (Python, torch, ArviZ, NumPy, pandas, xarray).
 
-python benchmarks/lane.py PYTEST_LOG INSTALL_S TEST_S STATUS
+python benchmarks/lane.py PYTEST_LOG INSTALL_S TEST_S STATUS [PYTEST_OPTIONS]
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 from results import write
 
 
-def main(log: str, install_s: str, test_s: str, status: str) -> None:
+def main(log: str, install_s: str, test_s: str, status: str, options: str = "") -> None:
     lines = Path(log).read_text().splitlines()
     summary = next((line for line in reversed(lines) if re.search(r"\d+ (passed|failed)", line)), "no summary")
     python = platform.python_version()
@@ -28,7 +28,8 @@ def main(log: str, install_s: str, test_s: str, status: str) -> None:
         **{name: version(name) for name in ("torch", "arviz", "numpy", "pandas", "xarray", "pyro-ppl", "gpytorch")},
     }
     minor = "".join(python.split(".")[:2])
-    write(f"py{minor}-lane", [row], command=f".ci/py312 python{python.rsplit('.', 1)[0]}", python=python)
+    command = f".ci/py312 python{python.rsplit('.', 1)[0]} {options}".strip()
+    write(f"py{minor}-lane", [row], command=command, python=python)
 
 
 if __name__ == "__main__":
