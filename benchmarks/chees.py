@@ -9,6 +9,8 @@ One thread each. NumPyro runs its NUTS with its default settings, 2 chains one a
                                                      # on the jax backend, ChEES on the torch backend
     python benchmarks/chees.py --problem boston --data ../shared/data/uci/bostonHousing [--mass-matrix pooled within]
     python benchmarks/chees.py --seeds 0 1 2 3 4     # a table per seed, then each sampler's median ESS/s
+    python benchmarks/chees.py --backends jax --chains 16 --dense-mass [--problem boston ...]
+                                                     # NUTS's diagonal against its dense mass matrix
     python benchmarks/chees.py --check               # ChEES's predictive against a long Pyro NUTS run
     python benchmarks/chees.py --gradient --problem boston --data ../shared/data/uci/bostonHousing
                                                      # one batched potential and gradient: autograd, the
@@ -24,6 +26,7 @@ its rows to benchmarks/results/chees-PROBLEM.json (date, machine, commit).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import platform
 import time
@@ -83,13 +86,13 @@ def run_chees(x, y, x_test, noise, chains, warmup, samples, seed, compile=False,
     return run_bnn_zoo(x, y, x_test, noise, method, label, f"{warmup}+{samples}")
 
 
-def run_nuts(x, y, x_test, noise, draws, seed, backend):
+def run_nuts(x, y, x_test, noise, draws, seed, backend, dense_mass=False):
     """bnn-zoo's NUTS with NumPyro's row's draws, 2 chains (on the jax backend one after the other)."""
     method = bz.NUTS(num_warmup=draws, num_samples=draws, num_chains=2, seed=seed, progress=False, backend=backend)
+    method = dataclasses.replace(method, dense_mass=dense_mass)
     sampler = "Pyro" if backend == "torch" else "NumPyro on the traced torch model"
-    return run_bnn_zoo(
-        x, y, x_test, noise, method, f"bnn-zoo NUTS ({backend}: {sampler}), 2 chains", f"{draws}+{draws}"
-    )
+    label = f"bnn-zoo NUTS ({backend}: {sampler}), 2 chains" + (", dense mass" if dense_mass else "")
+    return run_bnn_zoo(x, y, x_test, noise, method, label, f"{draws}+{draws}")
 
 
 def run_bnn_zoo(x, y, x_test, noise, method, label, draws):
@@ -328,6 +331,9 @@ def main():
         help="ChEES's mass-matrix estimate(s) to run",
     )
     parser.add_argument(
+        "--dense-mass", action="store_true", help="also run bnn-zoo's NUTS on the jax backend with a dense mass matrix"
+    )
+    parser.add_argument(
         "--compile", action="store_true", help="also run every ChEES row with compile=True (torch.compile)"
     )
     parser.add_argument(
@@ -385,6 +391,8 @@ def main():
         rows = [run_numpyro(x, y, x_test, noise, args.numpyro_draws, args.numpyro_draws, seed)]
         if "jax" in args.backends:
             rows.append(run_nuts(x, y, x_test, noise, args.numpyro_draws, seed, "jax"))
+            if args.dense_mass:
+                rows.append(run_nuts(x, y, x_test, noise, args.numpyro_draws, seed, "jax", dense_mass=True))
             rows += [
                 run_chees(x, y, x_test, noise, c, args.warmup, args.samples, seed, backend="jax") for c in args.chains
             ]
@@ -421,8 +429,10 @@ def main():
                 f"| {sampler} | {', '.join(f'{v:.1f}' for v in values)} | {np.median(values):.1f} | "
                 f"{np.median(values) / base:.2f}x |"
             )
-    settings = {k: getattr(args, k) for k in ("problem", "chains", "warmup", "samples", "numpyro_draws", "seeds")}
+    keys = ("problem", "chains", "warmup", "samples", "numpyro_draws", "seeds", "dense_mass")
+    settings = {k: getattr(args, k) for k in keys}
     name = f"chees-{args.problem}" + ("" if set(args.backends) == {"jax", "torch"} else f"-{args.backends[0]}")
+    name += "-dense" if args.dense_mass else ""
     print(f"results: {results.write(name, record, threads=1, **settings)}")
 
 

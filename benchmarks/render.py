@@ -138,7 +138,7 @@ def rendered(name: str) -> str:
         return f"**{name}** (bnn-zoo {__version__}, from the code):\n\n{LIBRARY[name]()}"
     record = json.loads((RESULTS / f"{name}.json").read_text())
     first = record["rows"][0] if record["rows"] else {}
-    render = backends if "jax_ms" in first else samplers if "ess_per_s" in first else rows
+    render = backends if {"jax_ms", "weights"} <= first.keys() else samplers if "ess_per_s" in first else rows
     render = real_tables if "warnings" in first and "table" in first else render
     render = demo if "rmse_beyond" in first else render
     return f"**{name}** ({header(record)}):\n\n{render(record)}"
