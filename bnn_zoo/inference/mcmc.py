@@ -407,7 +407,8 @@ class NUTS(_MCMC):
             a fitted :class:`~bnn_zoo.Posterior`, one of its draws per chain; or a dict of site values.
         seed: chain c is seeded with ``seed + c``, so its draws do not depend on ``chain_method``.
         target_accept: the acceptance probability step-size adaptation aims at.
-        dense_mass: adapt a dense mass matrix instead of a diagonal one.
+        dense_mass: adapt a dense mass matrix instead of a diagonal one; on a network it costs more per
+            step and gave fewer effective samples per gradient (docs/guide/inference.md).
         jit_compile: compile the potential with ``torch.jit.trace`` (cheaper per gradient on small networks).
         chain_method: ``"parallel"``: each chain in a forked process, as many at once as this process may
             use cores (a sweep worker's share; ``OMP_NUM_THREADS=1`` does not make them sequential), torch's
