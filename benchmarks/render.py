@@ -141,6 +141,7 @@ def rendered(name: str) -> str:
     render = backends if {"jax_ms", "weights"} <= first.keys() else samplers if "ess_per_s" in first else rows
     render = real_tables if "warnings" in first and "table" in first else render
     render = demo if "rmse_beyond" in first else render
+    render = rows if "ess_per_kgrad" in first else render  # per gradient, which samplers' table has not
     return f"**{name}** ({header(record)}):\n\n{render(record)}"
 
 

@@ -114,7 +114,8 @@ def test_a_method_chosen_on_the_command_line_keeps_its_own_defaults(name):
     assert chosen.inference == dataclasses.replace(config.REGISTRY["inference"][name](), max_hours=0.5)
 
 
-@pytest.mark.parametrize("guide", [None, "dropout"])
+# the dropout guide's door is the same code path (tests/test_one_truth.py holds every number): slow lane
+@pytest.mark.parametrize("guide", [None, pytest.param("dropout", marks=pytest.mark.slow)])
 def test_the_same_run_from_python_and_from_the_command_line_gives_the_same_metrics(tmp_path, guide):
     """`bnn-zoo fit` with every default against bz.fit with every default on the same data and model; the
     dropout guide's too (p learned, under the fan-in prior the README's Python example uses)."""

@@ -37,7 +37,8 @@ MODEL = bz.BNN(bz.models.MLP(8, [50], 1), bz.priors.FanInNormal(), bz.likelihood
 
 @pytest.mark.parametrize(
     "method",
-    [bz.SVI(), bz.SVI(guide="dropout"), bz.Laplace(), bz.Ensemble()],
+    # one scaling path for every method (bnn_zoo.scaling): the ensemble's five members run in the slow lane
+    [bz.SVI(), bz.SVI(guide="dropout"), bz.Laplace(), pytest.param(bz.Ensemble(), marks=pytest.mark.slow)],
     ids=["mean-field", "dropout", "laplace", "ensemble"],
 )
 def test_a_table_in_its_own_units_fits_as_well_as_standardised(method):

@@ -332,7 +332,8 @@ def test_a_padded_cell_has_its_own_log_density():
 @pytest.mark.parametrize(
     "lockstep", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["one-after-another", "lockstep"]
 )
-@pytest.mark.parametrize("sampler", ["nuts", "chees"])
+# ChEES's cells share NUTS's masked log density (test_a_padded_cell_has_its_own_log_density): slow lane
+@pytest.mark.parametrize("sampler", ["nuts", pytest.param("chees", marks=pytest.mark.slow)])
 def test_cells_in_one_program_equal_each_cell_run_alone(sampler, lockstep, monkeypatch):
     """Same keys, same kernel, the cell's own rows: draws equal to float rounding over a short run (over
     hundreds of iterations rounding differences grow, as between any two machines, so the two runs then
