@@ -272,6 +272,18 @@ def test_auto_takes_jax_except_where_the_traced_gradient_is_slower(blr_model):
     assert xla.resolve_backend("jax", lstm) == "jax"  # asked for: tried, and checked
 
 
+def test_torch_optimisers_step_after_torchax_has_loaded():
+    """torchax names its "jax" device torch's accelerator; torch 2.15's Adam asked it for a stream and
+    failed ("not linked with support for jax devices"). Once torchax is loaded, no accelerator is one."""
+    xla._torchax()
+    assert torch.accelerator.current_accelerator(check_available=True) is None or torch.cuda.is_available()
+    weight = torch.nn.Parameter(torch.zeros(3))
+    optimiser = torch.optim.Adam([weight], lr=0.1)
+    weight.sum().backward()
+    optimiser.step()
+    assert torch.allclose(weight, torch.full((3,), -0.1))
+
+
 def test_bad_backend_settings_are_one_clear_error(monkeypatch):
     with pytest.raises(bz.BnnZooError, match="NUTS backend must be one of 'auto', 'torch', 'jax', got 'xla'"):
         bz.NUTS(backend="xla")

@@ -140,7 +140,7 @@ def _torchax():
 
         torchax.default_env()  # torchax's own check that its environment builds beside this torch
         # torchax makes its "jax" device torch's accelerator and calls it available; no torch tensor is put
-        # there, and torch >= 2.14's Adam would ask that device for a stream torch cannot make
+        # there, and torch 2.15's Adam would ask that device for a stream torch cannot make
         torchax.device_module.is_available = lambda: False
     finally:
         logging.getLogger().removeFilter(successor_registered_twice)
