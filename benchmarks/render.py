@@ -151,7 +151,8 @@ def library_defaults() -> str:
     import dataclasses
 
     import bnn_zoo as bz
-    from bnn_zoo.inference import METHODS
+    import bnn_zoo.inference  # noqa: F401  (registers the zoo's methods)
+    from bnn_zoo.methods import registered
     from bnn_zoo.models.cnn import LeNet
     from bnn_zoo.models.rnn import TextRNN
 
@@ -163,7 +164,7 @@ def library_defaults() -> str:
         "recurrent": (bz.BNN(TextRNN(50), likelihood=bz.likelihoods.Categorical()), 300),
     }
     lines = [f"| method | field | {' | '.join(contexts)} |", "|---|---|" + "---|" * len(contexts)]
-    for name, method in METHODS.items():
+    for name, method in registered("bnn").items():
         unset = method()
         filled = [unset.resolved(model, n) for model, n in contexts.values()]
         for field in dataclasses.fields(unset):

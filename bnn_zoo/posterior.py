@@ -16,7 +16,7 @@ import pyro
 import torch
 import xarray as xr
 
-from bnn_zoo import guides, saving
+from bnn_zoo import guides, methods, saving
 from bnn_zoo.data.validation import check_data, check_inputs
 from bnn_zoo.errors import BnnZooError, checked, positive
 from bnn_zoo.scaling import AS_GIVEN, DATA_UNITS, Scaling, fitted_model
@@ -157,6 +157,10 @@ class PosteriorLike(Protocol):
     def elbo(
         self, x: torch.Tensor | None = None, y: torch.Tensor | None = None, num_samples: int = 1000
     ) -> tuple[float, float]: ...
+
+    def own_evidence(self, num_samples: int = 1000) -> dict[str, float]:
+        """The log-evidence estimates the fit carries by its method (its ``evidence`` trait), under
+        metrics.json's names."""
 
     def to_inference_data(self):
         """ArviZ's posterior object: InferenceData (ArviZ 0.2x) or xarray.DataTree (1.x)."""
@@ -453,6 +457,14 @@ class Posterior(InDataUnits):
                     f = torch.cat([self._forward(part, x[j : j + rows]) for j in range(0, len(x), rows)], dim=1)
                     yield fn(f, {k: v[i : i + chunk] for k, v in latent.items()})
                 del draws, weights, latent  # before the next block is made
+
+    def own_evidence(self, num_samples: int = 1000) -> dict[str, float]:
+        """A guide's ``elbo`` and ``elbo_se`` (``num_samples`` draws), where it has a density; otherwise the
+        estimates of the method's ``evidence`` trait that the fit kept in ``info`` (Laplace's
+        ``evidence_laplace`` or ``evidence_laplace_type_ii``, named by its ``type_ii`` label)."""
+        if self.guide is not None and getattr(self.guide, "has_density", True):
+            return dict(zip(("elbo", "elbo_se"), self.elbo(num_samples=num_samples)))
+        return {k: self.info[k] for k in methods.traits_of(self).evidence if k in self.info}
 
     def elbo(
         self, x: torch.Tensor | None = None, y: torch.Tensor | None = None, num_samples: int = 1000

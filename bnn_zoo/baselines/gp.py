@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 from bnn_zoo import likelihoods, priors, saving
 from bnn_zoo.errors import BnnZooError, check_field_types, checked
 from bnn_zoo.io import bar_disabled
+from bnn_zoo.methods import Family, register
 from bnn_zoo.posterior import InDataUnits, Prediction, common_attrs, function_space_inference_data
 
 MAX_EXACT = 10_000  # an exact GP's Cholesky is O(N^3) time and O(N^2) float64 memory (10k: 0.8 GB)
@@ -207,6 +208,7 @@ class _VariationalGP(gpytorch.models.ApproximateGP):
         return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
 
 
+@register
 @dataclass
 class TypeII:
     """Type-II maximum likelihood: Adam on the negative log marginal likelihood (regression; Rasmussen &
@@ -225,6 +227,13 @@ class TypeII:
     progress: bool = True
 
     name = "gp"
+    family = Family.GAUSSIAN
+    stores = "draws"
+    evidence = ("log_marginal_likelihood", "elbo")
+    reference = False
+    copies = None
+    draws = (1000,)
+    fits = "gp"
 
     def __post_init__(self):
         check_field_types(self)
@@ -349,6 +358,12 @@ class GPPosterior(InDataUnits):
 
     def predictive_mean(self, x, num_samples: int | None = None):
         return self.predict(x, num_samples).mean
+
+    def own_evidence(self, num_samples: int = 1000) -> dict[str, float]:
+        """A regression's exact ``log_marginal_likelihood``; a classifier's ``elbo`` and ``elbo_se``."""
+        if self.model.task == "regression":
+            return {"log_marginal_likelihood": self.log_marginal_likelihood()}
+        return dict(zip(("elbo", "elbo_se"), self.elbo(num_samples=num_samples)))
 
     def log_marginal_likelihood(self) -> float:
         """Exact log p(y | X, hyperparameters) of the training targets (regression only), in nats, in the

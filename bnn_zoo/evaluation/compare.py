@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import xarray as xr
 
-from bnn_zoo import arviz_compat
+from bnn_zoo import arviz_compat, methods
 from bnn_zoo.data.validation import check_data
 from bnn_zoo.errors import BnnZooError, checked
 from bnn_zoo.evaluation import evidence, predictions
@@ -139,7 +139,7 @@ class _Scored:
         attrs = {"name": self.name, "task": task, "model": self.metrics.get("model", ""), "method": posterior.method}
         attrs.update(posterior.units_attrs())
         self.predictions = predictions.test_predictions(pred, y, attrs)
-        if posterior.method in ("nuts", "hmc", "chees"):  # can it serve as a reference posterior?
+        if methods.traits_of(posterior).reference:  # can it serve as a reference posterior?
             f = pred.f.reshape(posterior.num_chains, -1, *pred.f.shape[1:])
             depth = posterior.sample_stats.get("tree_depth")
             self.metrics.update(ref.convergence(f, depth, posterior.settings.get("max_tree_depth")))

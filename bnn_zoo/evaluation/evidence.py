@@ -37,19 +37,12 @@ def elbo(posterior, x=None, y=None, num_samples: int = 1000) -> tuple[float, flo
 
 
 def of(posterior, elbo_samples: int = 1000) -> dict[str, float]:
-    """The evidence a fit carries by its method, under metrics.json's names: a guide's ``elbo`` with
-    ``elbo_se``; Laplace's ``evidence_laplace`` (the declared model's) or ``evidence_laplace_type_ii``
-    (a type-II prior or noise, named by the posterior's ``type_ii`` label); a regression GP's exact
-    ``log_marginal_likelihood`` (a classifier GP's ELBO). Empty for samplers: their evidence is :func:`ais`."""
-    if posterior.guide is not None and getattr(posterior.guide, "has_density", True):
-        return dict(zip(("elbo", "elbo_se"), posterior.elbo(num_samples=elbo_samples)))
-    if posterior.method == "laplace":  # its info names it as metrics.json does
-        return {k: posterior.info[k] for k in ("evidence_laplace", "evidence_laplace_type_ii") if k in posterior.info}
-    if posterior.method == "gp":
-        if posterior.model.task == "regression":
-            return {"log_marginal_likelihood": posterior.log_marginal_likelihood()}
-        return dict(zip(("elbo", "elbo_se"), posterior.elbo(num_samples=elbo_samples)))
-    return {}
+    """The evidence a fit carries by its method, under metrics.json's names (``posterior.own_evidence``): a
+    guide's ``elbo`` with ``elbo_se``; Laplace's ``evidence_laplace`` (the declared model's) or
+    ``evidence_laplace_type_ii`` (a type-II prior or noise, named by the posterior's ``type_ii`` label); a
+    regression GP's exact ``log_marginal_likelihood`` (a classifier GP's ELBO). Empty for samplers: their
+    evidence is :func:`ais`."""
+    return posterior.own_evidence(elbo_samples)
 
 
 def importance_weighted(posterior, x=None, y=None, k: int = 100, num_repeats: int = 10) -> tuple[float, float]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bnn_zoo import arviz_compat, diagnostics, resources
+from bnn_zoo import arviz_compat, diagnostics, methods, resources
 from bnn_zoo.bnn import BNN
 from bnn_zoo.errors import BnnZooError
 from bnn_zoo.evaluation import (
@@ -27,6 +27,7 @@ from bnn_zoo.inference import collapse, fit, health
 from bnn_zoo.inference.collapse import diagnose
 from bnn_zoo.inference.defaults import batch_size
 from bnn_zoo.io import announce, bar_disabled, save_dataset, writable_folder, write_json, write_yaml
+from bnn_zoo.methods import Family
 from bnn_zoo.posterior import function_space_draws
 
 
@@ -134,7 +135,7 @@ def evaluate(
         **model.describe(),
         **posterior.units_attrs(),
     )
-    if posterior.method in ("nuts", "hmc", "chees") and pred is not None:  # can it serve as a reference posterior?
+    if methods.traits_of(posterior).reference and pred is not None:  # can it serve as a reference posterior?
         f = pred.f if predict_samples is None else posterior.predict(x_test).f
         depth = posterior.sample_stats.get("tree_depth")  # NUTS's: (chains, draws)
         f = f.reshape(posterior.num_chains, -1, *f.shape[1:])
@@ -287,7 +288,7 @@ def check_memory(config: RunConfig, dataset, build, out_features: int) -> None:
         return
     method, (n, n_test) = config.inference, (len(dataset.x_train), len(dataset.x_test))
     params, per_row = resources.footprint(meta, tuple(dataset.x_train.shape[1:]))
-    copies, draws = _copies(method), _draws(method)
+    copies, draws = methods.copies_of(method, method.method), methods.draws_of(method, method.method)
     if dataset.task == "language-model":  # (N, T, vocabulary) outputs, averaged over draws in place
         outputs = math.prod(dataset.x_test.shape[1:]) * out_features
         predictions = {"the test outputs' running average": 2 * n_test * outputs}
@@ -312,7 +313,7 @@ def check_scoring_time(config: RunConfig, dataset, net) -> None:
     evaluation.max_scoring_hours: the test predictions over every draw and, on the training rows, the
     InferenceData's predictive and log-likelihood draws, the collapse check and the ELBO."""
     ev, (x, y), n_test = config.evaluation, dataset.train, len(dataset.x_test)
-    draws = _draws(config.inference)
+    draws = methods.draws_of(config.inference, config.inference.method)
     passes = {"the test predictions": (ev.predict_samples or draws) * n_test}
     per_row = resources.seconds_per_row(net, x)
     if per_row is None or ev.max_scoring_hours is None:
@@ -336,19 +337,6 @@ def check_scoring_time(config: RunConfig, dataset, net) -> None:
         "use less data, fewer draws (--evaluation.predict_samples, --evaluation.elbo_samples), "
         "--evaluation.training_evidence false, or raise --evaluation.max_scoring_hours",
     )
-
-
-def _copies(method) -> int:
-    """Weight draws a step of ``method`` evaluates at once: particles, chains or ensemble members."""
-    return next((getattr(method, k) for k in ("num_particles", "num_chains", "members") if hasattr(method, k)), 1) or 1
-
-
-def _draws(method) -> int:
-    """Posterior draws a fit by ``method`` gives the scoring, over all chains or members (1,000 per chain
-    where its defaults are still unset)."""
-    per_chain = getattr(method, "num_draws", None) or getattr(method, "num_samples", None)
-    per_chain = per_chain or (1 if hasattr(method, "members") else 1000)
-    return per_chain * (getattr(method, "num_chains", None) or getattr(method, "members", None) or 1)
 
 
 def execute(config: RunConfig, out_dir=None, progress: bool = True, resume: bool = False) -> Result:
@@ -410,7 +398,8 @@ def _evidence(posterior, idata, elbo_samples):
     out = evidence.of(posterior, elbo_samples)  # a type-II label reaches metrics with the rest of info
     log_lik = arviz_compat.group(idata, "log_likelihood")
     draws = log_lik.sizes["chain"] * log_lik.sizes["draw"]
-    if posterior.method == "ensemble" or draws < 2:  # K point estimates, or one draw: too few to importance-sample
+    traits = methods.traits_of(posterior)
+    if traits.stores == "points" or draws < 2:  # K point estimates, or one draw: too few to importance-sample
         return out
     several = log_lik.sizes["chain"] > 1  # one chain: ArviZ's r_eff is 1
     weights = _chain_draws(arviz_compat.group(idata, "posterior")) if several else None
@@ -421,7 +410,7 @@ def _evidence(posterior, idata, elbo_samples):
         out.update(loo_elpd=loo.elpd, loo_se=loo.se, loo_max_pareto_k=float(np.max(loo.pareto_k)))
         if loo.warning:
             out["loo_warning"] = "some Pareto k are high: LOO is unreliable for those points"
-    if posterior.method in health.MARKOV_CHAINS:  # the weights' R-hat; the fit's own check did f's (health)
+    if traits.family is Family.CHAINS:  # the weights' R-hat; the fit's own check did f's (health)
         weights = _chain_draws(arviz_compat.group(idata, "posterior")) if weights is None else weights
         rhat, ess = diagnostics.rhat_and_ess_bulk(weights, rhat=posterior.num_chains > 1)
         if rhat is not None:

@@ -1,11 +1,12 @@
-"""One entry point for inference: ``fit(model, x, y, method)`` with method SVI, NUTS, HMC, ChEES, Laplace, SGMCMC,
-Ensemble or SWAG (a BNN), or ``bnn_zoo.TypeII`` (a ``bnn_zoo.GP``)."""
+"""One entry point for inference: ``fit(model, x, y, method)`` with any registered method (:mod:`bnn_zoo.methods`):
+SVI, NUTS, HMC, ChEES, Laplace, SGMCMC, Ensemble or SWAG (a BNN), ``bnn_zoo.TypeII`` (a ``bnn_zoo.GP``), or your own."""
 
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 
+from bnn_zoo import methods
 from bnn_zoo.baselines import GP, GPPosterior, TypeII
 from bnn_zoo.bnn import BNN
 from bnn_zoo.data.validation import check_data
@@ -23,24 +24,13 @@ from bnn_zoo.scaling import in_fit_units, scaling_for
 
 ArrayLike = torch.Tensor | np.ndarray | Sequence
 
-METHODS = {
-    "svi": SVI,
-    "nuts": NUTS,
-    "hmc": HMC,
-    "chees": ChEES,
-    "laplace": Laplace,
-    "sgmcmc": SGMCMC,
-    "ensemble": Ensemble,
-    "swag": SWAG,
-}
-
 
 @checked
 def fit(
     model: BNN | GP,
     x: ArrayLike,
     y: ArrayLike,
-    method: SVI | NUTS | HMC | ChEES | Laplace | SGMCMC | Ensemble | SWAG | TypeII,
+    method: methods.InferenceMethod,
     device: str | torch.device | None = None,
     standardize: bool = True,
 ) -> Posterior | GPPosterior:
@@ -59,13 +49,12 @@ def fit(
     find over- or under-confident) warns in one line and keeps the sentence in ``posterior.info``.
 
     Args:
-        model: a :class:`bnn_zoo.BNN`, fitted by SVI, NUTS, HMC, ChEES, Laplace, SGMCMC, Ensemble or SWAG; or a
-            :class:`bnn_zoo.GP`, fitted by TypeII.
+        model: a :class:`bnn_zoo.BNN` or a :class:`bnn_zoo.GP`.
         x: inputs, (N, features): a tensor, array or nested list.
         y: targets, (N,) or (N, outputs) for regression, class labels (N,) for classifiers.
-        method: ``bnn_zoo.SVI(...)``, ``bnn_zoo.NUTS(...)``, ``bnn_zoo.HMC(...)``, ``bnn_zoo.ChEES(...)``,
-            ``bnn_zoo.Laplace(...)``, ``bnn_zoo.SGMCMC(...)``,
-            ``bnn_zoo.Ensemble(...)``, ``bnn_zoo.SWAG(...)`` or ``bnn_zoo.TypeII(...)``.
+        method: an instance of a registered method that fits this kind of model (its ``fits`` trait,
+            :class:`bnn_zoo.methods.InferenceMethod`): a BNN's ``bnn_zoo.SVI(...)``, ``NUTS``, ``HMC``, ``ChEES``,
+            ``Laplace``, ``SGMCMC``, ``Ensemble``, ``SWAG``; a GP's ``bnn_zoo.TypeII(...)``; or your own.
         device: where to fit a BNN: ``"cpu"`` (default: where the model is) or ``"cuda"``; the model is
             copied there with its data, and the posterior lives there.
         standardize: standardise a regression's inputs and targets, a classifier's inputs (False: fit them
@@ -75,24 +64,8 @@ def fit(
     Returns:
         A :class:`bnn_zoo.Posterior` (a GP: a ``GPPosterior`` with the same interface).
     """
-    if isinstance(method, type):
-        raise BnnZooError(
-            f"method is the class {method.__name__}; pass an instance, e.g. bnn_zoo.{method.__name__}() with its "
-            "settings"
-        )
-    if not isinstance(method, (*METHODS.values(), TypeII)):
-        raise BnnZooError(
-            f"method must be bnn_zoo.SVI(...), NUTS, HMC, ChEES, Laplace, SGMCMC, Ensemble, SWAG or TypeII (a GP), got "
-            f"{method!r}"
-        )
-    if not isinstance(model, (BNN, GP)):
-        raise BnnZooError(f"model must be a bnn_zoo.BNN or a bnn_zoo.GP, got {type(model).__name__}")
-    if isinstance(model, GP) != isinstance(method, TypeII):
-        raise BnnZooError(
-            "a bnn_zoo.GP is fitted by bnn_zoo.TypeII(...), and a BNN by SVI, NUTS, HMC, ChEES, Laplace, SGMCMC, "
-            "Ensemble or SWAG"
-        )
-    check_seed(getattr(method, "seed", 0))
+    _check_method(model, method)
+    check_seed(method.seed)
     x, y = check_data(model, x, y)
     if device is not None:
         if isinstance(model, GP):
@@ -109,4 +82,27 @@ def fit(
     return posterior
 
 
-__all__ = ["HMC", "METHODS", "NUTS", "SWAG", "ChEES", "Ensemble", "SGMCMC", "SVI", "Laplace", "fit"]
+def _check_method(model, method) -> None:
+    """Refuse a method that is not a registered method's instance, or that takes the other kind of model."""
+    if isinstance(method, type):
+        raise BnnZooError(
+            f"method is the class {method.__name__}; pass an instance, e.g. bnn_zoo.{method.__name__}() with its "
+            "settings"
+        )
+    by_kind = {kind: ", ".join(c.__name__ for c in methods.registered(kind).values()) for kind in ("bnn", "gp")}
+    if methods.REGISTRY.get(getattr(method, "name", None)) is not type(method):
+        raise BnnZooError(
+            f"method must be an instance of a registered inference method ({by_kind['bnn']} for a BNN; "
+            f"{by_kind['gp']} for a GP; your own: bnn_zoo.methods.register), got {method!r}"
+        )
+    if not isinstance(model, (BNN, GP)):
+        raise BnnZooError(f"model must be a bnn_zoo.BNN or a bnn_zoo.GP, got {type(model).__name__}")
+    kind = "gp" if isinstance(model, GP) else "bnn"
+    if method.fits != kind:
+        fits = method.fits.upper()
+        raise BnnZooError(
+            f"a bnn_zoo.{kind.upper()} is fitted by {by_kind[kind]}; {type(method).__name__} fits a {fits}"
+        )
+
+
+__all__ = ["HMC", "NUTS", "SWAG", "ChEES", "Ensemble", "SGMCMC", "SVI", "Laplace", "TypeII", "fit"]

@@ -41,6 +41,7 @@ from bnn_zoo.inference.budget import TimeLimit, TimeLimitExceeded, check_max_hou
 from bnn_zoo.inference.potential import LogPosterior, chain_starts, check_init
 from bnn_zoo.inference.svi import svi_start
 from bnn_zoo.io import atomic_torch_save, bar_disabled, check_identity, fingerprint, safe_torch_load, say_resumed
+from bnn_zoo.methods import Family, register
 from bnn_zoo.models import architecture
 from bnn_zoo.posterior import Posterior
 from bnn_zoo.priors import ScaleMixture
@@ -49,6 +50,7 @@ MAX_ENERGY_ERROR = 1000.0  # a trajectory whose energy error passes this diverge
 LOG_T_CLIP = 0.35  # the largest change of log T per iteration (about log 2 / 2, as TFP)
 
 
+@register
 @dataclass
 class ChEES:
     """Ensemble HMC with ChEES-adapted, jittered trajectory lengths: ``num_chains`` chains in lockstep.
@@ -117,6 +119,13 @@ class ChEES:
     lockstep: bool = False
 
     name = "chees"
+    family = Family.CHAINS
+    stores = "draws"
+    evidence = ()
+    reference = True
+    copies = "num_chains"
+    draws = ("num_samples", "num_chains")
+    fits = "bnn"
 
     def __post_init__(self):
         check_field_types(self)

@@ -35,6 +35,7 @@ from bnn_zoo.inference.boundary import held_to_step_end, say_saved
 from bnn_zoo.inference.budget import STEPS_FIX, TimeLimit, TimeLimitExceeded, check_max_hours
 from bnn_zoo.inference.lockstep import Stream, first_distinct
 from bnn_zoo.io import atomic_torch_save, bar_disabled, check_identity, fingerprint, safe_torch_load, say_resumed
+from bnn_zoo.methods import Family, register
 from bnn_zoo.posterior import Posterior
 from bnn_zoo.priors import ScaleMixture
 from bnn_zoo.protocols import ForwardsDraws
@@ -47,6 +48,7 @@ def member_seed(seed: int, k: int) -> int:
     return int(np.random.SeedSequence([seed, k]).generate_state(1)[0] % 2**31)
 
 
+@register
 @dataclass
 class Ensemble:
     """Deep ensembles (Lakshminarayanan et al. 2017): K networks from K random initialisations, each
@@ -97,6 +99,13 @@ class Ensemble:
     max_hours: float | None = 2.0
 
     name = "ensemble"
+    family = Family.ENSEMBLE
+    stores = "points"
+    evidence = ()
+    reference = False
+    copies = "members"
+    draws = (1, "members")
+    fits = "bnn"
 
     def __post_init__(self):
         check_field_types(self)
@@ -153,6 +162,7 @@ class Ensemble:
         )
 
 
+@register
 @dataclass
 class SWAG(Ensemble):
     """SWA-Gaussian (Maddox et al. 2019), and MultiSWAG (Wilson & Izmailov 2020) with ``members`` > 1.
@@ -189,6 +199,8 @@ class SWAG(Ensemble):
     num_draws: int = 30
 
     name = "swag"
+    stores = "draws"
+    draws = ("num_draws", "members")
 
     def __post_init__(self):
         super().__post_init__()

@@ -27,9 +27,10 @@ import warnings
 import torch
 from scipy.stats import binom
 
-from bnn_zoo import diagnostics
+from bnn_zoo import diagnostics, methods
 from bnn_zoo.errors import BnnZooError
 from bnn_zoo.inference import collapse
+from bnn_zoo.methods import Family
 
 RHAT_MAX = 1.05  # the warning's; a reference posterior needs 1.01 and 4 chains (bnn_zoo.evaluation.reference)
 ESS_MIN_PER_CHAIN = 100
@@ -38,7 +39,6 @@ COVERAGE_MIN, COVERAGE_MAX = 0.75, 0.98  # of the 90% band, on held-out targets
 WARNINGS = ["collapse_warning", "convergence_warning", "band_warning"]
 NOMINAL = 0.90  # the band judged: the central 90% interval
 SIGNIFICANCE = 0.05  # a band is judged on n held-out targets by a one-sided binomial test at this level
-MARKOV_CHAINS = ("nuts", "hmc", "chees", "sgmcmc")  # methods whose draws are Markov chains
 
 
 def held_out(x: torch.Tensor, y: torch.Tensor, fraction: float, seed: int) -> tuple[tuple, tuple | None]:
@@ -82,7 +82,7 @@ def convergence(posterior) -> str:
     """R-hat (with 2 or more chains) and bulk ESS of each training point's log-likelihood across the
     draws of a Markov chain method, and its share of divergent transitions, kept in ``posterior.info``
     (``max_rhat_function``, ``min_ess_bulk_function``, ``divergences``); a sentence when one fails."""
-    if posterior.method not in MARKOV_CHAINS or posterior.num_draws < 4:
+    if methods.traits_of(posterior).family is not Family.CHAINS or posterior.num_draws < 4:
         return ""
     chains, draws = posterior.num_chains, posterior.num_draws
     with torch.no_grad():

@@ -33,12 +33,14 @@ from bnn_zoo.bnn import BNN, last_layer
 from bnn_zoo.errors import BnnZooError, check_field_types
 from bnn_zoo.io import bar_disabled
 from bnn_zoo.likelihoods import Gaussian
+from bnn_zoo.methods import Family, register
 from bnn_zoo.posterior import Posterior, load_posterior
 from bnn_zoo.priors import FanInNormal
 
 MAX_FULL = 5000  # a full D x D precision in float64: 5000 weights is 200 MB
 
 
+@register
 @dataclass
 class Laplace:
     """A Gaussian at the MAP of the BNN: N(w*, (GGN + c P)^-1), with P the model's prior precision
@@ -95,6 +97,13 @@ class Laplace:
     progress: bool = True
 
     name = "laplace"
+    family = Family.GAUSSIAN
+    stores = "draws"
+    evidence = ("evidence_laplace", "evidence_laplace_type_ii")
+    reference = False
+    copies = None
+    draws = ("num_draws",)
+    fits = "bnn"
 
     def __post_init__(self):
         check_field_types(self)

@@ -42,6 +42,7 @@ from bnn_zoo.inference.budget import TimeLimit, check_max_hours
 from bnn_zoo.inference.potential import chain_starts, check_init
 from bnn_zoo.inference.svi import svi_start
 from bnn_zoo.io import atomic_torch_save, bar_disabled, check_identity, fingerprint, safe_torch_load
+from bnn_zoo.methods import Family, register
 from bnn_zoo.models import architecture
 from bnn_zoo.posterior import Posterior
 from bnn_zoo.priors import ScaleMixture
@@ -164,6 +165,13 @@ class _MCMC:
     checkpoint: str | Path | None = None
 
     name = "mcmc"
+    family = Family.CHAINS
+    stores = "draws"
+    evidence = ()
+    reference = True
+    copies = "num_chains"
+    draws = ("num_samples", "num_chains")
+    fits = "bnn"
     counts = {"num_warmup": 0, "num_samples": 1, "num_chains": 1}  # integer settings and their least values
 
     def __post_init__(self):
@@ -392,6 +400,7 @@ def _chain_result(receive, c: int, process) -> dict:
     return torch.load(io.BytesIO(message[2:]), weights_only=True)
 
 
+@register
 @dataclass
 class NUTS(_MCMC):
     """No-U-Turn sampler (Pyro's NUTS; Hoffman & Gelman 2014) with step size adapted by dual averaging
@@ -486,6 +495,7 @@ class NUTS(_MCMC):
         return _NUTSKernel(model, max_tree_depth=self.max_tree_depth, **self._shared(init_strategy))
 
 
+@register
 @dataclass
 class HMC(_MCMC):
     """Hamiltonian Monte Carlo with a fixed trajectory length (Pyro's HMC; Neal 2011); the step size is

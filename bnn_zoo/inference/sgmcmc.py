@@ -28,6 +28,7 @@ from bnn_zoo.inference.boundary import held_to_step_end, say_saved
 from bnn_zoo.inference.budget import STEPS_FIX, TimeLimit, TimeLimitExceeded, check_max_hours
 from bnn_zoo.inference.potential import LogPosterior
 from bnn_zoo.io import atomic_torch_save, bar_disabled, check_identity, fingerprint, safe_torch_load, say_resumed
+from bnn_zoo.methods import Family, register
 from bnn_zoo.posterior import Posterior
 from bnn_zoo.priors import Normal
 
@@ -45,6 +46,7 @@ CYCLICAL_PEAK = 2  # the cyclical schedule's peak in SCALED_STEPs: its sampling 
 SCALED_STEP = 0.2  # eps * lambda_max in whitened coordinates: Langevin's variance bias there is eps lambda / 2 = 10%
 
 
+@register
 @dataclass
 class SGMCMC:
     """Minibatch MCMC: every step follows a stochastic gradient of log p(w) + (N / M) sum_batch log p(y | x, w).
@@ -115,6 +117,13 @@ class SGMCMC:
     progress: bool = True
 
     name = "sgmcmc"
+    family = Family.CHAINS
+    stores = "draws"
+    evidence = ()
+    reference = False
+    copies = "num_chains"
+    draws = ("num_samples", "num_chains")
+    fits = "bnn"
 
     def __post_init__(self):
         check_field_types(self)

@@ -25,12 +25,14 @@ from bnn_zoo.inference import defaults, elbo, health
 from bnn_zoo.inference.boundary import held_to_step_end, say_saved
 from bnn_zoo.inference.budget import STEPS_FIX, TimeLimit, TimeLimitExceeded, check_max_hours
 from bnn_zoo.io import atomic_torch_save, bar_disabled, check_identity, fingerprint, safe_torch_load, say_resumed
+from bnn_zoo.methods import Family, register
 from bnn_zoo.models import architecture
 from bnn_zoo.posterior import Posterior, Prediction
 from bnn_zoo.priors import ScaleMixture
 from bnn_zoo.variational import guide_state, parameters, sample_guide, scope
 
 
+@register
 @dataclass
 class SVI:
     """Fit a guide by maximising the ELBO with Adam: Pyro's ``TraceMeanField_ELBO``, so the KL is closed
@@ -108,6 +110,13 @@ class SVI:
     direct: bool = True
 
     name = "svi"
+    family = Family.VARIATIONAL
+    stores = "guide"
+    evidence = ("elbo",)
+    reference = False
+    copies = "num_particles"
+    draws = ("num_draws",)
+    fits = "bnn"
 
     @property
     def guide_name(self) -> str:
