@@ -236,7 +236,11 @@ def command_parser() -> _Parser:
     )
     p.add_argument("--data", required=True, help="a UCI folder (holding data.txt) or a folder of them")
     p.add_argument("--splits", help="splits to run, e.g. 0-19 or 0,3,5 (default all)")
-    p.add_argument("--sampler", choices=["chees", "nuts"], default="chees", help="the sampler (default %(default)s)")
+    p.add_argument(
+        "--sampler",
+        default="chees",
+        help="a registered reference sampler that runs on XLA: chees or nuts (default %(default)s)",
+    )
     p.add_argument("--num-chains", type=_positive, default=32, help="chains per split (default %(default)s)")
     p.add_argument(
         "--num-warmup", type=_positive, default=500, help="warm-up iterations per chain (default %(default)s)"

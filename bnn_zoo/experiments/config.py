@@ -28,13 +28,14 @@ from typing import ClassVar, Literal, Union
 
 import torch
 
-from bnn_zoo import baselines, guides, inference, likelihoods, models, priors
+from bnn_zoo import baselines, guides, inference, likelihoods, methods, models, priors
 from bnn_zoo.data import digits, load_uci, tables, text, toy_cubic
 from bnn_zoo.errors import BnnZooError, check_seed, first_line, positive
 from bnn_zoo.experiments.options import options
 from bnn_zoo.guides.dropout import default_options
 from bnn_zoo.inference import defaults as inference_defaults
-from bnn_zoo.inference import xla
+from bnn_zoo.inference import lockstep, xla
+from bnn_zoo.methods import Family
 
 REGISTRY: dict[str, dict[str, type]] = {}  # kind -> {command-line name -> config class}
 
@@ -508,34 +509,35 @@ class SVI(InferenceConfig):
         )
 
 
-_CHAIN_START = {"init": Literal["network", "prior", "svi"]}
+_CHAIN_START = {"init": Literal["network", "prior", "svi"]}  # a fitted Posterior is Python's alone
 
 
-@register("nuts")
-@dataclass
-@options(inference.NUTS, types=_CHAIN_START)
-class NUTS(InferenceConfig):
-    """The No-U-Turn sampler (Pyro's, or NumPyro's on the jax backend): dual averaging, diagonal mass matrix."""
+def method_config(method: type) -> type:
+    """The config class of a registered method, generated from it: its options from its signature and
+    docstring (:func:`bnn_zoo.experiments.options.options`), its description the docstring's first
+    paragraph, its command-line name its ``name``. It is registered, and kept in this module under the
+    method's class name, where YAML's ``class_path`` finds it."""
+    taken = globals().get(method.__name__)
+    if taken is not None and not _configures(taken, method):
+        raise BnnZooError(
+            f"the inference method class name {method.__name__} is taken by bnn-zoo's own config class; rename it"
+        )
+    known = REGISTRY.get("inference", {}).get(method.name)
+    if known is not None and not _configures(known, method):
+        raise BnnZooError(f"an inference method named {method.name!r} is registered already; give yours another name")
+    summary = (inspect.getdoc(method) or method.__name__).split("\n\n")[0]  # options() appends the Args
+    body = {"__doc__": summary, "__module__": __name__, "__qualname__": method.__name__, "method": method}
+    cls = type(method.__name__, (InferenceConfig,), body)
+    init = "init" in inspect.signature(method).parameters and method.family is Family.CHAINS
+    cls = register(method.name)(dataclass(options(method, types=_CHAIN_START if init else None)(cls)))
+    globals()[method.__name__] = cls
+    return cls
 
-    method = inference.NUTS
 
-
-@register("hmc")
-@dataclass
-@options(inference.HMC, types=_CHAIN_START)
-class HMC(InferenceConfig):
-    """Hamiltonian Monte Carlo with a fixed trajectory length (Pyro's), at most max_leapfrog steps a transition."""
-
-    method = inference.HMC
-
-
-@register("chees")
-@dataclass
-@options(inference.ChEES, types=_CHAIN_START)
-class ChEES(InferenceConfig):
-    """Many HMC chains in lockstep, trajectory length by the ChEES criterion, jittered (Hoffman et al. 2021)."""
-
-    method = inference.ChEES
+def _configures(config: type, method: type) -> bool:
+    """Whether ``config`` is a config of ``method`` or of an earlier load of its class (a file read again)."""
+    own = getattr(config, "method", None)
+    return own is not None and (own.__module__, own.__qualname__) == (method.__module__, method.__qualname__)
 
 
 _SG_KINDS = ("kind", "friction", "cycles", "exploration")  # the kind is the choice; each kind's own options below
@@ -569,31 +571,9 @@ class Cyclical(_SGMCMC):
     """Cyclical SGLD (Zhang et al. 2020): cosine step-size cycles, draws in each cycle's second half."""
 
 
-@register("laplace")
-@dataclass
-@options(inference.Laplace)
-class Laplace(InferenceConfig):
-    """Laplace at the MAP (GGN full, diag or kron) with MacKay's evidence and type-II prior precision."""
-
-    method = inference.Laplace
-
-
-@register("ensemble")
-@dataclass
-@options(inference.Ensemble)
-class Ensemble(InferenceConfig):
-    """Deep ensembles: K networks from random starts, each trained to its MAP (or ML), in one batched computation."""
-
-    method = inference.Ensemble
-
-
-@register("swag")
-@dataclass
-@options(inference.SWAG)
-class SWAG(InferenceConfig):
-    """SWAG (members=1) or MultiSWAG: a Gaussian from the moments of the iterates after training."""
-
-    method = inference.SWAG
+for _method in methods.registered("bnn").values():  # every method without a config of its own above
+    if not any(c.method is _method for c in REGISTRY["inference"].values()):
+        method_config(_method)
 
 
 @register("gp")
@@ -723,7 +703,7 @@ class RunConfig:
         NUTS or ChEES on XLA on dense layers; SVI with the dropout or mean-field guide on dense layers, a fixed
         Gaussian noise, one particle, the ELBO and no early stopping."""
         inf, guide, lik = self.inference, self.guide or self.default_guide(), self.likelihood
-        if isinstance(inf, NUTS | ChEES):  # on XLA: one program for the cells that differ in split or seed
+        if inf.method in lockstep.SAMPLERS:  # on XLA: one program for the cells that differ in split or seed
             return (
                 inf.backend != "torch"
                 and isinstance(self.model, MLP | Linear)

@@ -27,6 +27,7 @@ from pathlib import Path
 from bnn_zoo.errors import BnnZooError, check_device, positive
 from bnn_zoo.experiments import config as cfg
 from bnn_zoo.experiments.sweep import Select, Sweep
+from bnn_zoo.inference import lockstep
 from bnn_zoo.inference.budget import check_max_hours
 
 
@@ -227,7 +228,8 @@ def _checked_splits(folder: Path, count: float, splits: list[int] | None) -> lis
     return splits
 
 
-REFERENCE_SAMPLERS = {"nuts": cfg.NUTS, "chees": cfg.ChEES}
+# the reference methods whose cells run as one XLA program, by name
+REFERENCE_SAMPLERS = {n: c for n, c in cfg.REGISTRY["inference"].items() if c.method in lockstep.SAMPLERS}
 
 
 def reference(

@@ -51,9 +51,10 @@ def member_seed(seed: int, k: int) -> int:
 @register
 @dataclass
 class Ensemble:
-    """Deep ensembles (Lakshminarayanan et al. 2017): K networks from K random initialisations, each
-    trained to a MAP of the model, log p(y | x, w) + log p(w), by Adam on its own minibatches;
-    the posterior's draws are the K members (one chain each in the InferenceData), so its predictive
+    """Deep ensembles (Lakshminarayanan et al. 2017): K networks from random starts, each trained to its MAP.
+
+    Each member is trained to a MAP of the model, log p(y | x, w) + log p(w), by Adam on its own
+    minibatches; the posterior's draws are the K members (one chain each in the InferenceData), so its predictive
     is their mixture.
 
     Args:

@@ -43,9 +43,12 @@ MAX_FULL = 5000  # a full D x D precision in float64: 5000 weights is 200 MB
 @register
 @dataclass
 class Laplace:
-    """A Gaussian at the MAP of the BNN: N(w*, (GGN + c P)^-1), with P the model's prior precision
-    and c = 1 (the declared prior) or a scale fitted by type-II maximum likelihood of the Laplace
-    evidence (MacKay 1992, eq. 4.29: log Z = log p(y | w*) + log p(w*) + D/2 log 2 pi - 1/2 log det(GGN + c P)).
+    """A Gaussian at the MAP of the BNN (GGN full, diagonal or Kronecker) with MacKay's evidence, and the
+    prior precision and noise by type-II maximum likelihood.
+
+    N(w*, (GGN + c P)^-1), with P the model's prior precision and c = 1 (the declared prior) or a scale
+    fitted by type-II maximum likelihood of the Laplace evidence (MacKay 1992, eq. 4.29:
+    log Z = log p(y | w*) + log p(w*) + D/2 log 2 pi - 1/2 log det(GGN + c P)).
     ``info["type_ii"]`` names what was fitted by type II ("" when nothing was: the evidence is then
     the declared model's).
 

@@ -499,7 +499,9 @@ class NUTS(_MCMC):
 @dataclass
 class HMC(_MCMC):
     """Hamiltonian Monte Carlo with a fixed trajectory length (Pyro's HMC; Neal 2011); the step size is
-    adapted in warm-up. Arguments as :class:`NUTS`, plus:
+    adapted in warm-up.
+
+    Arguments as :class:`NUTS`, plus:
 
     Args:
         trajectory_length: the integration time per transition.
