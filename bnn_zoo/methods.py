@@ -74,7 +74,8 @@ REGISTRY: dict[str, type] = {}  # name -> method class
 
 def register(cls: type) -> type:
     """Class decorator: check ``cls`` against :class:`InferenceMethod` and register it under ``cls.name``
-    (a later class of the same name replaces the earlier: reloading a user's file)."""
+    (a later class of the same name replaces the earlier, as when a user's file is read again; bnn-zoo's
+    own names are taken)."""
     missing = [t for t in TRAITS if t not in vars(cls) and not any(t in vars(b) for b in cls.__mro__[1:-1])]
     missing += [m for m in ("settings", "run") if not callable(getattr(cls, m, None))]
     if missing:
@@ -91,6 +92,9 @@ def register(cls: type) -> type:
             f"the inference method {cls.__name__} has family={cls.family!r}, stores={cls.stores!r}, fits={cls.fits!r}; "
             f"family is one of {', '.join(Family)}, stores one of {', '.join(STORES)}, fits bnn or gp"
         )
+    known = REGISTRY.get(cls.name)
+    if known is not None and known.__module__.startswith("bnn_zoo.") and known is not cls:
+        raise BnnZooError(f"{cls.__name__}'s name {cls.name!r} is bnn-zoo's own {known.__name__}; give yours another")
     REGISTRY[cls.name] = cls
     return cls
 

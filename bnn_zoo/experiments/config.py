@@ -469,12 +469,15 @@ class InferenceConfig:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     def build(self, run: RunConfig, model, dataset, checkpoint, progress):
-        resumable = {"checkpoint": checkpoint} if "checkpoint" in inspect.signature(self.method).parameters else {}
-        return self.method(**self.options(), seed=run.seed, progress=progress, **resumable)
+        runtime = {"seed": run.seed, "progress": progress, "checkpoint": checkpoint}  # those the method takes
+        takes = inspect.signature(self.method).parameters
+        return self.method(**self.options(), **{k: v for k, v in runtime.items() if k in takes})
 
     def resolved(self, model, n: int, guide: GuideConfig | None = None) -> InferenceConfig:
         """This config with the defaults the library fills for ``model``, n training rows and ``guide``
-        written out."""
+        written out (a method without ``resolved`` has none that depend on them)."""
+        if not hasattr(self.method, "resolved"):
+            return self
         resolved = self.library(guide).resolved(model, n)
         return dataclasses.replace(self, **{f.name: getattr(resolved, f.name) for f in dataclasses.fields(self)})
 
@@ -517,14 +520,14 @@ def method_config(method: type) -> type:
     docstring (:func:`bnn_zoo.experiments.options.options`), its description the docstring's first
     paragraph, its command-line name its ``name``. It is registered, and kept in this module under the
     method's class name, where YAML's ``class_path`` finds it."""
-    taken = globals().get(method.__name__)
-    if taken is not None and not _configures(taken, method):
-        raise BnnZooError(
-            f"the inference method class name {method.__name__} is taken by bnn-zoo's own config class; rename it"
-        )
-    known = REGISTRY.get("inference", {}).get(method.name)
-    if known is not None and not _configures(known, method):
-        raise BnnZooError(f"an inference method named {method.name!r} is registered already; give yours another name")
+    for what, taken in (
+        ("class name", globals().get(method.__name__)),
+        ("name", REGISTRY["inference"].get(method.name)),
+    ):
+        if not _replaceable(taken):
+            raise BnnZooError(
+                f"the {what} of {method.__name__} is bnn-zoo's own {taken.__name__}'s; rename your method"
+            )
     summary = (inspect.getdoc(method) or method.__name__).split("\n\n")[0]  # options() appends the Args
     body = {"__doc__": summary, "__module__": __name__, "__qualname__": method.__name__, "method": method}
     cls = type(method.__name__, (InferenceConfig,), body)
@@ -534,10 +537,11 @@ def method_config(method: type) -> type:
     return cls
 
 
-def _configures(config: type, method: type) -> bool:
-    """Whether ``config`` is a config of ``method`` or of an earlier load of its class (a file read again)."""
+def _replaceable(config) -> bool:
+    """Whether a config class may be generated in place of ``config``: nothing, or a config of a user's
+    method (its file read again)."""
     own = getattr(config, "method", None)
-    return own is not None and (own.__module__, own.__qualname__) == (method.__module__, method.__qualname__)
+    return config is None or (own is not None and not own.__module__.startswith("bnn_zoo."))
 
 
 _SG_KINDS = ("kind", "friction", "cycles", "exploration")  # the kind is the choice; each kind's own options below
@@ -922,14 +926,37 @@ def _own_defaults(option, given):
 
 
 def user_network(spec: str) -> str:
-    """The class path of ``--model``'s own network, imported now so a bad one fails in one line:
-    ``path/to/file.py:Class`` (the file loaded as module ``file``) or ``module:Class`` /
-    ``package.module:Class``, found from the working directory as ``python -m`` would."""
+    """The class path of ``--model``'s own network, imported now so a bad one fails in one line (see
+    :func:`user_class`)."""
+    cls = user_class(spec, "--model")
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def user_method(spec: str) -> str:
+    """The class path of the config generated for ``--inference``'s own method (:func:`method_config`),
+    imported now so a bad one fails in one line (see :func:`user_class`). Importing its file registers
+    it (``@bnn_zoo.methods.register``)."""
+    cls = user_class(spec, "--inference")
+    if methods.REGISTRY.get(getattr(cls, "name", None)) is not cls:
+        raise BnnZooError(
+            f"--inference {spec}: {cls.__name__} is not a registered inference method; decorate it with "
+            "@bnn_zoo.methods.register (docs/extending.md)"
+        )
+    if cls.fits != "bnn":
+        raise BnnZooError(f"--inference {spec}: {cls.__name__} fits a {cls.fits.upper()}; the command line fits BNNs")
+    config = method_config(cls)
+    return f"{config.__module__}.{config.__qualname__}"
+
+
+def user_class(spec: str, flag: str) -> type:
+    """A user's class named on the command line: ``path/to/file.py:Class`` (the file loaded as module
+    ``file``) or ``module:Class`` / ``package.module:Class``, found from the working directory as
+    ``python -m`` would."""
     target, _, name = spec.rpartition(":") if ":" in spec else spec.rpartition(".")
     if target.endswith(".py"):
         path = Path(target)
         if not path.is_file():
-            raise BnnZooError(f"--model {spec}: there is no file {target}")
+            raise BnnZooError(f"{flag} {spec}: there is no file {target}")
         name_of_module = _module_name(path)
         module_spec = importlib.util.spec_from_file_location(name_of_module, path)
         module = importlib.util.module_from_spec(module_spec)
@@ -938,7 +965,7 @@ def user_network(spec: str) -> str:
             module_spec.loader.exec_module(module)
         except Exception as exc:
             del sys.modules[name_of_module]
-            raise BnnZooError(f"--model {spec}: importing {target} failed: {type(exc).__name__}: {exc}") from None
+            raise BnnZooError(f"{flag} {spec}: importing {target} failed: {type(exc).__name__}: {exc}") from None
     else:
         if os.getcwd() not in sys.path and "" not in sys.path:
             sys.path.insert(0, os.getcwd())
@@ -946,12 +973,12 @@ def user_network(spec: str) -> str:
             module = importlib.import_module(target)
         except Exception as exc:
             raise BnnZooError(
-                f"--model {spec}: cannot import {target} ({type(exc).__name__}: {exc}); run bnn-zoo from the folder "
-                f"that holds it, or name its file: --model path/to/{target.rpartition('.')[2]}.py:{name}"
+                f"{flag} {spec}: cannot import {target} ({type(exc).__name__}: {exc}); run bnn-zoo from the folder "
+                f"that holds it, or name its file: {flag} path/to/{target.rpartition('.')[2]}.py:{name}"
             ) from None
     if not isinstance(getattr(module, name, None), type):
-        raise BnnZooError(f"--model {spec}: {target} has no class {name}")
-    return f"{module.__name__}.{name}"
+        raise BnnZooError(f"{flag} {spec}: {target} has no class {name}")
+    return getattr(module, name)
 
 
 def _module_name(path: Path) -> str:
@@ -965,6 +992,9 @@ def _module_name(path: Path) -> str:
     return name
 
 
+_USER_CLASSES = {"--model": user_network, "--inference": user_method}
+
+
 def resolve_names(argv: list[str]) -> list[str]:
     """Command-line shorthand: ``--guide dropout`` for the registered class, ``--model pkg.mod:Class`` for
     ``pkg.mod.Class``, and the same names inside a ``--config`` file. (jsonargparse names a choice by its
@@ -973,9 +1003,9 @@ def resolve_names(argv: list[str]) -> list[str]:
     from bnn_zoo.io import read_yaml
 
     out = list(argv)
-    for i, arg in enumerate(out[:-1]):  # a network of the user's: imported first, by its file or module
-        if arg == "--model" and ":" in out[i + 1] and not out[i + 1].startswith(("{", "-")):
-            out[i + 1] = user_network(out[i + 1])
+    for i, arg in enumerate(out[:-1]):  # a network or method of the user's: imported first, by its file or module
+        if arg in _USER_CLASSES and ":" in out[i + 1] and not out[i + 1].startswith(("{", "-")):
+            out[i + 1] = _USER_CLASSES[arg](out[i + 1])
     trusted = {v for a, v in zip(out, out[1:]) if a == "--model" and not v.startswith(("{", "-"))}
     for i, arg in enumerate(out[:-1]):
         if arg == "--config":  # jsonargparse takes the config's content as well as its path
