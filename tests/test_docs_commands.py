@@ -58,11 +58,12 @@ def dry_run(words: list[str]) -> None:
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_command_on_the_page_parses(page, monkeypatch, tmp_path):
-    """The page's commands in order, in a fresh folder holding the network docs/extending.md defines
-    (``mynets.py``), as a reader who followed the docs has."""
+    """The page's commands in order, in a fresh folder holding the network and the method docs/extending.md
+    defines (``mynets.py``, ``mymethods.py``), as a reader who followed the docs has."""
     monkeypatch.chdir(tmp_path)
     extending = (ROOT / "docs" / "extending.md").read_text()
     (tmp_path / "mynets.py").write_text(re.findall(r"```python\n(.*?)\ntorch.manual_seed", extending, flags=re.S)[0])
+    (tmp_path / "mymethods.py").write_text(re.findall(r"```python\n(# mymethods.py\n.*?)```", extending, flags=re.S)[0])
     monkeypatch.syspath_prepend(str(tmp_path))
     (tmp_path / "examples").symlink_to(ROOT / "examples")
     failed = []

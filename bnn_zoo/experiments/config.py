@@ -1004,8 +1004,9 @@ def resolve_names(argv: list[str]) -> list[str]:
 
     out = list(argv)
     for i, arg in enumerate(out[:-1]):  # a network or method of the user's: imported first, by its file or module
-        if arg in _USER_CLASSES and ":" in out[i + 1] and not out[i + 1].startswith(("{", "-")):
-            out[i + 1] = _USER_CLASSES[arg](out[i + 1])
+        flag = arg.removesuffix(".help")  # --inference.help file.py:Class lists its options
+        if flag in _USER_CLASSES and ":" in out[i + 1] and not out[i + 1].startswith(("{", "-")):
+            out[i + 1] = _USER_CLASSES[flag](out[i + 1])
     trusted = {v for a, v in zip(out, out[1:]) if a == "--model" and not v.startswith(("{", "-"))}
     for i, arg in enumerate(out[:-1]):
         if arg == "--config":  # jsonargparse takes the config's content as well as its path
@@ -1049,6 +1050,8 @@ def check_classes(data, trusted: set[str], where: str, fix: str) -> None:
     if outside is not None:
         shown = outside.replace(":", ".")
         module, _, cls = shown.rpartition(".")
+        if module == __name__:  # the config generated for a user's method (method_config)
+            fix, module = "name its file on the command line: --inference path/to/{}", "file.py"
         raise BnnZooError(
             f"{where} names the class {shown}, which is not one of bnn-zoo's: a file may not make bnn-zoo import "
             f"code; to run your own class, {fix.format(f'{module}:{cls}' if module else cls)}"
