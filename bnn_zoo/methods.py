@@ -45,6 +45,8 @@ class InferenceMethod(Protocol):
       members), or None for one; ``draws``: the options (or counts) whose product is the number of draws a fit
       gives, draws per chain or member first.
     - ``fits``: the model it takes, ``"bnn"`` or ``"gp"``.
+    - ``quick`` (optional): settings under which it fits a table of tens of rows in about a second, which
+      the conformance suite (tests/test_conformance.py) runs every registered method with.
 
     An instance holds the settings, including ``seed``; ``settings()`` is what the posterior records
     (with ``"method": name``), and ``run(model, x, y)`` fits (x, y) as given (``bnn_zoo.fit`` standardises

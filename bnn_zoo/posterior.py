@@ -692,6 +692,8 @@ def load_posterior(header: dict, state: dict, model=None, guide=None, cls: type 
             parameters(guide, x, y)  # creates the parameters that a guide makes on its first call
     if guide is not None and state["guide"] is not None:
         guide.load_state_dict(state["guide"])
+    if isinstance(guide, torch.nn.Module):
+        guide.eval()  # as a fit leaves it: per-example (local) noise is the training ELBO's, not the predictive's
     return (cls or Posterior)(
         model,
         x,

@@ -234,6 +234,7 @@ class TypeII:
     copies = None
     draws = (1000,)
     fits = "gp"
+    quick = {"steps": 30}  # seconds on a small table (the conformance suite)
 
     def __post_init__(self):
         check_field_types(self)

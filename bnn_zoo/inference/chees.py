@@ -126,6 +126,12 @@ class ChEES:
     copies = "num_chains"
     draws = ("num_samples", "num_chains")
     fits = "bnn"
+    quick = {
+        "num_warmup": 40,
+        "num_samples": 40,
+        "num_chains": 4,
+        "backend": "torch",
+    }  # seconds on a small table (the conformance suite)
 
     def __post_init__(self):
         check_field_types(self)

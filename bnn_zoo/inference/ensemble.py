@@ -107,6 +107,7 @@ class Ensemble:
     copies = "members"
     draws = (1, "members")
     fits = "bnn"
+    quick = {"members": 3, "steps": 200}  # seconds on a small table (the conformance suite)
 
     def __post_init__(self):
         check_field_types(self)
@@ -200,6 +201,7 @@ class SWAG(Ensemble):
     num_draws: int = 30
 
     name = "swag"
+    quick = {"steps": 300}
     stores = "draws"
     draws = ("num_draws", "members")
 

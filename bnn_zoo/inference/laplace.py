@@ -107,6 +107,7 @@ class Laplace:
     copies = None
     draws = ("num_draws",)
     fits = "bnn"
+    quick = {"map_steps": 200, "num_draws": 100}  # seconds on a small table (the conformance suite)
 
     def __post_init__(self):
         check_field_types(self)

@@ -447,6 +447,7 @@ class NUTS(_MCMC):
     lockstep: bool = False
 
     name = "nuts"
+    quick = {"num_warmup": 40, "num_samples": 40, "num_chains": 2}  # seconds on a small table (the conformance suite)
     counts = _MCMC.counts | {"max_tree_depth": 1}
 
     def __post_init__(self):
@@ -516,6 +517,7 @@ class HMC(_MCMC):
     max_leapfrog: int | None = None
 
     name = "hmc"
+    quick = {"num_warmup": 40, "num_samples": 40, "num_chains": 2}
     args_documented_by = NUTS  # the arguments HMC shares with NUTS
     counts = _MCMC.counts | {"max_leapfrog": 1}
 
