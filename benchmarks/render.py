@@ -164,7 +164,8 @@ def library_defaults() -> str:
         "recurrent": (bz.BNN(TextRNN(50), likelihood=bz.likelihoods.Categorical()), 300),
     }
     lines = [f"| method | field | {' | '.join(contexts)} |", "|---|---|" + "---|" * len(contexts)]
-    for name, method in registered("bnn").items():
+    own = {n: c for n, c in registered("bnn").items() if c.__module__.startswith("bnn_zoo.")}  # not a user's
+    for name, method in own.items():
         unset = method()
         filled = [unset.resolved(model, n) for model, n in contexts.values()]
         for field in dataclasses.fields(unset):

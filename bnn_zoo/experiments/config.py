@@ -575,9 +575,11 @@ class Cyclical(_SGMCMC):
     """Cyclical SGLD (Zhang et al. 2020): cosine step-size cycles, draws in each cycle's second half."""
 
 
-for _method in methods.registered("bnn").values():  # every method without a config of its own above
-    if not any(c.method is _method for c in REGISTRY["inference"].values()):
-        method_config(_method)
+for _method in methods.registered("bnn").values():  # bnn-zoo's methods without a config of their own above
+    if _method.__module__.startswith("bnn_zoo.") and not any(
+        c.method is _method for c in REGISTRY["inference"].values()
+    ):
+        method_config(_method)  # a user's: by --inference FILE:Class, or method_config(Class) from Python
 
 
 @register("gp")
