@@ -60,6 +60,29 @@ def command_parser() -> _Parser:
     parser.add_argument("--version", action="version", version=f"bnn-zoo {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
+    _demo_command(sub)
+    sub.add_parser(
+        "fit",
+        add_help=False,
+        help="fit one model to one dataset and write the saved posterior, metrics.json, config.yaml and plots "
+        "(bnn-zoo fit --help)",
+    )
+    _compare_command(sub)
+    _sweep_command(sub)
+    _table_command(sub)
+    _reproduce_command(sub)
+    _reference_command(sub)
+    _data_command(sub)
+    sub.add_parser(
+        "list",
+        help="datasets, models, priors, likelihoods, guides and inference methods available",
+        description="List what can be named on the command line.",
+    )
+    return parser
+
+
+def _demo_command(sub) -> None:
+    """``bnn-zoo demo``'s options."""
     p = sub.add_parser(
         "demo",
         help="toy regression by mean-field and dropout SVI, Laplace and NUTS side by side, with a GP baseline "
@@ -85,13 +108,9 @@ def command_parser() -> _Parser:
     p.add_argument("--overwrite", action="store_true", help="replace the runs already in --out")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
-    sub.add_parser(
-        "fit",
-        add_help=False,
-        help="fit one model to one dataset and write the saved posterior, metrics.json, config.yaml and plots "
-        "(bnn-zoo fit --help)",
-    )
 
+def _compare_command(sub) -> None:
+    """``bnn-zoo compare``'s options."""
     p = sub.add_parser(
         "compare",
         help="put result folders side by side: one table (evidence, LOO, WAIC, test metrics) and plots",
@@ -121,6 +140,9 @@ def command_parser() -> _Parser:
         help="score against a --reference that did not converge; every row then says why in reference_unconverged",
     )
 
+
+def _sweep_command(sub) -> None:
+    """``bnn-zoo sweep``'s options."""
     p = sub.add_parser(
         "sweep",
         help="run every cell of a sweep file (grid, zip, nested selection) locally or on Ray; resumable",
@@ -149,6 +171,9 @@ def command_parser() -> _Parser:
     )
     _execution_options(p)
 
+
+def _table_command(sub) -> None:
+    """``bnn-zoo table``'s options."""
     p = sub.add_parser(
         "table",
         help="a sweep's results: mean and standard error over splits and seeds of every metric, as markdown and CSV",
@@ -173,6 +198,9 @@ def command_parser() -> _Parser:
     )
     p.add_argument("--out", help="where to write OUT.csv and OUT.md (default: SWEEPDIR/table)")
 
+
+def _reproduce_command(sub) -> None:
+    """``bnn-zoo reproduce``'s options."""
     p = sub.add_parser(
         "reproduce",
         help="run a published protocol (uci-gal: Gal & Ghahramani's MC dropout on UCI; deep-ensembles: "
@@ -221,6 +249,9 @@ def command_parser() -> _Parser:
     p.add_argument("--out", required=True, help="output folder")
     _execution_options(p)
 
+
+def _reference_command(sub) -> None:
+    """``bnn-zoo reference``'s options."""
     p = sub.add_parser(
         "reference",
         help="reference posteriors for a UCI table: every split sampled by ChEES or NUTS on XLA, all splits as one "
@@ -257,6 +288,9 @@ def command_parser() -> _Parser:
     p.add_argument("--out", required=True, help="output folder")
     _execution_options(p)
 
+
+def _data_command(sub) -> None:
+    """``bnn-zoo data``'s options."""
     p = sub.add_parser(
         "data",
         help="fetch a benchmark dataset into a folder the other commands take (needs the internet)",
@@ -268,13 +302,6 @@ def command_parser() -> _Parser:
     p.add_argument("name", help="the dataset, e.g. yacht, bostonHousing, energy (an unknown name lists them all)")
     p.add_argument("--out", default="data/uci", help="folder that receives NAME/ (default: %(default)s)")
     p.add_argument("--source", help="where the datasets' folders are (default: Gal's repository on GitHub)")
-
-    sub.add_parser(
-        "list",
-        help="datasets, models, priors, likelihoods, guides and inference methods available",
-        description="List what can be named on the command line.",
-    )
-    return parser
 
 
 def _positive(text: str) -> int:

@@ -246,6 +246,31 @@ class SGMCMC:
             model, x, y, samples, self.settings(), sample_stats=stats, runtime_s=time.perf_counter() - start
         )
 
+    def _start(self, posteriors, model, target, chain: int, saved: dict | None, draw, minibatch: bool) -> tuple:
+        """(frame, sampler state, draws, stats, first step) of a chain: fresh from the network's initialisation,
+        or where its checkpoint ``saved`` left it."""
+        if saved is not None:  # check_identity has made sure the checkpoint is this fit's
+            frame, state = _Frame.restore(saved["frame"]), _restore(posteriors, self.kind, saved)
+            torch.set_rng_state(saved["rng"])
+            return frame, state, saved["draws"], saved["stats"], saved["step"]
+        torch.manual_seed(self.seed + chain)
+        frame = _Frame(target.initial(model.network_init(self.seed + chain)), dense=self.adapted)
+        if self.adapted:
+            frame.set_step(target, "sgld", draw, minibatch)
+        else:
+            frame.eps = self.step_size
+        state = _init(posteriors, "sgld" if self.adapted and self.burn_in else self.kind, frame.start)
+        return frame, state, [], [], 0
+
+    def _check_finite(self, state, step: int) -> None:
+        if not torch.isfinite(state.log_posterior):
+            hint = (
+                "give a smaller fixed step_size, or check the prior and data scales"
+                if self.adapted
+                else "lower step_size"
+            )
+            raise BnnZooError(f"SG-MCMC diverged at step {step} (log posterior {float(state.log_posterior)}); {hint}")
+
     def _chain(
         self,
         posteriors,
@@ -262,19 +287,9 @@ class SGMCMC:
         n = x.shape[0]
         batch = self.batch_size if self.batch_size and self.batch_size < n else None
         draw = (lambda: (x, y)) if batch is None else (lambda: _batch(x, y, batch))  # noqa: E731
-        if saved is None:
-            torch.manual_seed(self.seed + chain)
-            frame = _Frame(target.initial(model.network_init(self.seed + chain)), dense=self.adapted)
-            if self.adapted:
-                frame.set_step(target, "sgld", draw, batch is not None)
-            else:
-                frame.eps = self.step_size
-            state = _init(posteriors, "sgld" if self.adapted and self.burn_in else self.kind, frame.start)
-            draws, stats, first = [], [], 0
-        else:  # check_identity has made sure the checkpoint is this fit's
-            frame, draws, stats, first = _Frame.restore(saved["frame"]), saved["draws"], saved["stats"], saved["step"]
-            state = _restore(posteriors, self.kind, saved)
-            torch.set_rng_state(saved["rng"])
+        frame, state, draws, stats, first = self._start(
+            posteriors, model, target, chain, saved, draw, batch is not None
+        )
         bar = tqdm(
             range(first, self.total_steps),
             desc=f"{self.kind} chain {chain}",
@@ -301,15 +316,7 @@ class SGMCMC:
                         frame,
                         self.friction,
                     )
-                    if not torch.isfinite(state.log_posterior):
-                        hint = (
-                            "lower step_size"
-                            if not self.adapted
-                            else "give a smaller fixed step_size, or check the prior and data scales"
-                        )
-                        raise BnnZooError(
-                            f"SG-MCMC diverged at step {step} (log posterior {float(state.log_posterior)}); {hint}"
-                        )
+                    self._check_finite(state, step)
                     weights = frame.weights(state.params)
                     if adapting:
                         frame.record(weights)
@@ -330,17 +337,7 @@ class SGMCMC:
                             }
                         )
                     if self.checkpoint is not None and (step + 1) % self.checkpoint_every == 0:
-                        _save(
-                            self.checkpoint,
-                            identity,
-                            chain,
-                            step + 1,
-                            state,
-                            frame,
-                            draws,
-                            stats,
-                            done,
-                        )
+                        _save(self.checkpoint, identity, chain, step + 1, state, frame, draws, stats, done)
                     held.check()
                     limit.tick()
             except (KeyboardInterrupt, TimeLimitExceeded) as stop:

@@ -19,6 +19,7 @@ from pyro.poutine.messenger import Messenger
 from tqdm.auto import tqdm
 
 from bnn_zoo import guides
+from bnn_zoo.bnn import BNN
 from bnn_zoo.errors import BnnZooError, check_field_types
 from bnn_zoo.guides.dropout import DropoutGuide
 from bnn_zoo.inference import defaults, elbo, health
@@ -209,20 +210,7 @@ class SVI:
         (x, y), held_out = self.split(x, y)
         batch_size = None if self.batch_size is None or self.batch_size >= x.shape[0] else self.batch_size
         pyro.set_rng_seed(self.seed)
-        point = model.point_estimates()  # non-Bayesian parameters (hide/expose), fitted with the guide
-        fitted = model.with_fixed(point) if point else model
-        guide = self.build_guide(fitted)
-        if self.objective == "renyi" and not getattr(guide, "has_density", True):
-            raise BnnZooError(
-                f"the Renyi objective needs log q(w), which the {self.guide_name} guide does not have; use "
-                "objective=elbo"
-            )
-        params = parameters(guide, x, y) + list(point.values())  # the first call also creates the guide's parameters
-        if (self.checkpoint is not None or self.validation) and not isinstance(guide, torch.nn.Module):
-            raise BnnZooError(
-                "checkpoints and early stopping keep the guide's state_dict: use a torch-module guide (a bnn-zoo guide "
-                "or a Pyro AutoGuide), not a plain function"
-            )
+        point, fitted, guide, params = self._guide_and_parameters(model, x, y)
         objective = self.objective_for(fitted, guide)
         # one kernel per step, not a few per tensor: 3x cheaper on small nets
         optim = torch.optim.Adam(params, lr=self.lr, fused=True)
@@ -285,17 +273,7 @@ class SVI:
                 raise
             finally:
                 _set_training(guide, False)
-        if not stop_reason and not _finite(params):  # the last step's gradient
-            stop_reason = f"gradient became non-finite at step {len(losses) - 1}"
-        if stop_reason:
-            with torch.no_grad():
-                for p, good in zip(params, last_finite):
-                    p.copy_(good)
-            warnings.warn(
-                f"SVI stopped early: {stop_reason}; kept the last parameters with a finite loss. "
-                "Lower the learning rate or check the prior and likelihood scales.",
-                stacklevel=2,
-            )
+        stop_reason = _undo_non_finite(params, last_finite, stop_reason, len(losses))
         info = {"stop_reason": stop_reason or "", **({"resumed_at_step": first} if first else {})}
         if isinstance(guide, DropoutGuide) and guide.learned:
             info["dropout_p"] = guide.rates()
@@ -305,6 +283,25 @@ class SVI:
         if point:  # the posterior carries the fitted point estimates; the user's model keeps its own
             model = model.with_fixed({k: v.detach() for k, v in point.items()})
         return posterior_from(self, model, guide, x, y, losses, time.perf_counter() - start, info)
+
+    def _guide_and_parameters(self, model, x, y) -> tuple[dict, BNN, object, list]:
+        """(the model's point estimates, the model holding them, the guide, every trained tensor), checked
+        against the objective and the checkpoint."""
+        point = model.point_estimates()  # non-Bayesian parameters (hide/expose), fitted with the guide
+        fitted = model.with_fixed(point) if point else model
+        guide = self.build_guide(fitted)
+        if self.objective == "renyi" and not getattr(guide, "has_density", True):
+            raise BnnZooError(
+                f"the Renyi objective needs log q(w), which the {self.guide_name} guide does not have; use "
+                "objective=elbo"
+            )
+        params = parameters(guide, x, y) + list(point.values())  # the first call also creates the guide's parameters
+        if (self.checkpoint is not None or self.validation) and not isinstance(guide, torch.nn.Module):
+            raise BnnZooError(
+                "checkpoints and early stopping keep the guide's state_dict: use a torch-module guide (a bnn-zoo guide "
+                "or a Pyro AutoGuide), not a plain function"
+            )
+        return point, fitted, guide, params
 
     def objective_for(self, model, guide):
         """What the loop maximises: the direct ELBO where it applies (``direct=True`` and a guide that
@@ -343,6 +340,23 @@ def posterior_from(method: SVI, model, guide, x, y, losses: list[float], runtime
         runtime_s=runtime_s,
         info=info,
     )
+
+
+def _undo_non_finite(params: list, last_finite: list, stop_reason: str | None, steps: int) -> str | None:
+    """Why training stopped early, if it did (the last step's gradient may have made ``params`` non-finite):
+    then ``params`` go back to ``last_finite``, with a warning."""
+    if not stop_reason and not _finite(params):
+        stop_reason = f"gradient became non-finite at step {steps - 1}"
+    if stop_reason:
+        with torch.no_grad():
+            for p, good in zip(params, last_finite):
+                p.copy_(good)
+        warnings.warn(
+            f"SVI stopped early: {stop_reason}; kept the last parameters with a finite loss. "
+            "Lower the learning rate or check the prior and likelihood scales.",
+            stacklevel=3,
+        )
+    return stop_reason
 
 
 def _set_training(guide, mode: bool) -> None:
