@@ -45,6 +45,7 @@ class InferenceMethod(Protocol):
       members), or None for one; ``draws``: the options (or counts) whose product is the number of draws a fit
       gives, draws per chain or member first.
     - ``fits``: the model it takes, ``"bnn"`` or ``"gp"``.
+    - ``remedy`` (optional, chains): what to try when its chains fail their R-hat, ESS or divergence check.
     - ``quick`` (optional): settings under which it fits a table of tens of rows in about a second, which
       the conformance suite (tests/test_conformance.py) runs every registered method with.
 

@@ -154,18 +154,7 @@ def load_uci(
                 f"{root / (name + '.txt')} holds indices outside 0..{bound - 1} (or none): data.txt may be truncated "
                 "or the folder inconsistent; re-copy it"
             )
-    values, counts = np.unique(features, return_counts=True)
-    if counts.max() > 1:
-        raise BnnZooError(
-            f"{root / 'index_features.txt'} lists column {values[counts.argmax()]} {counts.max()} times; list each "
-            "feature once"
-        )
-    if target[0] in features:
-        raise BnnZooError(f"{root / 'index_features.txt'} lists the target column {target[0]} as a feature; remove it")
-    if len(target) != 1:
-        raise BnnZooError(
-            f"{root / 'index_target.txt'} names {len(target)} target columns; bnn-zoo expects exactly one"
-        )
+    _check_columns(root, features, target)
     info = {"path": str(root), "split": split}
     if gap is not None:
         if not 0 <= gap < len(features):
@@ -179,6 +168,22 @@ def load_uci(
     y = as_tensor(f"{root / 'data.txt'} target", torch.from_numpy(data[:, target[0]]).float())
     data = Dataset(f"uci:{root.name}", x[train], y[train], x[test], y[test], info=info)
     return data.validation_part() if part == "validation" else data
+
+
+def _check_columns(root: Path, features: np.ndarray, target: np.ndarray) -> None:
+    """Refuse a repeated feature column, the target among the features, or other than one target."""
+    values, counts = np.unique(features, return_counts=True)
+    if counts.max() > 1:
+        raise BnnZooError(
+            f"{root / 'index_features.txt'} lists column {values[counts.argmax()]} {counts.max()} times; list each "
+            "feature once"
+        )
+    if target[0] in features:
+        raise BnnZooError(f"{root / 'index_features.txt'} lists the target column {target[0]} as a feature; remove it")
+    if len(target) != 1:
+        raise BnnZooError(
+            f"{root / 'index_target.txt'} names {len(target)} target columns; bnn-zoo expects exactly one"
+        )
 
 
 MIN_TRAIN_ROWS = 5

@@ -205,39 +205,7 @@ def compare(
     """
     runs = load_results(results, test)
     distances = _against_reference(runs, reference, test, allow_unconverged) if reference is not None else {}
-    rows = []
-    for r in runs:
-        m = r.metrics
-        settings = m.get("settings", {})
-        detail = settings.get("guide") or settings.get("kernel")  # SVI's guide, a GP's kernel
-        inference = settings.get("method", "?") + (f" ({detail})" if detail else "")
-        with warnings.catch_warnings():  # flagged in the loo_warning / waic_warning columns instead
-            warnings.simplefilter("ignore", UserWarning)
-            loo, waic = arviz_compat.loo(r.idata), arviz_compat.waic(r.idata)
-        row = {
-            "run": r.name,
-            "data": m.get("data", ""),
-            "architecture": architecture(m.get("model", "")),
-            "model": m.get("model", ""),
-            "inference": inference,
-            **{k: m.get(k) for k in EVIDENCE},
-            # a folder written before its metrics said so holds the evidence of its standardised targets
-            "units": m.get("units", "standardised targets" if "rmse" in m else "as given"),
-            "loo_elpd": loo.elpd,
-            "loo_se": loo.se,
-            "p_loo": loo.p,
-            "max_pareto_k": math.nan if loo.pareto_k is None else float(loo.pareto_k.max()),
-            "loo_warning": loo.warning,
-            "waic_elpd": waic.elpd,
-            "waic_se": waic.se,
-            "waic_warning": waic.warning,
-            **{k: m.get(k) for k in TEST + DIAGNOSTICS},
-            "runtime_s": m.get("runtime_s"),
-            "n_train": m.get("n_train"),
-            **distances.get(r.name, {}),
-        }
-        rows.append(row)
-    table = pd.DataFrame(rows)
+    table = pd.DataFrame([_row(r, distances.get(r.name, {})) for r in runs])
     unreliable = table.loc[table["loo_warning"], "run"].tolist()
     if unreliable:
         warnings.warn(
@@ -254,6 +222,39 @@ def compare(
         table = table.merge(ranked, left_on="run", right_index=True, how="left")
         table = table.sort_values("rank") if "rank" in table else table
     return table.dropna(axis=1, how="all").reset_index(drop=True)
+
+
+def _row(r, distances: dict) -> dict:
+    """One run's row of the comparison table."""
+    m = r.metrics
+    settings = m.get("settings", {})
+    detail = settings.get("guide") or settings.get("kernel")  # SVI's guide, a GP's kernel
+    inference = settings.get("method", "?") + (f" ({detail})" if detail else "")
+    with warnings.catch_warnings():  # flagged in the loo_warning / waic_warning columns instead
+        warnings.simplefilter("ignore", UserWarning)
+        loo, waic = arviz_compat.loo(r.idata), arviz_compat.waic(r.idata)
+    return {
+        "run": r.name,
+        "data": m.get("data", ""),
+        "architecture": architecture(m.get("model", "")),
+        "model": m.get("model", ""),
+        "inference": inference,
+        **{k: m.get(k) for k in EVIDENCE},
+        # a folder written before its metrics said so holds the evidence of its standardised targets
+        "units": m.get("units", "standardised targets" if "rmse" in m else "as given"),
+        "loo_elpd": loo.elpd,
+        "loo_se": loo.se,
+        "p_loo": loo.p,
+        "max_pareto_k": math.nan if loo.pareto_k is None else float(loo.pareto_k.max()),
+        "loo_warning": loo.warning,
+        "waic_elpd": waic.elpd,
+        "waic_se": waic.se,
+        "waic_warning": waic.warning,
+        **{k: m.get(k) for k in TEST + DIAGNOSTICS},
+        "runtime_s": m.get("runtime_s"),
+        "n_train": m.get("n_train"),
+        **distances,
+    }
 
 
 def _ranked(runs: list, table: pd.DataFrame) -> pd.DataFrame | None:

@@ -100,6 +100,12 @@ def demo(
     say = (console or _console()).print
     say(note)
     say(_evidence_note(laplace, linear))
+    _say_how_to_read(say, out, unconverged)
+    return [*results, linear]
+
+
+def _say_how_to_read(say, out: Path, unconverged: dict) -> None:
+    """What W2 and the variance ratio mean, and the command that compares the demo's folders."""
     say(
         "W2 and var ratio: each approximation's predictive distribution against the NUTS posterior of the same "
         "network (0 and 1 are NUTS itself): what bnn-zoo measures that a test score alone cannot."
@@ -112,7 +118,6 @@ def demo(
     folders = " ".join(str(out / name) for name in RUNS[:-1])
     allow = " --reference-unconverged" if unconverged else ""
     say(f"compare them: bnn-zoo compare {folders} --reference {out / 'nuts'}{allow} --out {out / 'comparison'}")
-    return [*results, linear]
 
 
 def _evidence_note(network, linear) -> str:

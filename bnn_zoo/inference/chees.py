@@ -119,6 +119,7 @@ class ChEES:
     lockstep: bool = False
 
     name = "chees"
+    remedy = "run longer (num_warmup, num_samples) or more chains; divergences: a tighter prior or target_accept 0.95"
     family = Family.CHAINS
     stores = "draws"
     evidence = ()

@@ -100,13 +100,12 @@ def convergence(posterior) -> str:
             failed.append(f"{count} of {diverging.numel()} transitions diverged")
     if not failed:
         return ""
-    return ", ".join(failed) + f" across {chains} chains of {draws} draws; {_remedy(posterior.method)}"
+    return ", ".join(failed) + f" across {chains} chains of {draws} draws; {_remedy(posterior)}"
 
 
-def _remedy(method: str) -> str:
-    if method == "sgmcmc":
-        return "run longer (burn_in, num_samples) or use a smaller step_size"
-    return "run longer (num_warmup, num_samples) or more chains; divergences: a tighter prior or target_accept 0.95"
+def _remedy(posterior) -> str:
+    """What to try: the method's ``remedy`` trait, if it states one."""
+    return getattr(methods.traits_of(posterior), "remedy", "run longer or with more chains")
 
 
 def band_on(pred, y, rows: str = "test") -> str:

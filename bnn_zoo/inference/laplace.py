@@ -180,13 +180,7 @@ class Laplace:
                 log_c, grad = math.log(scale), curvature.scale_gradient(values, precision, scale)
                 if abs(grad) < 1e-9:
                     break
-                step = (
-                    None
-                    if previous is None or grad == previous[1]
-                    else -grad * (log_c - previous[0]) / (grad - previous[1])
-                )
-                scale = posthoc if step is None else math.exp(log_c + max(-2.0, min(2.0, step)))
-                previous = (log_c, grad)
+                scale, previous = _secant_step(log_c, grad, previous, posthoc), (log_c, grad)
             evidence, values, curvature, scale, log_lik = best
             theta = {k: values[k] for k in names}
             draws = curvature.sample(theta, precision, scale, self.num_draws)
@@ -210,6 +204,15 @@ class Laplace:
         )
         post.map = {k: theta[k].to(x.dtype) for k in names}
         return post
+
+
+def _secant_step(log_c: float, grad: float, previous: tuple | None, first: float) -> float:
+    """The next round's prior-precision scale: a secant step on d log Z / d log c through this round's
+    (log c, gradient) and the last's ``previous``, at most a factor e^2 either way (``first`` on the first round)."""
+    if previous is None or grad == previous[1]:
+        return first
+    step = -grad * (log_c - previous[0]) / (grad - previous[1])
+    return math.exp(log_c + max(-2.0, min(2.0, step)))
 
 
 def evidence_key(type_ii: str) -> str:

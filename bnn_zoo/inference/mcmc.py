@@ -165,6 +165,7 @@ class _MCMC:
     checkpoint: str | Path | None = None
 
     name = "mcmc"
+    remedy = "run longer (num_warmup, num_samples) or more chains; divergences: a tighter prior or target_accept 0.95"
     family = Family.CHAINS
     stores = "draws"
     evidence = ()

@@ -117,6 +117,7 @@ class SGMCMC:
     progress: bool = True
 
     name = "sgmcmc"
+    remedy = "run longer (burn_in, num_samples) or use a smaller step_size"  # when its chains fail their check
     family = Family.CHAINS
     stores = "draws"
     evidence = ()

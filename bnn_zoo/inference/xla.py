@@ -641,18 +641,24 @@ def run_nuts_cells(
         state = jax.lax.fori_loop(0, method.num_warmup, advance, init(q, key, cell))
         return jax.lax.scan(_keeping(advance), state, iterations)[1]
 
-    done = []  # the finished chains' columns, in order
     with watch.running():
         flat = (q0.reshape(items, -1), keys.reshape(items, -1), jnp.arange(items) // chains)
-        for _, out in _in_rounds(chain, flat, cells, lanes, watch):
-            for j in range(out[0].shape[0]):
-                done.append([c[j] for c in out])
-                if chain_done is not None:
-                    chain_done(len(done) - 1, done[-1])
-            while len(results) < len(done) // chains:
-                k = len(results)
-                cell = [np.stack(c) for c in zip(*done[k * chains : (k + 1) * chains], strict=True)]
-                results.append(finished(k, _nuts_result(target, cell)))
+        return _finished_cells(_in_rounds(chain, flat, cells, lanes, watch), chains, target, finished, chain_done)
+
+
+def _finished_cells(rounds, chains: int, target: JaxTarget, finished, chain_done) -> list:
+    """Each cell's NUTS result, handed to ``finished`` as soon as its chains have come out of ``rounds`` (the
+    chains in order, ``chains`` a cell); each chain's columns to ``chain_done`` as it comes."""
+    done, results = [], []  # the finished chains' columns, in order
+    for _, out in rounds:
+        for j in range(out[0].shape[0]):
+            done.append([c[j] for c in out])
+            if chain_done is not None:
+                chain_done(len(done) - 1, done[-1])
+        while len(results) < len(done) // chains:
+            k = len(results)
+            cell = [np.stack(c) for c in zip(*done[k * chains : (k + 1) * chains], strict=True)]
+            results.append(finished(k, _nuts_result(target, cell)))
     return results
 
 
