@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bnn_zoo import cli
+from bnn_zoo import cli, methods
 from bnn_zoo.experiments import config
 
 ROOT = Path(__file__).parent.parent
@@ -56,8 +56,16 @@ def dry_run(words: list[str]) -> None:
     (Path(args.out) / "config.yaml").write_text(yaml.safe_dump(config.to_dict(run)))
 
 
+@pytest.fixture
+def registries(monkeypatch):
+    """The method and config registries as they were before the test (a page's --inference FILE:Class adds
+    the reader's method to both)."""
+    monkeypatch.setattr(methods, "REGISTRY", dict(methods.REGISTRY))
+    monkeypatch.setitem(config.REGISTRY, "inference", dict(config.REGISTRY["inference"]))
+
+
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
-def test_every_command_on_the_page_parses(page, monkeypatch, tmp_path):
+def test_every_command_on_the_page_parses(page, monkeypatch, tmp_path, registries):
     """The page's commands in order, in a fresh folder holding the network and the method docs/extending.md
     defines (``mynets.py``, ``mymethods.py``), as a reader who followed the docs has."""
     monkeypatch.chdir(tmp_path)
