@@ -77,7 +77,7 @@ def test_kill_saves_a_checkpoint_as_ctrl_c_does_and_the_fit_resumes_from_it(tmp_
     run.send_signal(signal.SIGTERM)
     stdout, stderr = run.communicate(timeout=30)
     assert run.returncode == 143 and stderr.strip() == "bnn-zoo: terminated", stderr
-    reached = int(re.search(r"interrupted: checkpoint at step (\d+) saved", stdout).group(1))
+    reached = int(re.search(r"interrupted: checkpoint at step (\d+) of \d+ saved", stdout).group(1))
     assert 50 <= reached < 1500
     resumed = subprocess.run([*fit, "--resume"], env=env, capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr

@@ -31,16 +31,15 @@ from typing import Literal
 
 import pyro
 import torch
-from tqdm.auto import tqdm
 
 from bnn_zoo.bnn import BNN
 from bnn_zoo.errors import BnnZooError, check_field_types
 from bnn_zoo.inference import defaults, xla
-from bnn_zoo.inference.boundary import held_to_step_end, say_saved
-from bnn_zoo.inference.budget import TimeLimit, TimeLimitExceeded, check_max_hours
+from bnn_zoo.inference.budget import TimeLimit, check_max_hours
+from bnn_zoo.inference.driver import Checkpoint, drive
 from bnn_zoo.inference.potential import LogPosterior, chain_starts, check_init
 from bnn_zoo.inference.svi import svi_start
-from bnn_zoo.io import atomic_torch_save, bar_disabled, check_identity, fingerprint, safe_torch_load, say_resumed
+from bnn_zoo.io import fingerprint
 from bnn_zoo.methods import Family, register
 from bnn_zoo.models import architecture
 from bnn_zoo.posterior import Posterior
@@ -209,35 +208,26 @@ class ChEES:
         draws, stats, first = [], [], 0
         total = self.num_warmup + self.num_samples
         identity = fingerprint(self.settings(), model.describe(), x, y)
-        if self.checkpoint is not None and Path(self.checkpoint).exists():
-            first, draws, stats = _resume(self.checkpoint, identity, sampler)
-            say_resumed(self.checkpoint, first, total, self.progress)
-        bar = tqdm(range(first, total), desc="chees", disable=bar_disabled(self.progress), initial=first, total=total)
+        to_save = lambda n: _saved(n, sampler.state(), draws, stats)  # noqa: E731
+        checkpoint = Checkpoint.at(self.checkpoint, identity, "ChEES", self.checkpoint_every, to_save)
+        if (saved := checkpoint and checkpoint.load()) is not None:
+            first, draws, stats = _resume(saved, checkpoint.path, sampler)
+            checkpoint.resumed(first, total, self.progress)
+
+        def step(i: int) -> None:
+            if i < self.num_warmup:
+                sampler.warmup_step(i)
+                return
+            if i == self.num_warmup:
+                sampler.finish_warmup()
+            stats.append(sampler.step(i))
+            draws.append(sampler.q.clone())
+
         # the pace before the first mass-matrix window (unwhitened, tiny steps) overstates the rest's
         limit = TimeLimit("ChEES", self.max_hours, total - first, settle=max(sampler.next_mass_update - first, 0))
-        reached = first  # iterations finished: what a checkpoint holds
-        with held_to_step_end() as held:
-            try:
-                for i in bar:
-                    limit.check(i - first)  # before iteration i changes anything
-                    if i < self.num_warmup:
-                        sampler.warmup_step(i)
-                    else:
-                        if i == self.num_warmup:
-                            sampler.finish_warmup()
-                        stats.append(sampler.step(i))
-                        draws.append(sampler.q.clone())
-                    reached = i + 1
-                    if self.checkpoint is not None and reached % self.checkpoint_every == 0 and reached < total:
-                        _save(self.checkpoint, identity, reached, sampler.state(), draws, stats)
-                    held.check()
-            except (KeyboardInterrupt, TimeLimitExceeded) as stop:
-                if self.checkpoint is not None and (held.whole or isinstance(stop, TimeLimitExceeded)):
-                    _save(self.checkpoint, identity, reached, sampler.state(), draws, stats)
-                    say_saved(stop, f"checkpoint at iteration {reached} of {total} saved to {self.checkpoint}")
-                raise
-        if self.checkpoint is not None:
-            Path(self.checkpoint).unlink(missing_ok=True)  # the posterior supersedes it
+        drive(step, first, total, "chees", self.progress, limit, checkpoint, unit="iteration")
+        if checkpoint is not None:
+            checkpoint.discard()
         flat = torch.stack(draws, dim=1)  # (chain, draw, d)
         samples = target.log_posterior.constrained(target.unflatten(flat))
         sample_stats = {k: torch.stack([s[k] for s in stats], dim=1) for k in stats[0]}
@@ -531,22 +521,17 @@ class _Sampler:
         }
 
 
-def _save(path, identity: str, iteration: int, state: dict, draws: list, stats: list) -> None:
-    atomic_torch_save(
-        {
-            "identity": identity,
-            "iteration": iteration,
-            "sampler": state,
-            "draws": torch.stack(draws, 1) if draws else None,  # (chain, draw, d)
-            "stats": {k: torch.stack([s[k] for s in stats], 1) for k in stats[0]} if stats else None,
-        },
-        path,
-    )
+def _saved(iteration: int, state: dict, draws: list, stats: list) -> dict:
+    return {
+        "iteration": iteration,
+        "sampler": state,
+        "draws": torch.stack(draws, 1) if draws else None,  # (chain, draw, d)
+        "stats": {k: torch.stack([s[k] for s in stats], 1) for k in stats[0]} if stats else None,
+    }
 
 
-def _resume(path, identity: str, sampler: _Sampler) -> tuple[int, list, list]:
-    saved = safe_torch_load(path)
-    check_identity(saved, identity, path, "ChEES")
+def _resume(saved: dict, path, sampler: _Sampler) -> tuple[int, list, list]:
+    """(iteration, draws, stats) of a checkpoint, its state loaded into ``sampler``."""
     try:
         sampler.load_state(saved["sampler"])
         device = sampler.q.device

@@ -26,15 +26,14 @@ import numpy as np
 import torch
 from torch.distributions import biject_to
 from torch.func import functional_call, vmap
-from tqdm.auto import tqdm
 
 from bnn_zoo.bnn import BNN
 from bnn_zoo.errors import BnnZooError, check_field_types
 from bnn_zoo.inference import defaults, health
-from bnn_zoo.inference.boundary import held_to_step_end, say_saved
-from bnn_zoo.inference.budget import STEPS_FIX, TimeLimit, TimeLimitExceeded, check_max_hours
+from bnn_zoo.inference.budget import STEPS_FIX, TimeLimit, check_max_hours
+from bnn_zoo.inference.driver import Checkpoint, drive
 from bnn_zoo.inference.lockstep import Stream, first_distinct
-from bnn_zoo.io import atomic_torch_save, bar_disabled, check_identity, fingerprint, safe_torch_load, say_resumed
+from bnn_zoo.io import fingerprint
 from bnn_zoo.methods import Family, register
 from bnn_zoo.posterior import Posterior
 from bnn_zoo.priors import ScaleMixture
@@ -319,12 +318,10 @@ class Members:
         self.streams = [Stream(s) for s in seeds]
         self.block_states = [stream.state for stream in self.streams]  # where the current minibatch block began
         self.block_start = 0  # ... and its first step
-        self.checkpoint = None if method.checkpoint is None else Path(method.checkpoint)
-        self.identity = fingerprint(method.settings(), model.describe(), x, y)
-        self.saved = None
-        if self.checkpoint is not None and self.checkpoint.exists():
-            self.saved = safe_torch_load(self.checkpoint)
-            check_identity(self.saved, self.identity, self.checkpoint, type(method).__name__)
+        identity = fingerprint(method.settings(), model.describe(), x, y)
+        every, name = method.checkpoint_every, type(method).__name__
+        self.checkpoint = Checkpoint.at(method.checkpoint, identity, name, every, None)  # each phase sets its state
+        self.saved = self.checkpoint and self.checkpoint.load()
         self.priors = {k: model.site_prior(k) for k in model.params}  # built once: a tenth of a step each
         self.epsilon = method.adversarial * (x.max(0).values - x.min(0).values) if method.adversarial else None
         self.vmaps = True  # until the network branches on its inputs' values (a token-range check)
@@ -426,33 +423,21 @@ class Members:
                 return self.saved["losses"]  # finished before the checkpoint, which holds what followed
             if self.saved["phase"] == phase:
                 first, losses = self._restore(optimiser, moments)
-                say_resumed(self.checkpoint, first, steps, self.method.progress)
+                self.checkpoint.resumed(first, steps, self.method.progress)
             self.saved = None
+        batches = self.batches(steps, first)
+
+        def step(i: int) -> None:
+            nonlocal losses
+            losses = self._step(optimiser, next(batches))
+            if moments is not None and (i + 1) % every == 0:
+                moments.add(self.flat())
+
+        if self.checkpoint is not None:
+            self.checkpoint.state = lambda done: self._saved(phase, done, optimiser, moments, losses)
         label = f"{type(self.method).__name__} x{len(self.streams)}"
-        bar = tqdm(
-            self.batches(steps, first),
-            initial=first,
-            total=steps,
-            desc=label,
-            disable=bar_disabled(self.method.progress),
-        )
-        step, limit = first, TimeLimit(label, self.method.max_hours, steps - first, fix=STEPS_FIX)
-        with held_to_step_end() as held:
-            try:
-                for rows in bar:
-                    losses = self._step(optimiser, rows)
-                    step += 1
-                    if moments is not None and step % every == 0:
-                        moments.add(self.flat())
-                    if self.checkpoint is not None and step % self.method.checkpoint_every == 0 and step < steps:
-                        self._save(phase, step, optimiser, moments, losses)
-                    held.check()
-                    limit.tick()
-            except (KeyboardInterrupt, TimeLimitExceeded) as stop:
-                if self.checkpoint is not None and (held.whole or isinstance(stop, TimeLimitExceeded)):
-                    self._save(phase, step, optimiser, moments, losses)
-                    say_saved(stop, f"checkpoint at step {step} saved to {self.checkpoint}")
-                raise
+        limit = TimeLimit(label, self.method.max_hours, steps - first, fix=STEPS_FIX)
+        drive(step, first, steps, label, self.method.progress, limit, self.checkpoint)
         return losses
 
     def _step(self, optimiser: torch.optim.Optimizer, rows: torch.Tensor) -> torch.Tensor:
@@ -468,9 +453,8 @@ class Members:
         optimiser.step()
         return loss.detach()
 
-    def _save(self, phase, step, optimiser, moments, losses) -> None:
-        state = {
-            "identity": self.identity,
+    def _saved(self, phase, step, optimiser, moments, losses) -> dict:
+        return {
             "phase": phase,
             "step": step,
             "leaves": {k: v.detach() for k, v in self.leaves.items()},
@@ -480,7 +464,6 @@ class Members:
             "moments": moments.state() if moments is not None else None,
             "losses": losses,
         }
-        atomic_torch_save(state, self.checkpoint)
 
     def _restore(self, optimiser, moments) -> tuple[int, torch.Tensor | None]:
         saved = self.saved
@@ -497,4 +480,4 @@ class Members:
     def finished(self) -> None:
         """The fit is done: its result supersedes the checkpoint."""
         if self.checkpoint is not None:
-            self.checkpoint.unlink(missing_ok=True)
+            self.checkpoint.discard()

@@ -19,15 +19,14 @@ from typing import Literal
 
 import pyro
 import torch
-from tqdm.auto import tqdm
 
 from bnn_zoo.bnn import BNN
 from bnn_zoo.errors import BnnZooError, check_field_types
 from bnn_zoo.inference import defaults
-from bnn_zoo.inference.boundary import held_to_step_end, say_saved
-from bnn_zoo.inference.budget import STEPS_FIX, TimeLimit, TimeLimitExceeded, check_max_hours
+from bnn_zoo.inference.budget import STEPS_FIX, TimeLimit, check_max_hours
+from bnn_zoo.inference.driver import Checkpoint, drive
 from bnn_zoo.inference.potential import LogPosterior
-from bnn_zoo.io import atomic_torch_save, bar_disabled, check_identity, fingerprint, safe_torch_load, say_resumed
+from bnn_zoo.io import fingerprint
 from bnn_zoo.methods import Family, register
 from bnn_zoo.posterior import Posterior
 from bnn_zoo.priors import Normal
@@ -213,13 +212,10 @@ class SGMCMC:
     def _run(self, posteriors, model, x, y, start) -> Posterior:
         target = LogPosterior(model, x.shape[0])
         identity = fingerprint(self.settings(), model.describe(), x, y)
-        saved = (
-            _resume(self.checkpoint, identity)
-            if self.checkpoint is not None and Path(self.checkpoint).exists()
-            else None
-        )
+        checkpoint = Checkpoint.at(self.checkpoint, identity, "SGMCMC", self.checkpoint_every, None)  # a chain's state
+        saved = checkpoint and _checked(checkpoint.load(), self.checkpoint)
         if saved:
-            say_resumed(self.checkpoint, saved["step"], self.total_steps, self.progress)
+            checkpoint.resumed(saved["step"], self.total_steps, self.progress)
         chains = saved["chains"] if saved else []
         left = (self.num_chains - len(chains)) * self.total_steps - (saved["step"] if saved else 0)
         limit = TimeLimit("SG-MCMC", self.max_hours, left, fix=STEPS_FIX)
@@ -234,15 +230,15 @@ class SGMCMC:
                     c,
                     saved if saved and saved["chain"] == c else None,
                     chains,
-                    identity,
+                    checkpoint,
                     limit,
                 )
             )
             saved = None
         samples = {k: torch.stack([ch["draws"][k] for ch in chains]) for k in chains[0]["draws"]}
         stats = {k: torch.stack([ch["stats"][k] for ch in chains]) for k in chains[0]["stats"]}
-        if self.checkpoint is not None:
-            Path(self.checkpoint).unlink(missing_ok=True)  # the posterior supersedes it
+        if checkpoint is not None:
+            checkpoint.discard()
         return Posterior(
             model, x, y, samples, self.settings(), sample_stats=stats, runtime_s=time.perf_counter() - start
         )
@@ -282,70 +278,50 @@ class SGMCMC:
         chain: int,
         saved: dict | None,
         done: list,
-        identity: str,
+        checkpoint: Checkpoint | None,
         limit: TimeLimit,
     ) -> dict:
         n = x.shape[0]
         batch = self.batch_size if self.batch_size and self.batch_size < n else None
         draw = (lambda: (x, y)) if batch is None else (lambda: _batch(x, y, batch))  # noqa: E731
-        frame, state, draws, stats, first = self._start(
-            posteriors, model, target, chain, saved, draw, batch is not None
-        )
-        bar = tqdm(
-            range(first, self.total_steps),
-            desc=f"{self.kind} chain {chain}",
-            disable=bar_disabled(self.progress),
-            initial=first,
-            total=self.total_steps,
-        )
-        with held_to_step_end() as held:
-            try:
-                for step in bar:
-                    data = draw()
-                    fraction, temperature, keep = self._schedule(step)
-                    adapting = self.adapted and step < self.burn_in
-                    # Langevin dynamics learn the frame: they explore it from the first step
-                    kind = "sgld" if adapting else self.kind
-                    state, log_lik = _update(
-                        posteriors,
-                        kind,
-                        state,
-                        data,
-                        frame.log_posterior(target),
-                        frame.eps * fraction,
-                        temperature,
-                        frame,
-                        self.friction,
-                    )
-                    self._check_finite(state, step)
-                    weights = frame.weights(state.params)
-                    if adapting:
-                        frame.record(weights)
-                    if self._adapts_after(step):
-                        frame.adapt(weights)
-                        frame.set_step(target, "sgld", draw, batch is not None)
-                        state = _init(posteriors, "sgld", frame.start)
-                    if adapting and step + 1 == self.burn_in:  # the kind's own dynamics from here, in the learned frame
-                        frame.set_step(target, self.kind, draw, batch is not None)
-                        state = _init(posteriors, self.kind, state.params)
-                    if keep and len(draws) < self.num_samples:
-                        draws.append(target.constrained(frame.unflat(weights)))
-                        stats.append(
-                            {
-                                "step_size": frame.eps * fraction,
-                                "log_posterior": float(state.log_posterior),
-                                "minibatch_log_likelihood": float(log_lik),
-                            }
-                        )
-                    if self.checkpoint is not None and (step + 1) % self.checkpoint_every == 0:
-                        _save(self.checkpoint, identity, chain, step + 1, state, frame, draws, stats, done)
-                    held.check()
-                    limit.tick()
-            except (KeyboardInterrupt, TimeLimitExceeded) as stop:
-                if self.checkpoint is not None and (held.whole or isinstance(stop, TimeLimitExceeded)):
-                    _save(self.checkpoint, identity, chain, step + 1, state, frame, draws, stats, done)
-                    say_saved(stop, f"checkpoint at step {step + 1} of chain {chain} saved to {self.checkpoint}")
-                raise
+        minibatch = batch is not None
+        frame, state, draws, stats, first = self._start(posteriors, model, target, chain, saved, draw, minibatch)
+
+        def step(i: int) -> None:
+            nonlocal state
+            data = draw()
+            fraction, temperature, keep = self._schedule(i)
+            adapting = self.adapted and i < self.burn_in
+            kind = "sgld" if adapting else self.kind  # Langevin dynamics learn the frame: they explore it at once
+            log_posterior = frame.log_posterior(target)
+            state, log_lik = _update(
+                posteriors, kind, state, data, log_posterior, frame.eps * fraction, temperature, frame, self.friction
+            )
+            self._check_finite(state, i)
+            weights = frame.weights(state.params)
+            if adapting:
+                frame.record(weights)
+            if self._adapts_after(i):
+                frame.adapt(weights)
+                frame.set_step(target, "sgld", draw, minibatch)
+                state = _init(posteriors, "sgld", frame.start)
+            if adapting and i + 1 == self.burn_in:  # the kind's own dynamics from here, in the learned frame
+                frame.set_step(target, self.kind, draw, minibatch)
+                state = _init(posteriors, self.kind, state.params)
+            if keep and len(draws) < self.num_samples:
+                draws.append(target.constrained(frame.unflat(weights)))
+                stats.append(
+                    {
+                        "step_size": frame.eps * fraction,
+                        "log_posterior": float(state.log_posterior),
+                        "minibatch_log_likelihood": float(log_lik),
+                    }
+                )
+
+        if checkpoint is not None:
+            checkpoint.state = lambda steps: _saved(chain, steps, state, frame, draws, stats, done)
+        name = f"{self.kind} chain {chain}"
+        drive(step, first, self.total_steps, name, self.progress, limit, checkpoint, unit=f"chain {chain}, step")
         return {
             "draws": {k: torch.stack([d[k] for d in draws]) for k in draws[0]},
             "stats": {k: torch.tensor([s[k] for s in stats]) for k in stats[0]},
@@ -480,31 +456,24 @@ def _largest_curvature(log_posterior, u: torch.Tensor, batch, iterations: int = 
     return max(abs(lam), 1e-8)
 
 
-def _save(path, identity, chain, step, state, frame, draws, stats, done):
+def _saved(chain, step, state, frame, draws, stats, done) -> dict:
     """Chain ``chain`` after its first ``step`` steps, with the random state the next step starts from."""
-    momenta = getattr(state, "momenta", None)
-    atomic_torch_save(
-        {
-            "identity": identity,
-            "chain": chain,
-            "step": step,
-            "params": state.params,
-            "momenta": momenta,
-            "log_posterior": state.log_posterior,
-            "frame": frame.state(),
-            "draws": draws,
-            "stats": stats,
-            "rng": torch.get_rng_state(),
-            "chains": done,
-        },
-        path,
-    )
+    return {
+        "chain": chain,
+        "step": step,
+        "params": state.params,
+        "momenta": getattr(state, "momenta", None),
+        "log_posterior": state.log_posterior,
+        "frame": frame.state(),
+        "draws": draws,
+        "stats": stats,
+        "rng": torch.get_rng_state(),
+        "chains": done,
+    }
 
 
-def _resume(path, identity: str) -> dict:
-    saved = safe_torch_load(path)
-    check_identity(saved, identity, path, "SGMCMC")
-    if not {"chain", "step", "params", "frame", "draws", "stats", "rng", "chains"} <= set(saved):
+def _checked(saved: dict | None, path) -> dict | None:
+    if saved is not None and not {"chain", "step", "params", "frame", "draws", "stats", "rng", "chains"} <= set(saved):
         raise BnnZooError(
             f"checkpoint {path} is not an SG-MCMC checkpoint; delete it or point SGMCMC(checkpoint=...) elsewhere"
         )

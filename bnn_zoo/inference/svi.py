@@ -16,16 +16,15 @@ import pyro
 import torch
 from pyro.infer import RenyiELBO, TraceMeanField_ELBO
 from pyro.poutine.messenger import Messenger
-from tqdm.auto import tqdm
 
 from bnn_zoo import guides
 from bnn_zoo.bnn import BNN
 from bnn_zoo.errors import BnnZooError, check_field_types
 from bnn_zoo.guides.dropout import DropoutGuide
 from bnn_zoo.inference import defaults, elbo, health
-from bnn_zoo.inference.boundary import held_to_step_end, say_saved
-from bnn_zoo.inference.budget import STEPS_FIX, TimeLimit, TimeLimitExceeded, check_max_hours
-from bnn_zoo.io import atomic_torch_save, bar_disabled, check_identity, fingerprint, safe_torch_load, say_resumed
+from bnn_zoo.inference.budget import STEPS_FIX, TimeLimit, check_max_hours
+from bnn_zoo.inference.driver import Checkpoint, drive
+from bnn_zoo.io import fingerprint
 from bnn_zoo.methods import Family, register
 from bnn_zoo.models import architecture
 from bnn_zoo.posterior import Posterior, Prediction
@@ -215,64 +214,51 @@ class SVI:
         # one kernel per step, not a few per tensor: 3x cheaper on small nets
         optim = torch.optim.Adam(params, lr=self.lr, fused=True)
         sched = torch.optim.lr_scheduler.ExponentialLR(optim, gamma=self.lr_decay ** (1.0 / self.steps))
-        losses, first, stop_reason, best = [], 0, None, None
+        losses, first, stop, best = [], 0, {}, None
         identity = fingerprint({k: v for k, v in self.settings().items() if k != "num_draws"}, model.describe(), x, y)
-        if self.checkpoint is not None and Path(self.checkpoint).exists():
-            first, losses, best = _resume(self.checkpoint, identity, guide, point, optim, sched)
-            say_resumed(self.checkpoint, first, self.steps, self.progress)
+        to_save = lambda done: _saved(guide, point, optim, sched, losses, best) if _finite(params) else None  # noqa: E731
+        checkpoint = Checkpoint.at(self.checkpoint, identity, "SVI", self.checkpoint_every, to_save)
+        if (saved := checkpoint and checkpoint.load()) is not None:
+            first, losses, best = _resume(saved, checkpoint.path, guide, point, optim, sched)
+            checkpoint.resumed(first, self.steps, self.progress)
         last_finite = [p.detach().clone() for p in params]  # the state whose loss was finite, copied in place each step
-        bar = tqdm(
-            range(first, self.steps),
-            desc=f"SVI {self.guide_name}",
-            disable=bar_disabled(self.progress),
-            initial=first,
-            total=self.steps,
-        )
+
+        def step(i: int) -> bool:  # one Adam step; True ends training (a non-finite loss, early stopping)
+            nonlocal best
+            weight = self.kl_weight * min(1.0, (i + 1) / self.kl_warmup) if self.kl_warmup else self.kl_weight
+            for p in params:  # optim.zero_grad() does this behind a torch._disable_dynamo wrapper, ~15 us
+                p.grad = None
+            loss = _loss_and_grads(objective, weight, fitted, guide, x, y, batch_size)
+            if not math.isfinite(loss):
+                # a non-finite gradient is not checked for at every step (a fifth of a small net's step): it
+                # makes the parameters non-finite, so the next step's loss is, and this step is undone
+                stop["reason"] = (
+                    f"gradient became non-finite at step {i - 1}"
+                    if not _finite(params)
+                    else (f"loss became {loss} at step {i}")
+                )
+                return True
+            with torch.no_grad():
+                for good, p in zip(last_finite, params):
+                    good.copy_(p)
+            optim.step()
+            sched.step()
+            losses.append(loss)
+            if held_out is None or (i + 1) % self.eval_every:
+                return False
+            score = validation_log_lik(guide, fitted, *held_out)
+            if best is None or score > best["score"]:
+                best = {"score": score, "step": i + 1, "state": _state(guide, point)}
+            return i + 1 - best["step"] >= self.patience * self.eval_every
+
         limit = TimeLimit("SVI", self.max_hours, self.steps - first, fix=STEPS_FIX)
         _set_training(guide, True)  # guides add per-example (local) noise in training mode only
-        with held_to_step_end() as held:
-            try:
-                for step in bar:
-                    weight = (
-                        self.kl_weight * min(1.0, (step + 1) / self.kl_warmup) if self.kl_warmup else self.kl_weight
-                    )
-                    for p in params:  # optim.zero_grad() does this behind a torch._disable_dynamo wrapper, ~15 us
-                        p.grad = None
-                    loss = _loss_and_grads(objective, weight, fitted, guide, x, y, batch_size)
-                    if not math.isfinite(loss):
-                        # a non-finite gradient is not checked for at every step (a fifth of a small net's step):
-                        # it makes the parameters non-finite, so the next step's loss is, and this step is undone
-                        stop_reason = (
-                            f"gradient became non-finite at step {step - 1}"
-                            if not _finite(params)
-                            else f"loss became {loss} at step {step}"
-                        )
-                        break
-                    with torch.no_grad():
-                        for good, p in zip(last_finite, params):
-                            good.copy_(p)
-                    optim.step()
-                    sched.step()
-                    losses.append(loss)
-                    if step % 50 == 0:
-                        bar.set_postfix(loss=f"{loss:.4g}")
-                    if held_out is not None and (step + 1) % self.eval_every == 0:
-                        score = validation_log_lik(guide, fitted, *held_out)
-                        if best is None or score > best["score"]:
-                            best = {"score": score, "step": step + 1, "state": _state(guide, point)}
-                        elif step + 1 - best["step"] >= self.patience * self.eval_every:
-                            break
-                    if self.checkpoint is not None and (step + 1) % self.checkpoint_every == 0 and _finite(params):
-                        _save(self.checkpoint, identity, _state(guide, point), optim, sched, losses, best)
-                    held.check()
-                    limit.tick()
-            except (KeyboardInterrupt, TimeLimitExceeded) as stop:
-                if self.checkpoint is not None and (held.whole or isinstance(stop, TimeLimitExceeded)):
-                    _save(self.checkpoint, identity, _state(guide, point), optim, sched, losses, best)
-                    say_saved(stop, f"checkpoint at step {len(losses)} saved to {self.checkpoint}")
-                raise
-            finally:
-                _set_training(guide, False)
+        try:
+            name, postfix = f"SVI {self.guide_name}", lambda: {"loss": f"{losses[-1]:.4g}"}
+            drive(step, first, self.steps, name, self.progress, limit, checkpoint, postfix=postfix)
+        finally:
+            _set_training(guide, False)
+        stop_reason = stop.get("reason")
         stop_reason = _undo_non_finite(params, last_finite, stop_reason, len(losses))
         info = {"stop_reason": stop_reason or "", **({"resumed_at_step": first} if first else {})}
         if isinstance(guide, DropoutGuide) and guide.learned:
@@ -429,37 +415,32 @@ def _load_state(guide, point: dict, state: dict) -> None:
             v.copy_(state["point"][k])
 
 
-def _save(path, identity, state, optim, sched, losses, best):
+def _saved(guide, point, optim, sched, losses, best) -> dict:
     """The fit after its ``len(losses)`` steps, with the random state the next step starts from."""
-    atomic_torch_save(
-        {
-            "identity": identity,
-            "step": len(losses),
-            "state": state,
-            "optim": optim.state_dict(),
-            "sched": sched.state_dict(),
-            "losses": torch.tensor(losses),
-            "rng": torch.get_rng_state(),
-            "best": best,
-        },
-        path,
-    )
+    return {
+        "step": len(losses),
+        "state": _state(guide, point),
+        "optim": optim.state_dict(),
+        "sched": sched.state_dict(),
+        "losses": torch.tensor(losses),
+        "rng": torch.get_rng_state(),
+        "best": best,
+    }
 
 
-def _resume(path, identity, guide, point, optim, sched):
-    state = safe_torch_load(path)
-    check_identity(state, identity, path, "SVI")
+def _resume(saved: dict, path, guide, point, optim, sched) -> tuple[int, list, dict | None]:
+    """(step, losses, best validation so far) of a checkpoint, its state loaded into the guide and optimiser."""
     try:
-        _load_state(guide, point, state["state"])
-        optim.load_state_dict(state["optim"])
-        sched.load_state_dict(state["sched"])
+        _load_state(guide, point, saved["state"])
+        optim.load_state_dict(saved["optim"])
+        sched.load_state_dict(saved["sched"])
     except (KeyError, RuntimeError, ValueError) as exc:
         raise BnnZooError(
             f"checkpoint {path} does not match this model and guide ({str(exc).splitlines()[0]}); delete it or point "
             "SVI(checkpoint=...) elsewhere"
         ) from None
-    torch.set_rng_state(state["rng"])
-    return int(state["step"]), state["losses"].tolist(), state.get("best")
+    torch.set_rng_state(saved["rng"])
+    return int(saved["step"]), saved["losses"].tolist(), saved.get("best")
 
 
 def svi_start(model, x, y, seed: int, progress: bool) -> Posterior:
