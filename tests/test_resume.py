@@ -192,3 +192,30 @@ def test_a_wide_table_under_quiet_is_refused_in_one_line_not_fitted_in_silence(t
     assert main([*argv, "--out", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("bnn-zoo: error: SVI would take about") and err.count("\n") == 1, err
+
+
+def test_ais_stopped_by_ctrl_c_resumes_to_the_uninterrupted_estimate(tmp_path, monkeypatch):
+    """AIS through the one loop (bnn_zoo.inference.driver): a real SIGINT in the middle of a temperature is
+    held to its end, the checkpoint holds that temperature, and the run again ends with the same estimate."""
+    from bnn_zoo.evaluation import evidence
+
+    x, y = _data()
+    model = bz.BNN(bz.models.MLP(2, [4], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.3))
+    options = dict(num_steps=60, num_particles=4, num_runs=2, seed=1, progress=False)
+    full = evidence.ais(model, x, y, **options)
+    move, calls = evidence._hmc_move, []
+
+    def interrupted(*args):
+        calls.append(1)
+        if len(calls) == 40:  # inside the 40th temperature: held to its end, then raised
+            os.kill(os.getpid(), signal.SIGINT)
+        return move(*args)
+
+    checkpoint = tmp_path / "ais.pt"
+    monkeypatch.setattr(evidence, "_hmc_move", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        evidence.ais(model, x, y, checkpoint=checkpoint, **options)
+    assert checkpoint.exists() and torch.load(checkpoint, weights_only=True)["step"] == 40
+    monkeypatch.setattr(evidence, "_hmc_move", move)
+    assert evidence.ais(model, x, y, checkpoint=checkpoint, **options) == full
+    assert not checkpoint.exists()

@@ -20,12 +20,13 @@ import pyro
 import torch
 from pyro.distributions import constraints
 from pyro.distributions.transforms import biject_to
-from tqdm.auto import tqdm
 
 from bnn_zoo.bnn import BNN
 from bnn_zoo.data.validation import check_data
 from bnn_zoo.errors import BnnZooError, checked
-from bnn_zoo.io import atomic_torch_save, bar_disabled, safe_torch_load
+from bnn_zoo.inference.budget import TimeLimit
+from bnn_zoo.inference.driver import Checkpoint, drive
+from bnn_zoo.io import fingerprint
 from bnn_zoo.posterior import Posterior
 from bnn_zoo.scaling import in_fit_units, scaling_for
 from bnn_zoo.variational import log_weights
@@ -216,47 +217,37 @@ def _anneal(
         "step_size": step_size,
         "accepted": 0.0,
         "rng": torch.get_rng_state(),
-        "shape": [n, num_steps, z.shape[1]],
     }
-    if checkpoint is not None and Path(checkpoint).exists():
-        state = _resume(checkpoint, state["shape"])
+    settings = {"particles": n, "steps": num_steps, "leapfrog": leapfrog_steps, "step_size": step_size}
+    identity = fingerprint(settings | {"target_accept": target_accept}, target.model.describe(), target.x, target.y)
+    saving = Checkpoint.at(checkpoint, identity, "AIS", checkpoint_every, lambda done: state)
+    if (saved := saving and saving.load()) is not None:
+        state = saved
         torch.set_rng_state(state["rng"])
-    try:
-        for step in tqdm(
-            range(state["step"], num_steps),
-            desc="AIS",
-            disable=bar_disabled(progress),
-            initial=state["step"],
-            total=num_steps,
-        ):
-            b_prev, b = betas[step], betas[step + 1]
-            log_w = state["log_w"] + (b - b_prev) * state["log_lik"].double()
-            z, log_prior, log_lik, rate = _hmc_move(
-                target, state["z"], state["log_prior"], state["log_lik"], b, state["step_size"], leapfrog_steps
-            )
-            # grow slowly while moves succeed; halve at once when nearly all fail (a step far too long for
-            # the sharpening target would otherwise leave every particle at its prior draw)
-            step_size = state["step_size"] * (1.02 if rate > target_accept else (0.5 if rate < 0.05 else 0.98))
-            state.update(
-                step=step + 1,
-                z=z.detach(),
-                log_prior=log_prior,
-                log_lik=log_lik,
-                log_w=log_w,
-                step_size=step_size,
-                accepted=state["accepted"] + rate,
-                rng=torch.get_rng_state(),
-            )
-            if checkpoint is not None and (step + 1) % checkpoint_every == 0:
-                atomic_torch_save(state, checkpoint)
-    except KeyboardInterrupt:
-        if checkpoint is not None:
-            atomic_torch_save(state, checkpoint)  # the last completed temperature
-            print(
-                f"interrupted: AIS checkpoint at temperature {state['step']} of {num_steps} saved to {checkpoint}; run "
-                "again to resume"
-            )
-        raise
+        saving.resumed(state["step"], num_steps, progress)
+
+    def step(i: int) -> None:
+        b_prev, b = betas[i], betas[i + 1]
+        log_w = state["log_w"] + (b - b_prev) * state["log_lik"].double()
+        z, log_prior, log_lik, rate = _hmc_move(
+            target, state["z"], state["log_prior"], state["log_lik"], b, state["step_size"], leapfrog_steps
+        )
+        # grow slowly while moves succeed; halve at once when nearly all fail (a step far too long for
+        # the sharpening target would otherwise leave every particle at its prior draw)
+        step_size = state["step_size"] * (1.02 if rate > target_accept else (0.5 if rate < 0.05 else 0.98))
+        state.update(
+            step=i + 1,
+            z=z.detach(),
+            log_prior=log_prior,
+            log_lik=log_lik,
+            log_w=log_w,
+            step_size=step_size,
+            accepted=state["accepted"] + rate,
+            rng=torch.get_rng_state(),
+        )
+
+    limit = TimeLimit("AIS", None, num_steps - state["step"])
+    drive(step, state["step"], num_steps, "AIS", progress, limit, saving, unit="temperature")
     log_w = state["log_w"]
     if not torch.isfinite(log_w).all():
         raise BnnZooError(
@@ -264,16 +255,6 @@ def _anneal(
             "scales)"
         )
     return log_w, state["accepted"] / num_steps
-
-
-def _resume(path, shape):
-    state = safe_torch_load(path)
-    if state.get("shape") != shape:
-        raise BnnZooError(
-            f"AIS checkpoint {path} is for (particles, steps, dimensions) = {state.get('shape')}, not {shape}; delete "
-            "it or pass another checkpoint path"
-        )
-    return state
 
 
 def _hmc_move(target, z, log_prior, log_lik, beta, step_size, leapfrog_steps):
