@@ -71,7 +71,7 @@ class InferenceMethod(Protocol):
 
 
 TRAITS = ("name", "family", "stores", "evidence", "reference", "copies", "draws", "fits")
-STORES = ("draws", "guide", "points")
+STORES, FITS = ("draws", "guide", "points"), ("bnn", "gp")
 REGISTRY: dict[str, type] = {}  # name -> method class
 
 
@@ -79,18 +79,14 @@ def register(cls: type) -> type:
     """Class decorator: check ``cls`` against :class:`InferenceMethod` and register it under ``cls.name``
     (a later class of the same name replaces the earlier, as when a user's file is read again; bnn-zoo's
     own names are taken)."""
-    missing = [t for t in TRAITS if t not in vars(cls) and not any(t in vars(b) for b in cls.__mro__[1:-1])]
+    missing = [t for t in TRAITS if not any(t in vars(c) for c in cls.__mro__[:-1])]  # not object's
     missing += [m for m in ("settings", "run") if not callable(getattr(cls, m, None))]
     if missing:
         raise BnnZooError(
             f"the inference method {cls.__name__} lacks {', '.join(missing)}; see bnn_zoo.methods.InferenceMethod "
             "(docs/extending.md)"
         )
-    if (
-        cls.family not in tuple(Family)
-        or cls.stores not in ("draws", "guide", "points")
-        or cls.fits not in ("bnn", "gp")
-    ):
+    if cls.family not in tuple(Family) or cls.stores not in STORES or cls.fits not in FITS:
         raise BnnZooError(
             f"the inference method {cls.__name__} has family={cls.family!r}, stores={cls.stores!r}, fits={cls.fits!r}; "
             f"family is one of {', '.join(Family)}, stores one of {', '.join(STORES)}, fits bnn or gp"

@@ -448,7 +448,7 @@ class NUTS(_MCMC):
     lockstep: bool = False
 
     name = "nuts"
-    quick = {"num_warmup": 40, "num_samples": 40, "num_chains": 2}  # seconds on a small table (the conformance suite)
+    quick = {"num_warmup": 40, "num_samples": 40, "num_chains": 2, "max_tree_depth": 5}  # seconds on a small table
     counts = _MCMC.counts | {"max_tree_depth": 1}
 
     def __post_init__(self):

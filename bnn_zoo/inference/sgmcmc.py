@@ -124,7 +124,7 @@ class SGMCMC:
     copies = "num_chains"
     draws = ("num_samples", "num_chains")
     fits = "bnn"
-    quick = {"num_samples": 50, "burn_in": 300, "thinning": 2}  # seconds on a small table (the conformance suite)
+    quick = {"num_samples": 50, "burn_in": 150, "thinning": 2}  # seconds on a small table (the conformance suite)
 
     def __post_init__(self):
         check_field_types(self)
