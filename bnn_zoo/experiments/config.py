@@ -575,11 +575,10 @@ class Cyclical(_SGMCMC):
     """Cyclical SGLD (Zhang et al. 2020): cosine step-size cycles, draws in each cycle's second half."""
 
 
-for _method in methods.registered("bnn").values():  # bnn-zoo's methods without a config of their own above
-    if _method.__module__.startswith("bnn_zoo.") and not any(
-        c.method is _method for c in REGISTRY["inference"].values()
-    ):
-        method_config(_method)  # a user's: by --inference FILE:Class, or method_config(Class) from Python
+_CONFIGURED = {c.method for c in REGISTRY["inference"].values()}  # by the classes above
+for _method in methods.registered("bnn").values():  # bnn-zoo's others; a user's by --inference FILE:Class
+    if _method.__module__.startswith("bnn_zoo.") and _method not in _CONFIGURED:
+        method_config(_method)
 
 
 @register("gp")

@@ -35,7 +35,7 @@ class Checkpoint:
 
     def load(self) -> dict | None:
         """The saved state, checked to be this fit's; None when there is none."""
-        if self.path is None or not Path(self.path).exists():
+        if not Path(self.path).exists():
             return None
         saved = safe_torch_load(self.path)
         check_identity(saved, self.identity, self.path, self.method)
