@@ -109,8 +109,6 @@ def _assert_equal(resumed, full) -> None:
 
 METHODS = {
     "svi-mean-field": lambda **c: bz.SVI(guide="mean-field", steps=150, lr=0.02, batch_size=16, num_draws=20, **c),
-    "svi-matrix-normal": lambda **c: bz.SVI(guide="matrix-normal", steps=150, lr=0.02, num_draws=20, **c),
-    "svi-flow": lambda **c: bz.SVI(guide="flow", steps=100, lr=0.01, num_draws=20, **c),
     "svi-dropout": lambda **c: bz.SVI(guide="dropout", steps=150, lr=0.02, batch_size=16, num_draws=20, **c),
     "sghmc": lambda **c: bz.SGMCMC(kind="sghmc", burn_in=120, num_samples=20, thinning=2, **c),
     "ensemble": lambda **c: bz.Ensemble(members=3, steps=150, batch_size=16, **c),
@@ -118,13 +116,25 @@ METHODS = {
     "chees-torch": lambda **c: bz.ChEES(num_chains=4, num_warmup=40, num_samples=20, backend="torch", **c),
     # a chain is one program: a stop loses the chains under way, and the rest are kept. Not jit-compiled:
     # a KeyboardInterrupt inside torch.jit.trace breaks the tracer for the rest of the process (torch's state)
+    # one chain after another: with chains in parallel processes, the last ones could all finish (and the
+    # checkpoint go) before a stop timed from the first save landed, on any thread count
     "nuts-torch": lambda **c: bz.NUTS(
-        num_chains=4, num_warmup=20, num_samples=20, max_tree_depth=4, backend="torch", jit_compile=False, **c
+        num_chains=4,
+        num_warmup=20,
+        num_samples=20,
+        max_tree_depth=4,
+        backend="torch",
+        jit_compile=False,
+        chain_method="sequential",
+        **c,
     ),
 }
-# in the slow lane: the SG-MCMC kinds that share sghmc's loop, and XLA, which compiles its program again
-# in every run (about a second each)
+# in the slow lane: the SG-MCMC kinds that share sghmc's loop, SVI's other guides, and XLA, which compiles
+# its program again in every run (about a second each)
 SLOW = {
+    # SVI's loop and checkpoint whatever the guide: mean-field and dropout (local noise) stand for them
+    "svi-matrix-normal": lambda **c: bz.SVI(guide="matrix-normal", steps=150, lr=0.02, num_draws=20, **c),
+    "svi-flow": lambda **c: bz.SVI(guide="flow", steps=100, lr=0.01, num_draws=20, **c),
     "sgld": lambda **c: bz.SGMCMC(kind="sgld", burn_in=120, num_samples=20, thinning=2, batch_size=16, **c),
     "cyclical": lambda **c: bz.SGMCMC(kind="cyclical", burn_in=120, num_samples=20, thinning=2, cycles=2, **c),
     "chees-jax": lambda **c: bz.ChEES(num_chains=4, num_warmup=60, num_samples=40, backend="jax", **c),

@@ -117,7 +117,7 @@ class SVI:
     copies = "num_particles"
     draws = ("num_draws",)
     fits = "bnn"
-    quick = {"steps": 300, "num_draws": 100}  # seconds on a small table (the conformance suite)
+    quick = {"steps": 150, "num_draws": 100}  # seconds on a small table (the conformance suite)
 
     @property
     def guide_name(self) -> str:
