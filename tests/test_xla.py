@@ -364,7 +364,8 @@ def test_cells_in_one_program_equal_each_cell_run_alone(sampler, lockstep, monke
 
 
 @pytest.mark.filterwarnings("ignore:this .* fit collapsed")
-@pytest.mark.parametrize("sampler", ["nuts", "chees"])
+# one program per item whichever the sampler: NUTS's chains here, ChEES's cells in the slow lane
+@pytest.mark.parametrize("sampler", ["nuts", pytest.param("chees", marks=pytest.mark.slow)])
 def test_draws_do_not_depend_on_how_many_cores_run_them(sampler, monkeypatch):
     """Chains (NUTS) and cells (ChEES) split over the two CPU devices conftest gives JAX, the last
     device's share filled with a copy, equal the same run on one device to float rounding: each item runs
@@ -383,7 +384,8 @@ def test_draws_do_not_depend_on_how_many_cores_run_them(sampler, monkeypatch):
 
 
 @pytest.mark.filterwarnings("ignore:this .* fit collapsed")
-@pytest.mark.parametrize("sampler", ["nuts", "chees"])
+# the batch's checkpoint is the same for both samplers: ChEES's cells here, NUTS's in the slow lane
+@pytest.mark.parametrize("sampler", [pytest.param("nuts", marks=pytest.mark.slow), "chees"])
 def test_a_killed_batch_of_cells_resumes_with_its_unfinished_cells(sampler, tmp_path, monkeypatch):
     """Each cell's draws are saved as it finishes; killed after the first save, the batch runs again only
     the cells not saved, and every cell's draws equal the uninterrupted batch's to float rounding."""
