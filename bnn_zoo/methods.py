@@ -70,6 +70,20 @@ class InferenceMethod(Protocol):
     def run(self, model: Any, x: Any, y: Any) -> Any: ...
 
 
+class FullBatchChains:
+    """The traits HMC's family shares (NUTS, HMC, ChEES): Markov chains on the full data, exact as they
+    converge, each chain's draws kept."""
+
+    family = Family.CHAINS
+    stores = "draws"
+    evidence = ()
+    reference = True
+    copies = "num_chains"
+    draws = ("num_samples", "num_chains")
+    fits = "bnn"
+    remedy = "run longer (num_warmup, num_samples) or more chains; divergences: a tighter prior or target_accept 0.95"
+
+
 TRAITS = ("name", "family", "stores", "evidence", "reference", "copies", "draws", "fits")
 STORES, FITS = ("draws", "guide", "points"), ("bnn", "gp")
 REGISTRY: dict[str, type] = {}  # name -> method class

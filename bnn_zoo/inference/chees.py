@@ -40,7 +40,7 @@ from bnn_zoo.inference.driver import Checkpoint, drive
 from bnn_zoo.inference.potential import LogPosterior, chain_starts, check_init
 from bnn_zoo.inference.svi import svi_start
 from bnn_zoo.io import fingerprint
-from bnn_zoo.methods import Family, register
+from bnn_zoo.methods import FullBatchChains, register
 from bnn_zoo.models import architecture
 from bnn_zoo.posterior import Posterior
 from bnn_zoo.priors import ScaleMixture
@@ -51,7 +51,7 @@ LOG_T_CLIP = 0.35  # the largest change of log T per iteration (about log 2 / 2,
 
 @register
 @dataclass
-class ChEES:
+class ChEES(FullBatchChains):
     """Ensemble HMC with ChEES-adapted, jittered trajectory lengths: ``num_chains`` chains in lockstep.
 
     Args:
@@ -118,14 +118,6 @@ class ChEES:
     lockstep: bool = False
 
     name = "chees"
-    remedy = "run longer (num_warmup, num_samples) or more chains; divergences: a tighter prior or target_accept 0.95"
-    family = Family.CHAINS
-    stores = "draws"
-    evidence = ()
-    reference = True
-    copies = "num_chains"
-    draws = ("num_samples", "num_chains")
-    fits = "bnn"
     quick = {
         "num_warmup": 40,
         "num_samples": 40,

@@ -42,7 +42,7 @@ from bnn_zoo.inference.budget import TimeLimit, check_max_hours
 from bnn_zoo.inference.potential import chain_starts, check_init
 from bnn_zoo.inference.svi import svi_start
 from bnn_zoo.io import atomic_torch_save, bar_disabled, check_identity, fingerprint, safe_torch_load
-from bnn_zoo.methods import Family, register
+from bnn_zoo.methods import FullBatchChains, register
 from bnn_zoo.models import architecture
 from bnn_zoo.posterior import Posterior
 from bnn_zoo.priors import ScaleMixture
@@ -144,7 +144,7 @@ class _HMCKernel(_TransitionValues, pyro_mcmc.HMC):
 
 
 @dataclass
-class _MCMC:
+class _MCMC(FullBatchChains):
     """Settings shared by NUTS and HMC (documented on :class:`NUTS`)."""
 
     # a recurrent network's prior at this method's defaults (bnn_zoo.priors.default_prior):
@@ -165,14 +165,6 @@ class _MCMC:
     checkpoint: str | Path | None = None
 
     name = "mcmc"
-    remedy = "run longer (num_warmup, num_samples) or more chains; divergences: a tighter prior or target_accept 0.95"
-    family = Family.CHAINS
-    stores = "draws"
-    evidence = ()
-    reference = True
-    copies = "num_chains"
-    draws = ("num_samples", "num_chains")
-    fits = "bnn"
     counts = {"num_warmup": 0, "num_samples": 1, "num_chains": 1}  # integer settings and their least values
 
     def __post_init__(self):
