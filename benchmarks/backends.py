@@ -81,7 +81,7 @@ def measure(name, model, x, y) -> dict:
     try:
         jax.block_until_ready(value_and_grad(qj))
     except Exception as exc:  # what the backend's check turns into a fall-back to torch
-        return row | {"jax_ms": None, "speedup": None, "jax_compile_s": None, "untraceable": xla._first_line(exc)}
+        return row | {"jax_ms": None, "speedup": None, "jax_compile_s": None, "untraceable": xla.first_line(exc)}
     compile_s = time.perf_counter() - start
     jax_ms = results.best_ms(
         lambda: jax.block_until_ready(value_and_grad(qj)), calls=max(5, int(200 / max(torch_ms, 1)))

@@ -77,8 +77,8 @@ def test_the_xla_backend_outside_the_torch_its_torchax_is_tested_with(monkeypatc
     error, and 'auto' runs on torch with one warning saying why."""
     from bnn_zoo.inference import xla
 
-    monkeypatch.setattr(xla, "installed", lambda: True)
-    monkeypatch.setattr(xla.torch, "__version__", "2.99.0+cpu")
+    monkeypatch.setattr(xla.environment, "installed", lambda: True)
+    monkeypatch.setattr(xla.environment.torch, "__version__", "2.99.0+cpu")
     refused = r"'jax': torch 2.99.0\+cpu is not a release .* \(2.11 to 2.15\); use backend='torch'"
     with pytest.raises(bz.BnnZooError, match=refused):
         bz.NUTS(backend="jax")

@@ -275,7 +275,7 @@ def test_auto_takes_jax_except_where_the_traced_gradient_is_slower(blr_model):
 def test_torch_optimisers_step_after_torchax_has_loaded():
     """torchax names its "jax" device torch's accelerator; torch 2.15's Adam asked it for a stream and
     failed ("not linked with support for jax devices"). Once torchax is loaded, no accelerator is one."""
-    xla._torchax()
+    xla.load_torchax()
     assert torch.accelerator.current_accelerator(check_available=True) is None or torch.cuda.is_available()
     weight = torch.nn.Parameter(torch.zeros(3))
     optimiser = torch.optim.Adam([weight], lr=0.1)
@@ -289,8 +289,7 @@ def test_bad_backend_settings_are_one_clear_error(monkeypatch):
         bz.NUTS(backend="xla")
     with pytest.raises(bz.BnnZooError, match="mass_matrix='within' exists only with backend='torch'"):
         bz.ChEES(backend="jax", mass_matrix="within")
-    monkeypatch.setattr(xla, "installed", lambda: False)
-    monkeypatch.setattr(xla, "available", lambda: False)
+    monkeypatch.setattr(xla.environment, "installed", lambda: False)
     with pytest.raises(bz.BnnZooError, match=r"needs jax, numpyro, blackjax, optax and torchax.*reinstall bnn-zoo"):
         bz.ChEES(backend="jax")
     with warnings.catch_warnings():
@@ -351,7 +350,7 @@ def test_cells_in_one_program_equal_each_cell_run_alone(sampler, lockstep, monke
     hundreds of iterations rounding differences grow, as between any two machines, so the two runs then
     agree in distribution only). Both layouts: the CPU's, and a GPU's lockstep run here on the CPU (slow
     lane: the CPU never runs it)."""
-    monkeypatch.setattr(xla, "in_lockstep", lambda target: lockstep)
+    monkeypatch.setattr(xla.devices, "in_lockstep", lambda target: lockstep)
     jobs = _short_jobs(sampler, _cells(), chees_chains=4)
     together = bz.inference.lockstep.fit_lockstep(jobs)
     for job, posterior in zip(jobs, together):
@@ -375,7 +374,7 @@ def test_draws_do_not_depend_on_how_many_cores_run_them(sampler, monkeypatch):
     jobs = _short_jobs(sampler, _cells((30, 17, 24)), chees_chains=2)
     assert len(jax.devices("cpu")) == 2
     two = bz.inference.lockstep.fit_lockstep(jobs)
-    monkeypatch.setattr(xla, "cpu_lanes", lambda target, items: 1)
+    monkeypatch.setattr(xla.devices, "cpu_lanes", lambda target, items: 1)
     one = bz.inference.lockstep.fit_lockstep(jobs)
     for a, b in zip(two, one, strict=True):
         for site, draws in a.samples.items():
@@ -501,7 +500,7 @@ def test_a_batch_holds_each_cell_to_its_max_hours(sampler, monkeypatch):
         made.append(kwargs.get("turns"))
         raise _Built
 
-    monkeypatch.setattr(xla, "TimeLimit", built)
+    monkeypatch.setattr(xla.supervision, "TimeLimit", built)
     with pytest.raises(_Built):
         bz.inference.lockstep.fit_lockstep(_short_jobs(sampler, _cells((30, 17, 24)), chees_chains=2))
     assert made == [2]

@@ -4,7 +4,8 @@ Ctrl-C and ``kill`` held to a step's end (:mod:`bnn_zoo.inference.boundary`). A 
 the state a checkpoint holds; the loop is written once, here.
 
 The XLA samplers (:mod:`bnn_zoo.inference.xla`) and lockstep SVI keep loops of their own: theirs run inside
-one compiled program or over many fits at once, and report to the host through callbacks.
+one compiled program or over many fits at once, and report to the host through callbacks. ChEES on XLA
+keeps its checkpoint with :class:`Checkpoint`.
 """
 
 from __future__ import annotations
