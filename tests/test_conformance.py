@@ -6,7 +6,8 @@ Each method fits with its ``quick`` settings; the fit must then give predictions
 data's units, round-trip through save and load to the same predictions, carry only the evidence its
 ``evidence`` trait names (a finite ELBO where it stores a guide with a density), refuse bad input in one line,
 and pass the installed ArviZ's own functions (same dims for y in the predictive, observed and log-likelihood
-groups, MCMC sample_stats under ArviZ's names)."""
+groups, MCMC sample_stats under ArviZ's names). A method that keeps a checkpoint, stopped by its time limit,
+says so in one line and resumes to the uninterrupted fit (tests/test_resume.py stops each at random moments)."""
 
 import dataclasses
 import math
@@ -50,8 +51,7 @@ LOCATION, SCALE = 50.0, 10.0  # the regression targets' units: far from standard
 
 
 def _method(cls, options):
-    fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
-    return cls(**getattr(cls, "quick", {}), **options, **({"progress": False} if "progress" in fields else {}))
+    return cls(**getattr(cls, "quick", {}) | options, **({"progress": False} if "progress" in _fields(cls) else {}))
 
 
 def _data(task):
@@ -114,6 +114,38 @@ def _carries_the_evidence_its_traits_name(posterior):
     assert all(math.isfinite(v) for v in own.values()), own
     if traits.stores == "guide" and getattr(posterior.guide, "has_density", True):
         assert "elbo" in own
+
+
+def _fields(cls) -> set:
+    return {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
+
+
+RESUMABLE = [name for name, (cls, _) in CASES.items() if {"checkpoint", "max_hours"} <= _fields(cls)]
+
+
+@pytest.mark.parametrize("name", RESUMABLE)
+def test_a_stopped_fit_resumes_to_the_uninterrupted_one(name, tmp_path, monkeypatch):
+    """Past its time limit at the first check (no grace period here), the fit stops with one line that
+    names its checkpoint where it kept one, and the same fit run again ends where the uninterrupted one does."""
+    from bnn_zoo.inference import budget
+
+    cls, options = CASES[name]
+    model, (x, y) = _model(cls, "regression"), _data("regression")
+
+    def fit(**more):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return bz.fit(model, x, y, _method(cls, options | more))
+
+    full, checkpoint = fit(), tmp_path / "checkpoint.pt"
+    monkeypatch.setattr(budget, "GRACE_S", 0.0)
+    with pytest.raises(budget.TimeLimitExceeded) as stopped:
+        fit(checkpoint=checkpoint, max_hours=1e-9)
+    said = str(stopped.value)  # chains are kept whole: a stop before the first chain's end keeps nothing
+    assert "\n" not in said and "raise max_hours" in said, said
+    assert ("the same fit resumes it" in said) == checkpoint.exists(), said
+    assert torch.equal(fit(checkpoint=checkpoint).predict(x).f, full.predict(x).f)
+    assert not checkpoint.exists()  # the result supersedes it
 
 
 @pytest.mark.parametrize("name", CASES)

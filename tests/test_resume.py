@@ -170,24 +170,6 @@ def test_tens_of_random_stops_resume_to_the_uninterrupted_result(name, tmp_path)
     _assert_equal(resumed, full)
 
 
-@pytest.mark.parametrize("name", ["svi-mean-field", "swag", pytest.param("sghmc", marks=pytest.mark.slow)])
-def test_a_step_loop_projected_past_max_hours_saves_stops_in_one_line_and_resumes(name, tmp_path, monkeypatch):
-    """bnn_zoo.inference.budget for the step loops: past the grace period (here 0 s) a fit whose pace
-    projects past max_hours saves its checkpoint and stops with one line naming the fixes; the same fit
-    without the limit resumes it to the uninterrupted result."""
-    from bnn_zoo.inference import budget
-
-    monkeypatch.setattr(budget, "GRACE_S", 0.0)
-    make = METHODS[name]
-    full = _fit(make(seed=2, progress=False))[0]
-    checkpoint = tmp_path / "checkpoint.pt"
-    with pytest.raises(budget.TimeLimitExceeded) as info:
-        _fit(make(seed=2, progress=False, checkpoint=checkpoint, max_hours=1e-9))
-    message = str(info.value)
-    assert "\n" not in message and "raise max_hours" in message and "the same fit resumes it" in message, message
-    _assert_equal(_fit(make(seed=2, progress=False, checkpoint=checkpoint))[0], full)
-
-
 def test_a_wide_table_under_quiet_is_refused_in_one_line_not_fitted_in_silence(tmp_path, capsys, monkeypatch):
     """A header of 20,000 columns over 12 rows, --quiet: no progress bar, so the projection speaks. (The
     grace period is 0 s here, a minute by default.)"""

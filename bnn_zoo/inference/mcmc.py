@@ -38,10 +38,12 @@ from tqdm import std as tqdm_std
 from bnn_zoo import resources
 from bnn_zoo.errors import BnnZooError, check_field_types
 from bnn_zoo.inference import defaults, xla
-from bnn_zoo.inference.budget import TimeLimit, check_max_hours
+from bnn_zoo.inference.boundary import say_saved
+from bnn_zoo.inference.budget import TimeLimit, TimeLimitExceeded, check_max_hours
+from bnn_zoo.inference.driver import Checkpoint
 from bnn_zoo.inference.potential import chain_starts, check_init
 from bnn_zoo.inference.svi import svi_start
-from bnn_zoo.io import atomic_torch_save, bar_disabled, check_identity, fingerprint, safe_torch_load
+from bnn_zoo.io import bar_disabled, fingerprint
 from bnn_zoo.methods import FullBatchChains, register
 from bnn_zoo.models import architecture
 from bnn_zoo.posterior import Posterior
@@ -299,32 +301,34 @@ class FinishedChains:
     chain is one program (its warm-up and draws), so a stopped run loses the chains under way, and the
     same fit run again runs only the others. Their draws do not depend on the order chains run in (chain
     c is seeded by seed + c), so the resumed run ends as an uninterrupted one. The finished run removes
-    the file."""
+    the file; a stopped one says how many chains it kept."""
 
     def __init__(self, path, identity: str, count: int, progress: bool, method: str = "NUTS"):
-        self.path, self.identity, self.chains = (None if path is None else Path(path)), identity, {}
-        if self.path is not None and self.path.exists():
-            saved = safe_torch_load(self.path)
-            check_identity(saved, identity, self.path, method)
+        self.count, self.chains = count, {}
+        self.checkpoint = Checkpoint.at(path, identity, method, 1, lambda done: {"chains": self.chains})
+        saved = self.checkpoint and self.checkpoint.load()
+        if saved is not None:
             if not isinstance(saved.get("chains"), dict):
-                raise BnnZooError(f"checkpoint {self.path} is not an MCMC checkpoint; delete it to start afresh")
+                raise BnnZooError(f"checkpoint {path} is not an MCMC checkpoint; delete it to start afresh")
             self.chains = saved["chains"]
             if progress:
-                print(
-                    f"resuming from checkpoint {self.path}: {len(self.chains)} of {count} chains done", file=sys.stderr
-                )
+                print(f"resuming from checkpoint {path}: {len(self.chains)} of {count} chains done", file=sys.stderr)
 
     def add(self, c: int, result: dict) -> None:
         self.chains[c] = result
-        if self.path is not None:
-            atomic_torch_save({"identity": self.identity, "chains": self.chains}, self.path)
+        if self.checkpoint is not None:
+            self.checkpoint.save(len(self.chains))
 
     def __enter__(self) -> FinishedChains:
         return self
 
-    def __exit__(self, kind, *_) -> None:
-        if kind is None and self.path is not None:
-            self.path.unlink(missing_ok=True)  # the posterior supersedes it
+    def __exit__(self, kind, stop, _) -> None:
+        if self.checkpoint is None:
+            return
+        if kind is None:
+            self.checkpoint.discard()  # the posterior supersedes it
+        elif isinstance(stop, (KeyboardInterrupt, TimeLimitExceeded)) and self.chains:
+            say_saved(stop, f"checkpoint of {len(self.chains)} of {self.count} chains saved to {self.checkpoint.path}")
 
 
 def _workers(n: int, parallel: bool) -> int:
@@ -346,13 +350,8 @@ def _chain_process(chain: Callable[[int], dict], c: int, threads: int, send) -> 
         torch.save(chain(c), buffer)
         send.send_bytes(b"ok" + buffer.getvalue())
     except BaseException as exc:  # Ctrl-C and kill included: the parent decides what to raise
-        kind = (
-            "KeyboardInterrupt"
-            if isinstance(exc, KeyboardInterrupt)
-            else "BnnZooError"
-            if isinstance(exc, BnnZooError)
-            else type(exc).__name__
-        )
+        known = (KeyboardInterrupt, TimeLimitExceeded, BnnZooError)  # the kinds the parent raises again as they are
+        kind = next((k.__name__ for k in known if isinstance(exc, k)), type(exc).__name__)
         send.send_bytes(b"er" + json.dumps([kind, str(exc)]).encode())
     finally:
         send.close()
@@ -385,11 +384,9 @@ def _chain_result(receive, c: int, process) -> dict:
         kind, text = json.loads(message[2:])
         if kind == "KeyboardInterrupt":
             raise KeyboardInterrupt
-        raise (
-            BnnZooError(text)
-            if kind == "BnnZooError"
-            else BnnZooError(f"chain {c} failed: {kind}: {text} (chain_method='sequential' shows the traceback)")
-        )
+        if kind in ("BnnZooError", "TimeLimitExceeded"):
+            raise (TimeLimitExceeded if kind == "TimeLimitExceeded" else BnnZooError)(text)
+        raise BnnZooError(f"chain {c} failed: {kind}: {text} (chain_method='sequential' shows the traceback)")
     return torch.load(io.BytesIO(message[2:]), weights_only=True)
 
 

@@ -258,6 +258,8 @@ class SVI:
             drive(step, first, self.steps, name, self.progress, limit, checkpoint, postfix=postfix)
         finally:
             _set_training(guide, False)
+        if checkpoint is not None:
+            checkpoint.discard()  # the posterior supersedes it
         stop_reason = stop.get("reason")
         stop_reason = _undo_non_finite(params, last_finite, stop_reason, len(losses))
         info = {"stop_reason": stop_reason or "", **({"resumed_at_step": first} if first else {})}
