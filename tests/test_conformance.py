@@ -74,15 +74,23 @@ def _model(cls, task):
 TASKS = ["regression", "classification"]
 
 
+FITTED = {}  # (name, task) -> the fit: the resume check's uninterrupted fit where this worker made it
+
+
+def _fit(name, task, **more):
+    cls, options = CASES[name]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # short fits may collapse or not converge: conformance is checked
+        return bz.fit(_model(cls, task), *_data(task), _method(cls, options | more))
+
+
 @pytest.mark.parametrize("task", TASKS)
 @pytest.mark.parametrize("name", CASES)
 def test_every_method_conforms(name, task, tmp_path):
     """One fit, every check in turn (one fit per case, whichever test worker runs it)."""
-    cls, options = CASES[name]
-    model, (x, y) = _model(cls, task), _data(task)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # short fits may collapse or not converge: conformance is checked
-        posterior = bz.fit(model, x, y, _method(cls, options))
+    cls, _ = CASES[name]
+    x, y = _data(task)
+    posterior = FITTED[name, task] = _fit(name, task)
     _answers_in_the_data_units(posterior, cls, x, y)
     _loads_to_the_same_predictions(posterior, x, tmp_path)
     _carries_the_evidence_its_traits_name(posterior)
@@ -129,22 +137,16 @@ def test_a_stopped_fit_resumes_to_the_uninterrupted_one(name, tmp_path, monkeypa
     names its checkpoint where it kept one, and the same fit run again ends where the uninterrupted one does."""
     from bnn_zoo.inference import budget
 
-    cls, options = CASES[name]
-    model, (x, y) = _model(cls, "regression"), _data("regression")
-
-    def fit(**more):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return bz.fit(model, x, y, _method(cls, options | more))
-
-    full, checkpoint = fit(), tmp_path / "checkpoint.pt"
+    x, _ = _data("regression")
+    full = FITTED.get((name, "regression")) or _fit(name, "regression")
+    checkpoint = tmp_path / "checkpoint.pt"
     monkeypatch.setattr(budget, "GRACE_S", 0.0)
     with pytest.raises(budget.TimeLimitExceeded) as stopped:
-        fit(checkpoint=checkpoint, max_hours=1e-9)
+        _fit(name, "regression", checkpoint=checkpoint, max_hours=1e-9)
     said = str(stopped.value)  # chains are kept whole: a stop before the first chain's end keeps nothing
     assert "\n" not in said and "raise max_hours" in said, said
     assert ("the same fit resumes it" in said) == checkpoint.exists(), said
-    assert torch.equal(fit(checkpoint=checkpoint).predict(x).f, full.predict(x).f)
+    assert torch.equal(_fit(name, "regression", checkpoint=checkpoint).predict(x).f, full.predict(x).f)
     assert not checkpoint.exists()  # the result supersedes it
 
 

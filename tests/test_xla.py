@@ -108,6 +108,8 @@ def test_jax_chees_matches_the_exact_posterior(blr_model, blr_data, blr_exact, t
     assert torch.equal(again.predict(x).f, fit.predict(x).f)
 
 
+# the resume test below ends equal to a fresh run of the same seed, warm-up included: a repeat, slow lane
+@pytest.mark.slow
 def test_the_same_seed_gives_the_same_draws(blr_model, blr_data):
     method = bz.ChEES(num_chains=4, num_warmup=20, num_samples=10, seed=3, progress=False, backend="jax")
     first, second = (bz.fit(blr_model, *blr_data, method, standardize=False) for _ in range(2))
