@@ -34,7 +34,7 @@ from bnn_zoo.errors import BnnZooError, check_seed, first_line, positive
 from bnn_zoo.experiments.options import options
 from bnn_zoo.guides.dropout import default_options
 from bnn_zoo.inference import defaults as inference_defaults
-from bnn_zoo.inference import lockstep, xla
+from bnn_zoo.inference import lockstep
 from bnn_zoo.methods import Family
 
 REGISTRY: dict[str, dict[str, type]] = {}  # kind -> {command-line name -> config class}
@@ -704,32 +704,16 @@ class RunConfig:
         return "recurrent" if getattr(self.model, "text", False) else "dense"
 
     def lockstep_ready(self) -> bool:
-        """Whether the lockstep engine can fit this run (its own check, ``lockstep.why_not``, is final):
-        NUTS or ChEES on XLA on dense layers; SVI with the dropout or mean-field guide on dense layers, a fixed
-        Gaussian noise, one particle, the ELBO and no early stopping."""
-        inf, guide, lik = self.inference, self.guide or self.default_guide(), self.likelihood
-        if inf.method in lockstep.SAMPLERS:  # on XLA: one program for the cells that differ in split or seed
-            return (
-                inf.backend != "torch"
-                and isinstance(self.model, MLP | Linear)
-                and inf.init in ("network", "prior")
-                and getattr(inf, "mass_matrix", "pooled") == "pooled"
-                and xla.available()
-            )
-        return (
-            isinstance(inf, SVI)
-            and isinstance(self.model, MLP | Linear)
-            and (
-                # a Gaussian likelihood: regression, where p is learned unless given
-                (isinstance(guide, Dropout) and not default_options("regression", guide.p, learn_p=guide.learn_p)[2])
-                or (isinstance(guide, MeanField) and not guide.local_reparam)
-            )
-            and isinstance(lik, Gaussian)
-            and (lik.scale is not None or lik.precision is not None)
-            and inf.num_particles == 1
-            and inf.objective == "elbo"
-            and not inf.validation  # None: 0 for every guide this allows
+        """Whether the lockstep engine can fit this run: its rule (``lockstep.why_not_for``) on what the
+        config says, before any data are read."""
+        lik, dense = self.likelihood, isinstance(self.model, MLP | Linear)
+        fit = lockstep.FitShape(
+            architecture="dense" if dense else "other",
+            dense_layers=dense,
+            task="regression" if isinstance(lik, Gaussian) else "classification",
+            fixed_noise=isinstance(lik, Gaussian) and (lik.scale is not None or lik.precision is not None),
         )
+        return lockstep.why_not_for(self.inference.library(self.guide or self.default_guide()), fit) is None
 
     def check(self) -> RunConfig:
         """Refuse combinations that cannot mean what they say, before anything is read or trained."""

@@ -89,61 +89,81 @@ class Job:
 SAMPLERS = (NUTS, ChEES)  # the samplers whose cells run as one XLA program
 
 
-def _why_not_chains(job: Job) -> str | None:
-    m, model = job.method, job.model
-    checks = [
-        (m.backend == "torch", "backend='torch' samples one cell at a time; batched cells run on XLA"),
-        (not xla.available(), f"the XLA backend cannot run here ({xla.unsupported_torch() or 'jax is missing'})"),
-        (architecture(model.net) != "dense", "batched cells take networks of dense layers"),
-        (m.init not in (None, "network", "prior"), "batched cells start at the network's initialisation or the prior"),
-        (getattr(m, "mass_matrix", "pooled") != "pooled", "BlackJAX's ChEES pools the mass matrix over chains"),
-        (job.x.device.type != "cpu", "batched cells are given on the CPU (XLA places them)"),
-    ]
-    return next((reason for failed, reason in checks if failed), None)
+@dataclass(frozen=True)
+class FitShape:
+    """What lockstep asks of a fit besides its method, all known before its data are read (so a sweep
+    decides from its configs, by the same rule): the network's architecture
+    (:func:`~bnn_zoo.models.architecture`), whether every parameter sits in a dense layer, the task,
+    whether the likelihood is a Gaussian of one fixed scale, whether every parameter is Bayesian, and
+    whether the data are on the CPU."""
+
+    architecture: str
+    dense_layers: bool
+    task: str
+    fixed_noise: bool
+    all_bayesian: bool = True
+    on_cpu: bool = True
+
+    @classmethod
+    def of(cls, job: Job) -> FitShape:
+        model, likelihood = job.model, job.model.likelihood
+        return cls(
+            architecture=architecture(model.net),
+            dense_layers=all(isinstance(_owner(model.net, k), nn.Linear) for k in model.params),
+            task=likelihood.task,
+            fixed_noise=isinstance(likelihood, Gaussian) and isinstance(likelihood.fixed_sigma, float),
+            all_bayesian=not model.fixed,
+            on_cpu=job.x.device.type == "cpu",
+        )
 
 
 def why_not(job: Job) -> str | None:
-    """Why a fit cannot run in lockstep (None: it can). NUTS and ChEES: on XLA, on dense layers, from the
-    network's initialisation or the prior. SVI: the direct ELBO covers the dropout and the
-    mean-field guide (no local reparameterisation) on a BNN of dense layers with a fixed-noise Gaussian
-    likelihood, one particle, the ELBO objective and no early stopping. (A batch checkpoints as a whole,
-    through ``fit_lockstep(checkpoint=...)``; each fit's own ``checkpoint`` is ignored.)"""
-    if isinstance(job.method, SAMPLERS):
-        return _why_not_chains(job)
-    m, model = job.method, job.model
+    """Why a fit cannot run in lockstep (None: it can): :func:`why_not_for` its method and shape."""
+    return why_not_for(job.method, FitShape.of(job))
+
+
+def why_not_for(m, fit: FitShape) -> str | None:
+    """Why a fit of method ``m`` and shape ``fit`` cannot run in lockstep (None: it can). NUTS and ChEES:
+    on XLA, on dense layers, from the network's initialisation or the prior. SVI: the direct ELBO covers
+    the dropout and the mean-field guide (no local reparameterisation) on a BNN of dense layers with a
+    fixed-noise Gaussian likelihood, one particle, the ELBO objective and no early stopping. (A batch
+    checkpoints as a whole, through ``fit_lockstep(checkpoint=...)``; each fit's own ``checkpoint`` is
+    ignored.)"""
+    if isinstance(m, SAMPLERS):
+        checks = [
+            (m.backend == "torch", "backend='torch' samples one cell at a time; batched cells run on XLA"),
+            (not xla.available(), f"the XLA backend cannot run here ({xla.unsupported_torch() or 'jax is missing'})"),
+            (fit.architecture != "dense", "batched cells take networks of dense layers"),
+            (
+                m.init not in (None, "network", "prior"),
+                "batched cells start at the network's initialisation or the prior",
+            ),
+            (getattr(m, "mass_matrix", "pooled") != "pooled", "BlackJAX's ChEES pools the mass matrix over chains"),
+            (not fit.on_cpu, "batched cells are given on the CPU (XLA places them)"),
+        ]
+        return next((reason for failed, reason in checks if failed), None)
+    svi = isinstance(m, SVI)
     checks = [
-        (not isinstance(m, SVI), "only SVI, NUTS and ChEES fits run in lockstep"),
+        (not svi, "only SVI, NUTS and ChEES fits run in lockstep"),
         (
-            isinstance(m, SVI) and m.guide not in ("dropout", "mean-field"),
+            svi and m.guide not in ("dropout", "mean-field"),
             "the lockstep ELBO covers the dropout and mean-field guides",
         ),
-        (
-            isinstance(m, SVI) and bool(m.guide_options.get("local_reparam")),
-            "local reparameterisation is not in the lockstep ELBO",
-        ),
-        (isinstance(m, SVI) and m.guide == "dropout" and _learns_p(job), "a learned p is not in the lockstep ELBO"),
-        (
-            isinstance(m, SVI) and (m.num_particles != 1 or m.objective != "elbo"),
-            "lockstep fits take one particle and the ELBO",
-        ),
-        (isinstance(m, SVI) and bool(m.validation), "lockstep fits have no early stopping"),
-        (isinstance(m, SVI) and not m.direct, "direct=False asks for Pyro's own TraceMeanField_ELBO"),
-        (
-            not isinstance(model.likelihood, Gaussian) or not isinstance(model.likelihood.fixed_sigma, float),
-            "lockstep fits need a Gaussian likelihood with one fixed scale",
-        ),
-        (bool(model.fixed), "lockstep fits need every parameter Bayesian (no point estimates)"),
-        (
-            any(not isinstance(_owner(model.net, k), nn.Linear) for k in model.params),
-            "lockstep fits take networks of dense layers",
-        ),
+        (svi and bool(m.guide_options.get("local_reparam")), "local reparameterisation is not in the lockstep ELBO"),
+        (svi and m.guide == "dropout" and _learns_p(m, fit.task), "a learned p is not in the lockstep ELBO"),
+        (svi and (m.num_particles != 1 or m.objective != "elbo"), "lockstep fits take one particle and the ELBO"),
+        (svi and bool(m.validation), "lockstep fits have no early stopping"),
+        (svi and not m.direct, "direct=False asks for Pyro's own TraceMeanField_ELBO"),
+        (not fit.fixed_noise, "lockstep fits need a Gaussian likelihood with one fixed scale"),
+        (not fit.all_bayesian, "lockstep fits need every parameter Bayesian (no point estimates)"),
+        (not fit.dense_layers, "lockstep fits take networks of dense layers"),
     ]
     return next((reason for failed, reason in checks if failed), None)
 
 
-def _learns_p(job: Job) -> bool:
-    options = job.method.guide_options
-    return default_options(job.model.likelihood.task, options.get("p"), learn_p=options.get("learn_p"))[2]
+def _learns_p(method: SVI, task: str) -> bool:
+    options = method.guide_options
+    return default_options(task, options.get("p"), learn_p=options.get("learn_p"))[2]
 
 
 def signature(job: Job) -> tuple:
