@@ -390,22 +390,22 @@ def test_draws_do_not_depend_on_how_many_cores_run_them(sampler, monkeypatch):
 def test_a_killed_batch_of_cells_resumes_with_its_unfinished_cells(sampler, tmp_path, monkeypatch):
     """Each cell's draws are saved as it finishes; killed after the first save, the batch runs again only
     the cells not saved, and every cell's draws equal the uninterrupted batch's to float rounding."""
-    from bnn_zoo.inference import lockstep
+    from bnn_zoo.inference import driver, lockstep
 
     jobs = _short_jobs(sampler, _cells((30, 17, 24)), chees_chains=2)
     whole = lockstep.fit_lockstep(jobs)
-    path, save = tmp_path / "batch.pt", lockstep.atomic_torch_save
+    path, save = tmp_path / "batch.pt", driver.atomic_torch_save
 
     def saved_then_killed(obj, where):
         save(obj, where)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(lockstep, "atomic_torch_save", saved_then_killed)
+    monkeypatch.setattr(driver, "atomic_torch_save", saved_then_killed)
     with pytest.raises(KeyboardInterrupt):
         lockstep.fit_lockstep(jobs, checkpoint=path)
     finished = [k for k, *_ in safe_torch_load(path)["cells"]]
     assert finished == [0]  # the first save: NUTS's after two rounds of two chains, ChEES's after one of two cells
-    monkeypatch.setattr(lockstep, "atomic_torch_save", save)
+    monkeypatch.setattr(driver, "atomic_torch_save", save)
     ran, name = [], f"run_{sampler}_cells"
     run = getattr(xla, name)
     monkeypatch.setattr(xla, name, lambda target, data, *rest: ran.append(len(data)) or run(target, data, *rest))
@@ -457,25 +457,25 @@ def test_a_reference_stopped_by_its_time_limit_keeps_its_finished_splits(tmp_pat
     from test_bad_input import _uci_folder
 
     from bnn_zoo.cli import main
-    from bnn_zoo.inference import lockstep
+    from bnn_zoo.inference import driver
 
     _uci_folder(tmp_path / "tiny", rows=40)
     (tmp_path / "tiny" / "index_train_1.txt").write_text("\n".join(map(str, range(10, 40))) + "\n")
     (tmp_path / "tiny" / "index_test_1.txt").write_text("\n".join(map(str, range(10))) + "\n")
     argv = ["reference", "--data", str(tmp_path / "tiny"), "--num-chains", "4", "--num-warmup", "3"]
     argv += ["--num-samples", "4", "--out", str(tmp_path / "out"), "--quiet"]
-    save = lockstep.atomic_torch_save
+    save = driver.atomic_torch_save
 
     def saved_then_stopped(obj, where):
         save(obj, where)
         raise budget.TimeLimitExceeded("ChEES x2 cells would take about 3 hours, more than max_hours=0.5")
 
-    monkeypatch.setattr(lockstep, "atomic_torch_save", saved_then_stopped)
+    monkeypatch.setattr(driver, "atomic_torch_save", saved_then_stopped)
     assert main([*argv, "--max-hours", "0.5"]) == 1
     printed = capsys.readouterr().out
     assert "0 cells run, 0 already done, 2 failed" in printed and "higher --max-hours (or none)" in printed
     assert len(list((tmp_path / "out" / "tiny" / "lockstep").glob("*.pt"))) == 1  # the first split's draws
-    monkeypatch.setattr(lockstep, "atomic_torch_save", save)
+    monkeypatch.setattr(driver, "atomic_torch_save", save)
     ran, run = [], xla.run_chees_cells
     monkeypatch.setattr(
         xla, "run_chees_cells", lambda target, data, *rest: ran.append(len(data)) or run(target, data, *rest)

@@ -1,11 +1,12 @@
-"""One loop for the iterative methods run in Python (SVI, SG-MCMC's chains, ChEES on torch, ensembles and
-SWAG): the progress bar, periodic and on-stop checkpoints under the fit's identity, the time limit, and
-Ctrl-C and ``kill`` held to a step's end (:mod:`bnn_zoo.inference.boundary`). A method gives a step and
-the state a checkpoint holds; the loop is written once, here.
+"""One loop for the iterative methods run in Python (SVI alone and in lockstep, SG-MCMC's chains, ChEES on
+torch, ensembles and SWAG, AIS): the progress bar, periodic and on-stop checkpoints under the fit's
+identity, the time limit, and Ctrl-C and ``kill`` held to a step's end
+(:mod:`bnn_zoo.inference.boundary`). A method gives a step and the state a checkpoint holds; the loop is
+written once, here.
 
-The XLA samplers (:mod:`bnn_zoo.inference.xla`) and lockstep SVI keep loops of their own: theirs run inside
-one compiled program or over many fits at once, and report to the host through callbacks. ChEES on XLA
-keeps its checkpoint with :class:`Checkpoint`.
+The XLA samplers (:mod:`bnn_zoo.inference.xla`) keep loops of their own, inside one compiled program, and
+report to the host through callbacks; they, and NUTS and HMC's finished chains, keep their checkpoints
+with :class:`Checkpoint`.
 """
 
 from __future__ import annotations

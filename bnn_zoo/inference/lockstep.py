@@ -52,11 +52,13 @@ from bnn_zoo.errors import BnnZooError, check_device, check_field_types
 from bnn_zoo.guides.dropout import DropoutGuide, default_options
 from bnn_zoo.guides.mean_field import MeanField
 from bnn_zoo.inference import health, xla
+from bnn_zoo.inference.budget import TimeLimit
 from bnn_zoo.inference.chees import ChEES
+from bnn_zoo.inference.driver import Checkpoint, drive
 from bnn_zoo.inference.mcmc import NUTS
 from bnn_zoo.inference.potential import chain_starts
 from bnn_zoo.inference.svi import SVI, posterior_from
-from bnn_zoo.io import atomic_torch_save, check_identity, fingerprint, safe_torch_load, say_resumed
+from bnn_zoo.io import fingerprint
 from bnn_zoo.likelihoods import Gaussian
 from bnn_zoo.models import architecture
 from bnn_zoo.posterior import Posterior
@@ -223,10 +225,6 @@ def fit_lockstep(
             finish at the end. It holds the fingerprint of every fit's data, model and settings and refuses
             another batch. The caller removes it once the results are safe.
     """
-    from tqdm.auto import tqdm
-
-    from bnn_zoo.io import bar_disabled
-
     if not jobs:
         return []
     jobs, scalings = zip(*(_in_fit_units(job) for job in jobs))
@@ -241,25 +239,35 @@ def fit_lockstep(
         return [p.fitted_in(s) for p, s in zip(posteriors, scalings)]
     start = time.perf_counter()
     batch = _Batch(jobs, check_device(device or "cpu"))
+    saved_at = [start]
+
+    def state(done: int) -> dict | None:  # at a block boundary a minute after the last: the next block is drawn afresh
+        if done % BLOCK or time.perf_counter() - saved_at[0] <= CHECKPOINT_SECONDS:
+            return None
+        saved_at[0] = time.perf_counter()
+        return batch.state(done, saved_at[0] - start)
+
     path = None if checkpoint is None else Path(checkpoint)
-    if path is not None and path.exists():
-        batch.load(safe_torch_load(path), path)
-        say_resumed(path, batch.first, batch.steps, progress)
-    saved = time.perf_counter()
-    bar = tqdm(
-        range(batch.first, batch.steps),
-        desc=f"lockstep SVI x{len(jobs)}",
-        disable=bar_disabled(progress),
-        initial=batch.first,
-        total=batch.steps,
+    kept = Checkpoint.at(path, batch.identity, "fit_lockstep", BLOCK, state)  # the caller removes it
+    if (saved := kept and kept.load()) is not None:
+        batch.load(saved)
+        kept.resumed(batch.first, batch.steps, progress)
+    last = {}
+
+    def step(i: int) -> None:
+        batch.step(i)
+        last["loss"] = batch.losses[:, i]
+
+    drive(
+        step,
+        batch.first,
+        batch.steps,
+        f"lockstep SVI x{len(jobs)}",
+        progress,
+        TimeLimit("lockstep SVI", None, batch.steps),  # none: a sweep's cells have their own
+        kept,
+        postfix=lambda: {"loss": f"{last['loss'].nanmean().item():.4g}"},
     )
-    for step in bar:
-        if path is not None and step % BLOCK == 0 and time.perf_counter() - saved > CHECKPOINT_SECONDS:
-            atomic_torch_save(batch.state(step, time.perf_counter() - start), path)
-            saved = time.perf_counter()
-        batch.step(step)
-        if step % 50 == 0:
-            bar.set_postfix(loss=f"{batch.losses[:, step].nanmean().item():.4g}")
     runtime = (batch.elapsed + time.perf_counter() - start) / len(jobs)
     posteriors = [batch.posterior(k, runtime).fitted_in(s) for k, s in zip(range(len(jobs)), scalings)]
     for posterior in posteriors:
@@ -302,17 +310,20 @@ def _sample_cells(jobs: list[Job], progress: bool, device, checkpoint: Path | No
     identity = fingerprint(
         [(j.method.settings(), j.model.describe()) for j in jobs], CELLS_FORMAT, *(t for j in jobs for t in (j.x, j.y))
     )
-    done, elapsed = _saved_cells(checkpoint, identity, len(jobs))
+
+    def state(_) -> dict:
+        return {"elapsed": elapsed + time.perf_counter() - start, "cells": [[k, *r] for k, r in sorted(done.items())]}
+
+    kept = Checkpoint.at(checkpoint, identity, "fit_lockstep", 1, state)  # the caller removes it
+    done, elapsed = _saved_cells(kept, len(jobs))
     if done and progress:
         print(f"resuming from checkpoint {checkpoint}: {len(done)} of {len(jobs)} cells sampled", file=sys.stderr)
     todo = [k for k in range(len(jobs)) if k not in done]
 
     def finished(i: int, result: tuple) -> None:
         done[todo[i]] = result
-        if checkpoint is not None and len(done) < len(jobs):
-            cells = [[k, *result] for k, result in sorted(done.items())]
-            now = elapsed + time.perf_counter() - start
-            atomic_torch_save({"identity": identity, "elapsed": now, "cells": cells}, checkpoint)
+        if kept is not None and len(done) < len(jobs):
+            kept.save(len(done))
 
     if todo:
         run = xla.run_nuts_cells if isinstance(method, NUTS) else xla.run_chees_cells
@@ -337,13 +348,12 @@ def _sample_cells(jobs: list[Job], progress: bool, device, checkpoint: Path | No
     return posteriors
 
 
-def _saved_cells(path: Path | None, identity: str, count: int) -> tuple[dict, float]:
+def _saved_cells(checkpoint: Checkpoint | None, count: int) -> tuple[dict, float]:
     """The finished cells a checkpoint of :func:`_sample_cells` holds ({k: (draws, stats, ...)}) and the
     batch's time so far; none where there is no checkpoint."""
-    if path is None or not path.exists():
+    saved = checkpoint and checkpoint.load()
+    if saved is None:
         return {}, 0.0
-    saved = safe_torch_load(path)
-    check_identity(saved, identity, path, "fit_lockstep")
     try:
         cells = {int(k): tuple(result) for k, *result in saved["cells"]}
         if not all(0 <= k < count and isinstance(r[0], dict) and isinstance(r[1], dict) for k, r in cells.items()):
@@ -351,7 +361,7 @@ def _saved_cells(path: Path | None, identity: str, count: int) -> tuple[dict, fl
         return cells, float(saved["elapsed"])
     except (KeyError, TypeError, ValueError) as exc:
         raise BnnZooError(
-            f"checkpoint {path} is not a batch of sampled cells ({exc}); delete it to start afresh"
+            f"checkpoint {checkpoint.path} is not a batch of sampled cells ({exc}); delete it to start afresh"
         ) from None
 
 
@@ -494,8 +504,8 @@ class _Batch:
             "streams": [stream.state for stream in self.streams],
         }
 
-    def load(self, saved: dict, path: Path) -> None:
-        check_identity(saved, self.identity, path, "fit_lockstep")
+    def load(self, saved: dict) -> None:
+        """The state :meth:`state` saved (its identity checked by the checkpoint)."""
         with torch.no_grad():
             for name, attr in _SAVED.items():
                 for k, v in self.unflatten(getattr(self, attr)).items():
