@@ -202,13 +202,6 @@ def _raise_terminated(signum, frame):
     raise Terminated
 
 
-def test_jax_nuts_stops_at_max_hours(blr_model, blr_data, monkeypatch):
-    monkeypatch.setattr(budget, "GRACE_S", 0.0)
-    method = bz.NUTS(num_warmup=500, num_samples=500, progress=False, backend="jax", max_hours=1e-6)
-    with pytest.raises(budget.TimeLimitExceeded, match=r"NUTS would take .* more than max_hours=1e-06"):
-        bz.fit(blr_model, *blr_data, method, standardize=False)
-
-
 def test_jax_chees_resumes_its_checkpoint_and_ends_as_an_uninterrupted_run(
     blr_model, blr_data, monkeypatch, tmp_path, capsys
 ):
