@@ -206,12 +206,12 @@ def test_chains_forked_while_another_thread_holds_tqdms_lock_do_not_hang():
 def test_chains_run_one_per_core_whatever_the_thread_count_and_within_a_workers_share(monkeypatch):
     """OMP_NUM_THREADS=1 (every cluster job's setting) sets threads per process, so chains still run a
     process per core; a sweep worker given a share of the cores (BNN_ZOO_CORES) forks no more chains."""
-    from bnn_zoo.inference.mcmc import _workers
+    from bnn_zoo.inference.driver import workers
 
     monkeypatch.delenv("BNN_ZOO_CORES", raising=False)
     cores = len(os.sched_getaffinity(0))
     with torch_threads(1):
-        assert _workers(4, parallel=True) == min(4, cores)
-        assert _workers(4, parallel=False) == 1
+        assert workers(4, parallel=True) == min(4, cores)
+        assert workers(4, parallel=False) == 1
     monkeypatch.setenv("BNN_ZOO_CORES", "1")
-    assert _workers(4, parallel=True) == 1
+    assert workers(4, parallel=True) == 1

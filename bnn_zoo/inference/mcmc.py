@@ -15,16 +15,9 @@ chains of one thread each take the time of one (the demo's 1-50-1 NUTS: 97 and 1
 from __future__ import annotations
 
 import dataclasses
-import io
-import json
 import math
-import multiprocessing
-import sys
-import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, fields
-from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Literal
 
@@ -33,14 +26,11 @@ import pyro
 import pyro.infer.mcmc as pyro_mcmc
 import torch
 from pyro.infer.autoguide.initialization import init_to_sample, init_to_value
-from tqdm import std as tqdm_std
 
-from bnn_zoo import resources
 from bnn_zoo.errors import BnnZooError, check_field_types
 from bnn_zoo.inference import defaults, xla
-from bnn_zoo.inference.boundary import say_saved
-from bnn_zoo.inference.budget import TimeLimit, TimeLimitExceeded, check_max_hours
-from bnn_zoo.inference.driver import Checkpoint
+from bnn_zoo.inference.budget import TimeLimit, check_max_hours
+from bnn_zoo.inference.driver import FinishedChains, run_chains, workers
 from bnn_zoo.inference.potential import chain_starts, check_init
 from bnn_zoo.inference.svi import svi_start
 from bnn_zoo.io import bar_disabled, fingerprint
@@ -209,7 +199,7 @@ class _MCMC(FullBatchChains):
         inits = self._inits(model)
 
         parallel = self.chain_method == "parallel"
-        rounds = math.ceil(self.num_chains / _workers(self.num_chains, parallel))
+        rounds = math.ceil(self.num_chains / workers(self.num_chains, parallel))
 
         def chain(c: int) -> dict:
             pyro.set_rng_seed(self.seed + c)
@@ -227,7 +217,7 @@ class _MCMC(FullBatchChains):
 
         identity = fingerprint(self.settings() | self.ran_on("torch"), model.describe(), x, y)
         with FinishedChains(self.checkpoint, identity, self.num_chains, self.progress, type(self).__name__) as kept:
-            chains = _run_chains(chain, self.num_chains, parallel=parallel, kept=kept)
+            chains = run_chains(chain, self.num_chains, parallel=parallel, kept=kept)
         samples = {k: torch.stack([ch["samples"][k] for ch in chains]) for k in model.latent_shapes()}
         sample_stats = {k: torch.stack([ch["stats"][k] for ch in chains]) for k in chains[0]["stats"]}
         return Posterior(
@@ -263,131 +253,6 @@ class _MCMC(FullBatchChains):
         if isinstance(self.init, dict):
             return [init_to_value(values=self.init)] * self.num_chains
         return [init_to_sample] * self.num_chains  # "prior"
-
-
-def _run_chains(chain: Callable[[int], dict], n: int, parallel: bool, kept: FinishedChains) -> list[dict]:
-    """``chain(c)`` for c in 0..n-1 not ``kept`` already, each kept as it finishes: in forked processes,
-    as many at a time as :func:`_workers` allows, or one after another in this process."""
-    workers = _workers(n - len(kept.chains), parallel)
-    if workers < 2:
-        for c in range(n):
-            if c not in kept.chains:
-                kept.add(c, chain(c))
-        return [kept.chains[c] for c in range(n)]
-    context = multiprocessing.get_context("fork")
-    threads = max(1, torch.get_num_threads() // workers)
-    waiting, running = [c for c in range(n) if c not in kept.chains], {}
-    try:
-        while waiting or running:
-            while waiting and len(running) < workers:
-                c = waiting.pop(0)
-                receive, send = context.Pipe(duplex=False)
-                process = context.Process(target=_chain_process, args=(chain, c, threads, send), daemon=True)
-                process.start()
-                send.close()  # the child's end: EOF here once the child is gone
-                running[receive] = (c, process)
-            for receive in wait(list(running)):
-                c, process = running.pop(receive)
-                kept.add(c, _chain_result(receive, c, process))
-    finally:
-        for _, process in running.values():  # an error or Ctrl-C: stop the others
-            process.terminate()
-            process.join()
-    return [kept.chains[c] for c in range(n)]
-
-
-class FinishedChains:
-    """The chains of a run that have finished, each saved to ``path`` (when given) as it finishes: a
-    chain is one program (its warm-up and draws), so a stopped run loses the chains under way, and the
-    same fit run again runs only the others. Their draws do not depend on the order chains run in (chain
-    c is seeded by seed + c), so the resumed run ends as an uninterrupted one. The finished run removes
-    the file; a stopped one says how many chains it kept."""
-
-    def __init__(self, path, identity: str, count: int, progress: bool, method: str = "NUTS"):
-        self.count, self.chains = count, {}
-        self.checkpoint = Checkpoint.at(path, identity, method, 1, lambda done: {"chains": self.chains})
-        saved = self.checkpoint and self.checkpoint.load()
-        if saved is not None:
-            if not isinstance(saved.get("chains"), dict):
-                raise BnnZooError(f"checkpoint {path} is not an MCMC checkpoint; delete it to start afresh")
-            self.chains = saved["chains"]
-            if progress:
-                print(f"resuming from checkpoint {path}: {len(self.chains)} of {count} chains done", file=sys.stderr)
-
-    def add(self, c: int, result: dict) -> None:
-        self.chains[c] = result
-        if self.checkpoint is not None:
-            self.checkpoint.save(len(self.chains))
-
-    def __enter__(self) -> FinishedChains:
-        return self
-
-    def __exit__(self, kind, stop, _) -> None:
-        if self.checkpoint is None:
-            return
-        if kind is None:
-            self.checkpoint.discard()  # the posterior supersedes it
-        elif isinstance(stop, (KeyboardInterrupt, TimeLimitExceeded)) and self.chains:
-            say_saved(stop, f"checkpoint of {len(self.chains)} of {self.count} chains saved to {self.checkpoint.path}")
-
-
-def _workers(n: int, parallel: bool) -> int:
-    """How many of n chains run at once: in forked processes, one per core this process may use
-    (:func:`bnn_zoo.resources.cores`: a sweep worker's share, whatever torch's thread count); or 1 (in
-    this process)."""
-    # macOS's fork is unsafe, Windows has none, and a forked child cannot use the parent's CUDA context
-    if not parallel or sys.platform != "linux" or torch.cuda.is_initialized():
-        return 1
-    return min(n, resources.cores())
-
-
-def _chain_process(chain: Callable[[int], dict], c: int, threads: int, send) -> None:
-    """A forked chain: its result as torch.save bytes, or its error as JSON (never a pickled object)."""
-    torch.set_num_threads(threads)  # before any op: the inherited OpenMP pool does not survive fork
-    _free_tqdm_lock()
-    try:
-        buffer = io.BytesIO()
-        torch.save(chain(c), buffer)
-        send.send_bytes(b"ok" + buffer.getvalue())
-    except BaseException as exc:  # Ctrl-C and kill included: the parent decides what to raise
-        known = (KeyboardInterrupt, TimeLimitExceeded, BnnZooError)  # the kinds the parent raises again as they are
-        kind = next((k.__name__ for k in known if isinstance(exc, k)), type(exc).__name__)
-        send.send_bytes(b"er" + json.dumps([kind, str(exc)]).encode())
-    finally:
-        send.close()
-
-
-def _free_tqdm_lock() -> None:
-    """Give this forked child a tqdm lock of its own. tqdm's monitor thread takes its lock every 10 s in
-    the parent; a fork at that moment copies the thread lock held, and no thread here will release it.
-    Its multiprocessing lock is a semaphore shared with the parent and every sibling: a chain killed
-    while holding it (Pyro makes a progress bar even when disabled) would block them all for good."""
-    tqdm_std.TqdmDefaultWriteLock.mp_lock = None
-    tqdm_std.TqdmDefaultWriteLock.th_lock = threading.RLock()
-    tqdm_std.tqdm.set_lock(tqdm_std.TqdmDefaultWriteLock())
-
-
-def _chain_result(receive, c: int, process) -> dict:
-    try:
-        message = receive.recv_bytes()
-    except EOFError:
-        message = None
-    finally:
-        receive.close()
-        process.join()
-    if message is None:
-        raise BnnZooError(
-            f"chain {c}'s process ended without a result (exit code {process.exitcode}; killed, or out of memory); "
-            "run with chain_method='sequential' to run the chains in this process"
-        )
-    if message.startswith(b"er"):
-        kind, text = json.loads(message[2:])
-        if kind == "KeyboardInterrupt":
-            raise KeyboardInterrupt
-        if kind in ("BnnZooError", "TimeLimitExceeded"):
-            raise (TimeLimitExceeded if kind == "TimeLimitExceeded" else BnnZooError)(text)
-        raise BnnZooError(f"chain {c} failed: {kind}: {text} (chain_method='sequential' shows the traceback)")
-    return torch.load(io.BytesIO(message[2:]), weights_only=True)
 
 
 @register
