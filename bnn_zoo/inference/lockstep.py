@@ -239,35 +239,29 @@ def fit_lockstep(
         return [p.fitted_in(s) for p, s in zip(posteriors, scalings)]
     start = time.perf_counter()
     batch = _Batch(jobs, check_device(device or "cpu"))
-    saved_at = [start]
+    saved_at, loss = start, None
 
     def state(done: int) -> dict | None:  # at a block boundary a minute after the last: the next block is drawn afresh
-        if done % BLOCK or time.perf_counter() - saved_at[0] <= CHECKPOINT_SECONDS:
+        nonlocal saved_at
+        if done % BLOCK or time.perf_counter() - saved_at <= CHECKPOINT_SECONDS:
             return None
-        saved_at[0] = time.perf_counter()
-        return batch.state(done, saved_at[0] - start)
+        saved_at = time.perf_counter()
+        return batch.state(done, saved_at - start)
+
+    def step(i: int) -> None:
+        nonlocal loss
+        batch.step(i)
+        loss = batch.losses[:, i]
 
     path = None if checkpoint is None else Path(checkpoint)
     kept = Checkpoint.at(path, batch.identity, "fit_lockstep", BLOCK, state)  # the caller removes it
     if (saved := kept and kept.load()) is not None:
         batch.load(saved)
         kept.resumed(batch.first, batch.steps, progress)
-    last = {}
-
-    def step(i: int) -> None:
-        batch.step(i)
-        last["loss"] = batch.losses[:, i]
-
-    drive(
-        step,
-        batch.first,
-        batch.steps,
-        f"lockstep SVI x{len(jobs)}",
-        progress,
-        TimeLimit("lockstep SVI", None, batch.steps),  # none: a sweep's cells have their own
-        kept,
-        postfix=lambda: {"loss": f"{last['loss'].nanmean().item():.4g}"},
-    )
+    # no time limit of its own: a sweep's cells have theirs
+    name, no_limit = f"lockstep SVI x{len(jobs)}", TimeLimit("lockstep SVI", None, batch.steps)
+    postfix = lambda: {"loss": f"{loss.nanmean().item():.4g}"}  # noqa: E731
+    drive(step, batch.first, batch.steps, name, progress, no_limit, kept, postfix=postfix)
     runtime = (batch.elapsed + time.perf_counter() - start) / len(jobs)
     posteriors = [batch.posterior(k, runtime).fitted_in(s) for k, s in zip(range(len(jobs)), scalings)]
     for posterior in posteriors:
