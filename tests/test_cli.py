@@ -128,9 +128,12 @@ def test_compare_on_the_demo_results_prints_the_table_and_writes_the_plots(demo_
         ("svi", []),
         ("svi", ["--guide", "mean-field", "--guide.local_reparam", "true"]),
         ("svi", ["--guide", "matrix-normal", "--guide.rank", "2"]),
-        ("svi", ["--guide", "flow", "--guide.transform", "spline", "--guide.scope", "layer"]),
+        # a spline flow, slow on a CPU; NUTS below, which the demo's test runs from the command line: slow lane
+        pytest.param(
+            "svi", ["--guide", "flow", "--guide.transform", "spline", "--guide.scope", "layer"], marks=pytest.mark.slow
+        ),
         ("svi", ["--guide", "dropout", "--guide.p", "[0.05, 0.1]", "--guide.masks", "example"]),
-        ("nuts", []),
+        pytest.param("nuts", [], marks=pytest.mark.slow),
         ("hmc", []),
         ("laplace", ["--inference.map_steps", "150"]),
         (

@@ -26,7 +26,10 @@ def _exact_elbo(exact, loc, cov):
     return exact.log_evidence - kl_divergence(q, MultivariateNormal(exact.mean, exact.cov)).item()
 
 
-@pytest.mark.parametrize("kind", ["AutoNormal class", "AutoLowRankMultivariateNormal instance"])
+# an instance goes the class's way through bz.fit, with a denser guide: slow lane
+@pytest.mark.parametrize(
+    "kind", ["AutoNormal class", pytest.param("AutoLowRankMultivariateNormal instance", marks=pytest.mark.slow)]
+)
 def test_pyro_autoguides_fit_through_bz_fit_with_elbo_below_the_evidence(kind, blr_model, blr_data, blr_exact):
     if kind == "AutoNormal class":
         guide = AutoNormal  # bnn-zoo builds it on the model, started at the network's initialisation

@@ -21,8 +21,9 @@ def mean_field_elbo(blr_model, blr_data):
     "guide, options, steps, lr",
     [
         ("matrix-normal", {}, 2000, 0.05),
-        ("matrix-normal", {"rank": 1}, 2000, 0.05),
-        ("matrix-normal", {"scales": True}, 2000, 0.05),
+        # options of the matrix-normal guide above, each a few seconds: slow lane
+        pytest.param("matrix-normal", {"rank": 1}, 2000, 0.05, marks=pytest.mark.slow),
+        pytest.param("matrix-normal", {"scales": True}, 2000, 0.05, marks=pytest.mark.slow),
         ("flow", {"transform": "affine"}, 2000, 0.02),
         # 3 minutes: spline coupling is slow on CPU
         pytest.param("flow", {"transform": "spline"}, 1500, 0.02, marks=pytest.mark.slow),

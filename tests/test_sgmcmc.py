@@ -150,7 +150,8 @@ def test_minibatches_of_128_are_the_default_above_a_thousand_training_rows(infer
     assert batch(cfg.REGISTRY["data"]["toy-cubic"]()) is None  # 20 rows: full batch
 
 
-@pytest.mark.parametrize("kind", ["sgld", "sghmc", "cyclical"])
+# cyclical runs SGLD's step under a cyclical schedule (its exact-posterior check is slow too): slow lane
+@pytest.mark.parametrize("kind", ["sgld", "sghmc", pytest.param("cyclical", marks=pytest.mark.slow)])
 def test_every_kind_at_its_defaults_finds_a_correlated_posterior(kind):
     """No step size given, adapted over 2,000 burn-in steps (the default 5,000 only adds windows): 40
     rows, three inputs with correlations 0.83-0.95 (posterior condition number

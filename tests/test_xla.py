@@ -48,7 +48,14 @@ def _starts(model, chains=2):
             torch.randn(20, 3),
             torch.randint(0, 4, (20,)),
         ),
-        (bz.models.LeNet(), bz.likelihoods.Categorical(), torch.rand(12, 64), torch.randint(0, 10, (12,))),
+        # backend="auto" never traces a convolutional network (backends.json): the CNN's trace, slow lane
+        pytest.param(
+            bz.models.LeNet(),
+            bz.likelihoods.Categorical(),
+            torch.rand(12, 64),
+            torch.randint(0, 10, (12,)),
+            marks=pytest.mark.slow,
+        ),
     ],
     ids=["mlp-learned-noise", "mlp-classifier", "cnn"],
 )
