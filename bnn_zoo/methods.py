@@ -70,17 +70,22 @@ class InferenceMethod(Protocol):
     def run(self, model: Any, x: Any, y: Any) -> Any: ...
 
 
-class FullBatchChains:
-    """The traits HMC's family shares (NUTS, HMC, ChEES): Markov chains on the full data, exact as they
-    converge, each chain's draws kept."""
+class Chains:
+    """The traits every Markov-chain method of a BNN shares: each chain's draws kept, no evidence of its
+    own, ``num_chains`` copies of ``num_samples`` draws."""
 
     family = Family.CHAINS
     stores = "draws"
     evidence = ()
-    reference = True
     copies = "num_chains"
     draws = ("num_samples", "num_chains")
     fits = "bnn"
+
+
+class FullBatchChains(Chains):
+    """The traits HMC's family shares (NUTS, HMC, ChEES): chains on the full data, exact as they converge."""
+
+    reference = True
     remedy = "run longer (num_warmup, num_samples) or more chains; divergences: a tighter prior or target_accept 0.95"
 
 

@@ -27,7 +27,7 @@ from bnn_zoo.inference.budget import STEPS_FIX, TimeLimit, check_max_hours
 from bnn_zoo.inference.driver import Checkpoint, drive
 from bnn_zoo.inference.potential import LogPosterior
 from bnn_zoo.io import fingerprint
-from bnn_zoo.methods import Family, register
+from bnn_zoo.methods import Chains, register
 from bnn_zoo.posterior import Posterior
 from bnn_zoo.priors import Normal
 
@@ -47,7 +47,7 @@ SCALED_STEP = 0.2  # eps * lambda_max in whitened coordinates: Langevin's varian
 
 @register
 @dataclass
-class SGMCMC:
+class SGMCMC(Chains):
     """Minibatch MCMC: every step follows a stochastic gradient of log p(w) + (N / M) sum_batch log p(y | x, w).
 
     - ``"sgld"``: w <- w + eps grad + N(0, 2 eps) (Langevin dynamics discretised by Euler-Maruyama;
@@ -117,13 +117,7 @@ class SGMCMC:
 
     name = "sgmcmc"
     remedy = "run longer (burn_in, num_samples) or use a smaller step_size"  # when its chains fail their check
-    family = Family.CHAINS
-    stores = "draws"
-    evidence = ()
-    reference = False
-    copies = "num_chains"
-    draws = ("num_samples", "num_chains")
-    fits = "bnn"
+    reference = False  # minibatch gradients bias the draws at any finite step size
     quick = {"num_samples": 50, "burn_in": 150, "thinning": 2}  # seconds on a small table (the conformance suite)
 
     def __post_init__(self):
