@@ -25,7 +25,7 @@ from bnn_zoo.bnn import BNN
 from bnn_zoo.data.validation import check_data
 from bnn_zoo.errors import BnnZooError, checked
 from bnn_zoo.inference.budget import TimeLimit
-from bnn_zoo.inference.driver import Checkpoint, drive
+from bnn_zoo.inference.driver import Checkpoint, run_steps
 from bnn_zoo.io import fingerprint
 from bnn_zoo.posterior import Posterior
 from bnn_zoo.scaling import in_fit_units, scaling_for
@@ -142,8 +142,6 @@ def ais(
             progress,
             checkpoint,
         )
-    if checkpoint is not None:
-        Path(checkpoint).unlink(missing_ok=True)  # the estimate supersedes it
     if accept < 0.1:
         warnings.warn(
             f"AIS: only {accept:.0%} of HMC moves were accepted, so particles barely left their prior draws and the "
@@ -204,57 +202,66 @@ def _anneal(
     the state (particles, weights, step size, RNG) is written atomically every ``checkpoint_every``
     temperatures and on Ctrl-C, and an existing checkpoint is resumed: the run ends exactly where an
     uninterrupted one ends."""
-    t = torch.linspace(-4, 4, num_steps + 1, dtype=torch.float64).sigmoid()
-    betas = ((t - t[0]) / (t[-1] - t[0])).tolist()  # sigmoid schedule from 0 to 1 (Grosse et al. 2015)
-    z = target.sample_prior(n)
-    log_prior, log_lik = target(z)
-    state = {
-        "step": 0,
-        "z": z,
-        "log_prior": log_prior.detach(),
-        "log_lik": log_lik.detach(),
-        "log_w": torch.zeros(n, dtype=torch.float64),
-        "step_size": step_size,
-        "accepted": 0.0,
-        "rng": torch.get_rng_state(),
-    }
+    annealing = _Annealing(target, n, num_steps, leapfrog_steps, step_size, target_accept)
     settings = {"particles": n, "steps": num_steps, "leapfrog": leapfrog_steps, "step_size": step_size}
     identity = fingerprint(settings | {"target_accept": target_accept}, target.model.describe(), target.x, target.y)
-    saving = Checkpoint.at(checkpoint, identity, "AIS", checkpoint_every, lambda done: state)
-    if (saved := saving and saving.load()) is not None:
-        state = saved
-        torch.set_rng_state(state["rng"])
-        saving.resumed(state["step"], num_steps, progress)
-
-    def step(i: int) -> None:
-        b_prev, b = betas[i], betas[i + 1]
-        log_w = state["log_w"] + (b - b_prev) * state["log_lik"].double()
-        z, log_prior, log_lik, rate = _hmc_move(
-            target, state["z"], state["log_prior"], state["log_lik"], b, state["step_size"], leapfrog_steps
-        )
-        # grow slowly while moves succeed; halve at once when nearly all fail (a step far too long for
-        # the sharpening target would otherwise leave every particle at its prior draw)
-        step_size = state["step_size"] * (1.02 if rate > target_accept else (0.5 if rate < 0.05 else 0.98))
-        state.update(
-            step=i + 1,
-            z=z.detach(),
-            log_prior=log_prior,
-            log_lik=log_lik,
-            log_w=log_w,
-            step_size=step_size,
-            accepted=state["accepted"] + rate,
-            rng=torch.get_rng_state(),
-        )
-
-    limit = TimeLimit("AIS", None, num_steps - state["step"])
-    drive(step, state["step"], num_steps, "AIS", progress, limit, saving, unit="temperature")
-    log_w = state["log_w"]
+    saving = Checkpoint.at(checkpoint, identity, "AIS", checkpoint_every, None)
+    limit = lambda first: TimeLimit("AIS", None, num_steps - first)  # noqa: E731
+    run_steps(annealing, num_steps, "AIS", progress, limit, saving, unit="temperature")
+    log_w = annealing.now["log_w"]
     if not torch.isfinite(log_w).all():
         raise BnnZooError(
             "AIS produced non-finite weights; the likelihood is -inf under some prior draws (check the data and prior "
             "scales)"
         )
-    return log_w, state["accepted"] / num_steps
+    return log_w, annealing.now["accepted"] / num_steps
+
+
+class _Annealing:
+    """AIS's temperatures as the driver's steps (:class:`~bnn_zoo.inference.driver.Stepper`): step i moves
+    every particle by HMC at temperature i + 1 and adds its weight increment. Its state is the particles,
+    their weights and log densities, the step size and the acceptance so far."""
+
+    def __init__(self, target, n: int, num_steps: int, leapfrog_steps: int, step_size: float, target_accept: float):
+        self.target, self.leapfrog_steps, self.target_accept = target, leapfrog_steps, target_accept
+        t = torch.linspace(-4, 4, num_steps + 1, dtype=torch.float64).sigmoid()
+        self.betas = ((t - t[0]) / (t[-1] - t[0])).tolist()  # sigmoid schedule from 0 to 1 (Grosse et al. 2015)
+        z = target.sample_prior(n)
+        log_prior, log_lik = target(z)
+        self.now = {
+            "z": z,
+            "log_prior": log_prior.detach(),
+            "log_lik": log_lik.detach(),
+            "log_w": torch.zeros(n, dtype=torch.float64),
+            "step_size": step_size,
+            "accepted": 0.0,
+        }
+
+    def step(self, i: int) -> None:
+        now, b_prev, b = self.now, self.betas[i], self.betas[i + 1]
+        log_w = now["log_w"] + (b - b_prev) * now["log_lik"].double()
+        z, log_prior, log_lik, rate = _hmc_move(
+            self.target, now["z"], now["log_prior"], now["log_lik"], b, now["step_size"], self.leapfrog_steps
+        )
+        # grow slowly while moves succeed; halve at once when nearly all fail (a step far too long for
+        # the sharpening target would otherwise leave every particle at its prior draw)
+        grow = 1.02 if rate > self.target_accept else (0.5 if rate < 0.05 else 0.98)
+        now.update(
+            z=z.detach(),
+            log_prior=log_prior,
+            log_lik=log_lik,
+            log_w=log_w,
+            step_size=now["step_size"] * grow,
+            accepted=now["accepted"] + rate,
+        )
+
+    def state(self) -> dict:
+        return dict(self.now)
+
+    def load(self, state: dict) -> None:
+        if set(state) != set(self.now):
+            raise BnnZooError("the checkpoint is not an AIS checkpoint; delete it to start afresh")
+        self.now = dict(state)
 
 
 def _hmc_move(target, z, log_prior, log_lik, beta, step_size, leapfrog_steps):

@@ -45,6 +45,7 @@ from pathlib import Path
 from bnn_zoo import resources
 from bnn_zoo.errors import BnnZooError, ResourceError
 from bnn_zoo.experiments import config as cfg
+from bnn_zoo.inference import lockstep
 from bnn_zoo.io import announce, fingerprint, read_json_mapping, read_yaml, write_json, write_yaml
 
 TOP_LEVEL = {"base", "grid", "zip", "select", "name"}
@@ -308,8 +309,6 @@ def run_cells(cells: list[tuple[str, dict, dict]], threads: int | None = None) -
     for a failing run: the error and traceback are recorded and the others go on."""
     import torch
 
-    from bnn_zoo.inference import lockstep
-
     if threads:  # this worker's share of the cores: its torch threads, and its MCMC chains' processes
         torch.set_num_threads(threads)
         os.environ[resources.CORES_VARIABLE] = str(threads)
@@ -542,15 +541,14 @@ def _exit_with(driver: int) -> None:
     threading.Thread(target=watch, daemon=True, name="exit-with-driver").start()
 
 
-PER_FIT = {
+# a config's paths that may differ inside one lockstep batch: the method's own (lockstep.PER_FIT), and the
+# model's data split, dropout rate and noise scale (the prior, whole, below)
+PER_FIT = {f"inference.{k}" for k in lockstep.PER_FIT} | {
     "seed",
     "data.split",
     "guide.p",
     "likelihood.precision",
     "likelihood.scale",
-    "inference.lr",
-    "inference.lr_decay",
-    "inference.kl_weight",
 }
 
 

@@ -36,7 +36,7 @@ from bnn_zoo.bnn import BNN
 from bnn_zoo.errors import BnnZooError, check_field_types
 from bnn_zoo.inference import defaults, xla
 from bnn_zoo.inference.budget import TimeLimit, check_max_hours
-from bnn_zoo.inference.driver import Checkpoint, drive
+from bnn_zoo.inference.driver import Checkpoint, run_steps
 from bnn_zoo.inference.potential import LogPosterior, chain_starts, check_init
 from bnn_zoo.inference.svi import svi_start
 from bnn_zoo.io import fingerprint
@@ -196,30 +196,18 @@ class ChEES(FullBatchChains):
             )
         target = _Target(LogPosterior(model, x.shape[0]), x, y, model.latent_shapes(), compile=self.compile)
         q = target.flatten(target.log_posterior.initial(starts))
-        sampler = _Sampler(target, q, self, generator)
-        draws, stats, first = [], [], 0
+        run = _Iterations(_Sampler(target, q, self, generator))
         total = self.num_warmup + self.num_samples
         identity = fingerprint(self.settings(), model.describe(), x, y)
-        to_save = lambda n: _saved(n, sampler.state(), draws, stats)  # noqa: E731
-        checkpoint = Checkpoint.at(self.checkpoint, identity, "ChEES", self.checkpoint_every, to_save)
-        if (saved := checkpoint and checkpoint.load()) is not None:
-            first, draws, stats = _resume(saved, checkpoint.path, sampler)
-            checkpoint.resumed(first, total, self.progress)
+        checkpoint = Checkpoint.at(self.checkpoint, identity, "ChEES", self.checkpoint_every, None)
 
-        def step(i: int) -> None:
-            if i < self.num_warmup:
-                sampler.warmup_step(i)
-                return
-            if i == self.num_warmup:
-                sampler.finish_warmup()
-            stats.append(sampler.step(i))
-            draws.append(sampler.q.clone())
+        def limit(first: int) -> TimeLimit:
+            # the pace before the first mass-matrix window (unwhitened, tiny steps) overstates the rest's
+            settle = max(run.sampler.next_mass_update - first, 0)
+            return TimeLimit("ChEES", self.max_hours, total - first, settle=settle)
 
-        # the pace before the first mass-matrix window (unwhitened, tiny steps) overstates the rest's
-        limit = TimeLimit("ChEES", self.max_hours, total - first, settle=max(sampler.next_mass_update - first, 0))
-        drive(step, first, total, "chees", self.progress, limit, checkpoint, unit="iteration")
-        if checkpoint is not None:
-            checkpoint.discard()
+        run_steps(run, total, "chees", self.progress, limit, checkpoint, unit="iteration")
+        sampler, draws, stats = run.sampler, run.draws, run.stats
         flat = torch.stack(draws, dim=1)  # (chain, draw, d)
         samples = target.log_posterior.constrained(target.unflatten(flat))
         sample_stats = {k: torch.stack([s[k] for s in stats], dim=1) for k in stats[0]}
@@ -284,6 +272,45 @@ class _Target:
                 ) from None
             (grad,) = torch.autograd.grad(logp.sum(), q)
         return logp.detach(), grad
+
+
+class _Iterations:
+    """ChEES's warm-up and sampling iterations as the driver's steps
+    (:class:`~bnn_zoo.inference.driver.Stepper`); its state is the sampler's and the draws so far."""
+
+    def __init__(self, sampler: _Sampler):
+        self.sampler, self.draws, self.stats = sampler, [], []
+
+    def step(self, i: int) -> None:
+        sampler, warmup = self.sampler, self.sampler.settings.num_warmup
+        if i < warmup:
+            sampler.warmup_step(i)
+            return
+        if i == warmup:
+            sampler.finish_warmup()
+        self.stats.append(sampler.step(i))
+        self.draws.append(sampler.q.clone())
+
+    def state(self) -> dict:
+        stats = self.stats
+        return {
+            "sampler": self.sampler.state(),
+            "draws": torch.stack(self.draws, 1) if self.draws else None,  # (chain, draw, d)
+            "stats": {k: torch.stack([s[k] for s in stats], 1) for k in stats[0]} if stats else None,
+        }
+
+    def load(self, state: dict) -> None:
+        try:
+            self.sampler.load_state(state["sampler"])
+            device = self.sampler.q.device
+            self.draws = [] if state["draws"] is None else [d.to(device) for d in state["draws"].unbind(1)]
+            columns = {} if state["stats"] is None else {k: v.to(device).unbind(1) for k, v in state["stats"].items()}
+            self.stats = [dict(zip(columns, row)) for row in zip(*columns.values())]
+        except (KeyError, TypeError, RuntimeError) as exc:
+            raise BnnZooError(
+                f"checkpoint {self.sampler.settings.checkpoint} is not a ChEES checkpoint ({exc}); delete it or point "
+                "ChEES(checkpoint=...) elsewhere"
+            ) from None
 
 
 class _Sampler:
@@ -511,30 +538,6 @@ class _Sampler:
             "n_steps": full * steps,
             "trajectory_length": full * length,
         }
-
-
-def _saved(iteration: int, state: dict, draws: list, stats: list) -> dict:
-    return {
-        "iteration": iteration,
-        "sampler": state,
-        "draws": torch.stack(draws, 1) if draws else None,  # (chain, draw, d)
-        "stats": {k: torch.stack([s[k] for s in stats], 1) for k in stats[0]} if stats else None,
-    }
-
-
-def _resume(saved: dict, path, sampler: _Sampler) -> tuple[int, list, list]:
-    """(iteration, draws, stats) of a checkpoint, its state loaded into ``sampler``."""
-    try:
-        sampler.load_state(saved["sampler"])
-        device = sampler.q.device
-        draws = [] if saved["draws"] is None else [d.to(device) for d in saved["draws"].unbind(1)]
-        columns = {} if saved["stats"] is None else {k: v.to(device).unbind(1) for k, v in saved["stats"].items()}
-        stats = [dict(zip(columns, row)) for row in zip(*columns.values())]
-        return int(saved["iteration"]), draws, stats
-    except (KeyError, TypeError, RuntimeError) as exc:
-        raise BnnZooError(
-            f"checkpoint {path} is not a ChEES checkpoint ({exc}); delete it or point ChEES(checkpoint=...) elsewhere"
-        ) from None
 
 
 def _halton(index: int, base: int = 2) -> float:

@@ -1,7 +1,8 @@
 """One loop for the iterative methods run in Python (SVI alone and in lockstep, SG-MCMC's chains, ChEES on
 torch, ensembles and SWAG, AIS): the progress bar, periodic and on-stop checkpoints under the fit's
-identity, the time limit, and Ctrl-C and ``kill`` held to a step's end
-(:mod:`bnn_zoo.inference.boundary`). A method gives a step and the state a checkpoint holds; the loop is
+identity, resuming from one, the time limit, and Ctrl-C and ``kill`` held to a step's end
+(:mod:`bnn_zoo.inference.boundary`). A method is a :class:`Stepper`: its state, which is its checkpoint,
+and its step (BlackJAX's ``(init, step)``, posteriors' ``(init, update)``); :func:`run_steps` is the loop,
 written once, here. So are the chains that run whole in forked processes (NUTS and HMC on torch,
 :func:`run_chains`), each kept as it finishes (:class:`FinishedChains`).
 
@@ -20,6 +21,7 @@ import threading
 from collections.abc import Callable
 from multiprocessing.connection import wait
 from pathlib import Path
+from typing import Protocol
 
 import torch
 from tqdm import std as tqdm_std
@@ -30,6 +32,21 @@ from bnn_zoo.errors import BnnZooError
 from bnn_zoo.inference.boundary import held_to_step_end, say_saved
 from bnn_zoo.inference.budget import TimeLimit, TimeLimitExceeded
 from bnn_zoo.io import atomic_torch_save, bar_disabled, check_identity, safe_torch_load, say_resumed
+
+
+class Stepper(Protocol):
+    """An iterative method's work as :func:`run_steps` runs it. Started fresh by its constructor (its
+    ``init``), it is advanced by ``step(i)``, which returns True to end early (early stopping, a non-finite
+    loss). ``state()`` is its checkpoint after the steps done: tensors, plain numbers and containers of
+    them (loaded without unpickling), or None when nothing is worth keeping now; ``load(state)`` continues
+    from one, raising :class:`~bnn_zoo.errors.BnnZooError` when it is not this method's. The driver keeps the
+    step count and torch's random state beside it."""
+
+    def step(self, i: int) -> bool | None: ...
+
+    def state(self) -> dict | None: ...
+
+    def load(self, state: dict) -> None: ...
 
 
 class Checkpoint:
@@ -67,6 +84,49 @@ class Checkpoint:
     def discard(self) -> None:
         """The fit is done: its result supersedes the checkpoint."""
         Path(self.path).unlink(missing_ok=True)
+
+
+def run_steps(
+    stepper: Stepper,
+    total: int,
+    name: str,
+    progress: bool,
+    limit: Callable[[int], TimeLimit],
+    checkpoint: Checkpoint | None = None,
+    unit: str = "step",
+    postfix: Callable[[], dict] | None = None,
+    keep: bool = False,
+) -> int:
+    """``stepper``'s steps up to ``total`` under :func:`drive`, resumed from ``checkpoint`` where it holds
+    this fit's state (``limit(first)``: the time limit for the steps left). The checkpoint is removed once
+    the steps are done, unless ``keep`` (a run of several parts removes it at its end). Returns the step
+    the run resumed at (0: started afresh)."""
+    first = 0
+    if checkpoint is not None:
+        checkpoint.state = lambda done: _whole(done, stepper.state())
+        if (saved := checkpoint.load()) is not None:
+            first = _resume(stepper, saved, checkpoint)
+            checkpoint.resumed(first, total, progress)
+    drive(stepper.step, first, total, name, progress, limit(first), checkpoint, unit, postfix)
+    if checkpoint is not None and not keep:
+        checkpoint.discard()  # the result supersedes it
+    return first
+
+
+def _whole(done: int, state: dict | None) -> dict | None:
+    """A stepper's checkpoint: its state after ``done`` steps and the random state step ``done`` starts from."""
+    return None if state is None else {"step": done, "rng": torch.get_rng_state(), "state": state}
+
+
+def _resume(stepper: Stepper, saved: dict, checkpoint: Checkpoint) -> int:
+    if not {"step", "rng", "state"} <= set(saved):
+        raise BnnZooError(
+            f"checkpoint {checkpoint.path} is not a {checkpoint.method} checkpoint; delete it or point "
+            f"{checkpoint.method}(checkpoint=...) elsewhere"
+        )
+    stepper.load(saved["state"])
+    torch.set_rng_state(saved["rng"])
+    return int(saved["step"])
 
 
 def drive(

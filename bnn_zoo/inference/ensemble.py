@@ -31,7 +31,7 @@ from bnn_zoo.bnn import BNN
 from bnn_zoo.errors import BnnZooError, check_field_types
 from bnn_zoo.inference import defaults, health
 from bnn_zoo.inference.budget import STEPS_FIX, TimeLimit, check_max_hours
-from bnn_zoo.inference.driver import Checkpoint, drive
+from bnn_zoo.inference.driver import Checkpoint, run_steps
 from bnn_zoo.inference.lockstep import Stream, first_distinct
 from bnn_zoo.io import fingerprint
 from bnn_zoo.methods import Family, register
@@ -149,8 +149,7 @@ class Ensemble:
         """The fit on the training part."""
         start = time.perf_counter()
         team = Members(model, x, y, self)
-        losses = team.pretrain()
-        team.finished()
+        losses, _ = team.fit()
         samples = {k: v[:, None] for k, v in team.values().items()}  # member k is chain k's one draw
         return Posterior(
             model,
@@ -234,11 +233,7 @@ class SWAG(Ensemble):
     def _run(self, model: BNN, x: torch.Tensor, y: torch.Tensor) -> Posterior:
         start = time.perf_counter()
         team = Members(model, x, y, self)
-        team.pretrain()
-        moments = Moments(team.flat(), self.rank)
-        optimiser = self.optimiser(list(team.leaves.values()))
-        team.train("collect", optimiser, self.snapshots * self.collect_every, moments, self.collect_every)
-        team.finished()
+        _, moments = team.fit(self)
         with torch.random.fork_rng(device_type="cuda"):
             torch.manual_seed(self.seed)
             draws = team.unflatten(moments.sample(self.num_draws))
@@ -318,10 +313,6 @@ class Members:
         self.streams = [Stream(s) for s in seeds]
         self.block_states = [stream.state for stream in self.streams]  # where the current minibatch block began
         self.block_start = 0  # ... and its first step
-        identity = fingerprint(method.settings(), model.describe(), x, y)
-        every, name = method.checkpoint_every, type(method).__name__
-        self.checkpoint = Checkpoint.at(method.checkpoint, identity, name, every, None)  # each phase sets its state
-        self.saved = self.checkpoint and self.checkpoint.load()
         self.priors = {k: model.site_prior(k) for k in model.params}  # built once: a tenth of a step each
         self.epsilon = method.adversarial * (x.max(0).values - x.min(0).values) if method.adversarial else None
         self.vmaps = True  # until the network branches on its inputs' values (a token-range check)
@@ -406,39 +397,16 @@ class Members:
                     idx[i, k] = self.streams[k].subsets(self.n, self.m, 1)[0]
             yield from idx[max(first - start, 0) :]
 
-    def pretrain(self) -> torch.Tensor:
-        """Adam on every member for the method's steps (their MAP, or maximum likelihood); the last losses (K,)."""
-        adam = torch.optim.Adam(self.leaves.values(), lr=self.method.lr)
-        return self.train("pretrain", adam, self.method.steps)
-
-    def train(
-        self, phase: str, optimiser: torch.optim.Optimizer, steps: int, moments: Moments | None = None, every: int = 1
-    ) -> torch.Tensor:
-        """Step every member ``steps`` times; returns the last step's losses (K,). With ``moments``, the
-        iterate is added to them every ``every`` steps (SWAG). With a checkpoint, the state is saved every
-        ``checkpoint_every`` steps and on Ctrl-C, and a saved phase resumes at its step."""
-        first, losses = 0, None
-        if self.saved is not None:
-            if PHASES.index(self.saved["phase"]) > PHASES.index(phase):
-                return self.saved["losses"]  # finished before the checkpoint, which holds what followed
-            if self.saved["phase"] == phase:
-                first, losses = self._restore(optimiser, moments)
-                self.checkpoint.resumed(first, steps, self.method.progress)
-            self.saved = None
-        batches = self.batches(steps, first)
-
-        def step(i: int) -> None:
-            nonlocal losses
-            losses = self._step(optimiser, next(batches))
-            if moments is not None and (i + 1) % every == 0:
-                moments.add(self.flat())
-
-        if self.checkpoint is not None:
-            self.checkpoint.state = lambda done: self._saved(phase, done, optimiser, moments, losses)
-        label = f"{type(self.method).__name__} x{len(self.streams)}"
-        limit = TimeLimit(label, self.method.max_hours, steps - first, fix=STEPS_FIX)
-        drive(step, first, steps, label, self.method.progress, limit, self.checkpoint)
-        return losses
+    def fit(self, swag: SWAG | None = None) -> tuple[torch.Tensor, Moments | None]:
+        """Train every member (:class:`_Training`) in one run of the driver, checkpointed under the fit's
+        identity; the last step's losses (K,) and, for SWAG, its moments."""
+        method, label = self.method, f"{type(self.method).__name__} x{len(self.streams)}"
+        identity = fingerprint(method.settings(), self.model.describe(), self.x, self.y)
+        checkpoint = Checkpoint.at(method.checkpoint, identity, type(method).__name__, method.checkpoint_every, None)
+        training = _Training(self, swag)
+        limit = lambda first: TimeLimit(label, method.max_hours, training.total - first, fix=STEPS_FIX)  # noqa: E731
+        run_steps(training, training.total, label, method.progress, limit, checkpoint)
+        return training.losses, training.moments
 
     def _step(self, optimiser: torch.optim.Optimizer, rows: torch.Tensor) -> torch.Tensor:
         optimiser.zero_grad()
@@ -453,31 +421,64 @@ class Members:
         optimiser.step()
         return loss.detach()
 
-    def _saved(self, phase, step, optimiser, moments, losses) -> dict:
+
+class _Training:
+    """Every member's training as the driver's steps (:class:`~bnn_zoo.inference.driver.Stepper`): Adam for
+    the method's ``steps`` (each member's MAP, or maximum likelihood), then for SWAG its optimiser for
+    ``snapshots x collect_every`` steps, whose iterate joins the moments every ``collect_every``. Its state
+    is the members', the optimiser's, the minibatch streams' and the moments'."""
+
+    def __init__(self, team: Members, swag: SWAG | None):
+        self.team, self.swag, self.pretrain = team, swag, team.method.steps
+        self.total = self.pretrain + (swag.snapshots * swag.collect_every if swag else 0)
+        self.losses, self.done = None, 0
+        self._begin(collecting=False)
+
+    def _begin(self, collecting: bool, first: int = 0) -> None:
+        """A phase's optimiser, moments and minibatches, from its step ``first``."""
+        team, leaves = self.team, list(self.team.leaves.values())
+        self.moments = Moments(team.flat(), self.swag.rank) if collecting else None
+        self.optimiser = self.swag.optimiser(leaves) if collecting else torch.optim.Adam(leaves, lr=team.method.lr)
+        self.batches = team.batches(self.total - self.pretrain if collecting else self.pretrain, first)
+
+    def step(self, i: int) -> None:
+        if i == self.pretrain:
+            self._begin(collecting=True)
+        self.losses = self.team._step(self.optimiser, next(self.batches))
+        self.done = i + 1
+        if self.moments is not None and (self.done - self.pretrain) % self.swag.collect_every == 0:
+            self.moments.add(self.team.flat())
+
+    def state(self) -> dict:
+        team, collecting = self.team, self.moments is not None
         return {
-            "phase": phase,
-            "step": step,
-            "leaves": {k: v.detach() for k, v in self.leaves.items()},
-            "optimiser": optimiser.state_dict(),
-            "streams": self.block_states,
-            "block_start": self.block_start,
-            "moments": moments.state() if moments is not None else None,
-            "losses": losses,
+            "phase": PHASES[collecting],
+            "step": self.done - self.pretrain if collecting else self.done,  # the phase's
+            "leaves": {k: v.detach() for k, v in team.leaves.items()},
+            "optimiser": self.optimiser.state_dict(),
+            "streams": team.block_states,  # where the block under way began, and its first step
+            "block_start": team.block_start,
+            "streams_now": [stream.state for stream in team.streams],  # where the next phase's first block begins
+            "moments": self.moments.state() if collecting else None,
+            "losses": self.losses,
         }
 
-    def _restore(self, optimiser, moments) -> tuple[int, torch.Tensor | None]:
-        saved = self.saved
+    def load(self, state: dict) -> None:
+        team = self.team
+        if state.get("phase") not in PHASES:
+            raise BnnZooError(
+                f"checkpoint {team.method.checkpoint} is not an {type(team.method).__name__} checkpoint; delete it or "
+                "point checkpoint= elsewhere"
+            )
         with torch.no_grad():
-            for k, v in self.leaves.items():
-                v.copy_(saved["leaves"][k])
-        optimiser.load_state_dict(saved["optimiser"])
-        self.block_states = list(saved["streams"])
-        self.block_start = int(saved.get("block_start", saved["step"] - saved["step"] % 16))
-        if moments is not None:
-            moments.restore(saved["moments"])
-        return int(saved["step"]), saved["losses"]
-
-    def finished(self) -> None:
-        """The fit is done: its result supersedes the checkpoint."""
-        if self.checkpoint is not None:
-            self.checkpoint.discard()
+            for k, v in team.leaves.items():
+                v.copy_(state["leaves"][k])
+        team.block_states, team.block_start = list(state["streams"]), int(state["block_start"])
+        for stream, now in zip(team.streams, state["streams_now"]):
+            stream.state = now
+        collecting, first = state["phase"] == "collect", int(state["step"])
+        self._begin(collecting, first)
+        self.optimiser.load_state_dict(state["optimiser"])
+        if collecting:
+            self.moments.restore(state["moments"])
+        self.losses, self.done = state["losses"], first + (self.pretrain if collecting else 0)

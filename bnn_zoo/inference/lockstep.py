@@ -54,7 +54,7 @@ from bnn_zoo.guides.mean_field import MeanField
 from bnn_zoo.inference import health, xla
 from bnn_zoo.inference.budget import TimeLimit
 from bnn_zoo.inference.chees import ChEES
-from bnn_zoo.inference.driver import Checkpoint, drive
+from bnn_zoo.inference.driver import Checkpoint, run_steps
 from bnn_zoo.inference.mcmc import NUTS
 from bnn_zoo.inference.potential import chain_starts
 from bnn_zoo.inference.svi import SVI, posterior_from
@@ -68,6 +68,8 @@ from bnn_zoo.scaling import Scaling, in_fit_units, scaling_for
 BLOCK = 16  # steps of randomness drawn per fit at once (fewer calls per step; masks kept as booleans)
 STATE_FORMAT = "pcg64-streams, flat parameters"  # what a checkpoint's state means; part of its identity
 CELLS_FORMAT = "finished cells: draws, stats, adapted kernel"  # a sampler batch's checkpoint
+# the method's options that may differ between the fits of one batch (each fit's own in the batched step)
+PER_FIT = ("seed", "lr", "lr_decay", "kl_weight", "kl_warmup", "guide_options")
 CHECKPOINT_SECONDS = 60.0  # a checkpointed batch saves at the first block boundary after this long
 
 
@@ -169,39 +171,20 @@ def _learns_p(method: SVI, task: str) -> bool:
 
 
 def signature(job: Job) -> tuple:
-    """Fits with equal signatures can share a lockstep batch: same architecture (the network's repr and
-    parameter shapes: the batch runs the first fit's module), guide family, data size, steps and batch
-    size (what may differ: data, seed, lr and its decay, prior, noise scale, guide options)."""
+    """Fits with equal signatures can share a lockstep batch: the same architecture (the network's repr
+    and parameter shapes: the batch runs the first fit's module) and the method's settings but for
+    :data:`PER_FIT`. SVI fits may differ in their data, prior and noise scale, and share their data's
+    shape and the guide's masks; sampled cells share one traced log density, so their prior and
+    likelihood too, and may differ in their rows."""
+    m, described = job.method, job.model.describe()
     shapes = tuple((k, tuple(v.shape)) for k, v in job.model.params.items())
-    m = job.method
-    if isinstance(m, SAMPLERS):  # one traced log density and one program: the same model and settings; rows may differ
-        settings = {k: v for k, v in m.settings().items() if k != "seed"}
-        described = job.model.describe()
-        return (
-            repr(job.model.net),
-            shapes,
-            described["prior"],
-            described["likelihood"],
-            json.dumps(settings),
-            tuple(job.x.shape[1:]),
-            tuple(job.y.shape[1:]),
-        )
-    masks = (
-        default_options(job.model.likelihood.task, masks=m.guide_options.get("masks"))[1]
-        if m.guide == "dropout"
-        else None
-    )
-    return (
-        repr(job.model.net),
-        shapes,
-        m.guide,
-        masks,
-        tuple(job.x.shape),
-        tuple(job.y.shape),
-        m.steps,
-        m.batch_size,
-        m.num_draws,
-    )
+    settings = json.dumps({k: v for k, v in m.settings().items() if k not in PER_FIT}, sort_keys=True, default=str)
+    shared = (repr(job.model.net), shapes, settings)
+    if isinstance(m, SAMPLERS):
+        return (*shared, described["prior"], described["likelihood"], tuple(job.x.shape[1:]), tuple(job.y.shape[1:]))
+    task, masks = job.model.likelihood.task, m.guide_options.get("masks")
+    masks = default_options(task, masks=masks)[1] if m.guide == "dropout" else None
+    return (*shared, masks, tuple(job.x.shape), tuple(job.y.shape))
 
 
 def fit_lockstep(
@@ -239,29 +222,12 @@ def fit_lockstep(
         return [p.fitted_in(s) for p, s in zip(posteriors, scalings)]
     start = time.perf_counter()
     batch = _Batch(jobs, check_device(device or "cpu"))
-    saved_at, loss = start, None
-
-    def state(done: int) -> dict | None:  # at a block boundary a minute after the last: the next block is drawn afresh
-        nonlocal saved_at
-        if done % BLOCK or time.perf_counter() - saved_at <= CHECKPOINT_SECONDS:
-            return None
-        saved_at = time.perf_counter()
-        return batch.state(done, saved_at - start)
-
-    def step(i: int) -> None:
-        nonlocal loss
-        batch.step(i)
-        loss = batch.losses[:, i]
-
     path = None if checkpoint is None else Path(checkpoint)
-    kept = Checkpoint.at(path, batch.identity, "fit_lockstep", BLOCK, state)  # the caller removes it
-    if (saved := kept and kept.load()) is not None:
-        batch.load(saved)
-        kept.resumed(batch.first, batch.steps, progress)
+    kept = Checkpoint.at(path, batch.identity, "fit_lockstep", BLOCK, None)
     # no time limit of its own: a sweep's cells have theirs
-    name, no_limit = f"lockstep SVI x{len(jobs)}", TimeLimit("lockstep SVI", None, batch.steps)
-    postfix = lambda: {"loss": f"{loss.nanmean().item():.4g}"}  # noqa: E731
-    drive(step, batch.first, batch.steps, name, progress, no_limit, kept, postfix=postfix)
+    name, no_limit = f"lockstep SVI x{len(jobs)}", lambda first: TimeLimit("lockstep SVI", None, batch.steps)  # noqa: E731
+    postfix = lambda: {"loss": f"{batch.losses[:, batch.done - 1].nanmean().item():.4g}"}  # noqa: E731
+    run_steps(batch, batch.steps, name, progress, no_limit, kept, postfix=postfix, keep=True)  # the caller removes it
     runtime = (batch.elapsed + time.perf_counter() - start) / len(jobs)
     posteriors = [batch.posterior(k, runtime).fitted_in(s) for k, s in zip(range(len(jobs)), scalings)]
     for posterior in posteriors:
@@ -425,7 +391,8 @@ class _Batch:
         self.stop = [""] * self.K
         self.losses = torch.full((self.K, self.steps), float("nan"), device=device)
         self.mask_shapes = self._input_shapes() if self.per_example else {}
-        self.first, self.elapsed = 0, 0.0  # where a resumed batch starts, and the time it had already taken
+        self.done, self.elapsed = 0, 0.0  # steps done, and the time a resumed batch had already taken
+        self.started = self.saved_at = time.perf_counter()
 
     def _per_fit(self, value) -> torch.Tensor:
         return torch.tensor([float(value(j)) for j in self.jobs], device=self.device)
@@ -481,13 +448,15 @@ class _Batch:
         # STATE_FORMAT: a checkpoint of the torch.Generator days is refused as another fit's, with its fix
         return fingerprint(fits, str(self.device.type), STATE_FORMAT, self.x, self.y)
 
-    def state(self, step: int, elapsed: float) -> dict:
-        """Everything the remaining steps depend on, at a block boundary (the next block is drawn afresh)."""
-        assert step % BLOCK == 0
+    def state(self) -> dict | None:
+        """Everything the remaining steps depend on (:class:`~bnn_zoo.inference.driver.Stepper`), at a block
+        boundary a minute after the last save (the next block is drawn afresh); None elsewhere."""
+        now = time.perf_counter()
+        if self.done % BLOCK or now - self.saved_at <= CHECKPOINT_SECONDS:
+            return None
+        self.saved_at = now
         return {
-            "identity": self.identity,
-            "step": step,
-            "elapsed": self.elapsed + elapsed,
+            "elapsed": self.elapsed + now - self.started,
             **{
                 name: {k: v.detach().cpu() for k, v in self.unflatten(getattr(self, attr)).items()}
                 for name, attr in _SAVED.items()
@@ -509,7 +478,7 @@ class _Batch:
         self.stop = list(saved["stop"])
         for stream, state in zip(self.streams, saved["streams"]):
             stream.state = state
-        self.first, self.elapsed = int(saved["step"]), float(saved["elapsed"])
+        self.elapsed = float(saved["elapsed"])
 
     # ---------------------------------------------------------------- one step
 
@@ -533,6 +502,7 @@ class _Batch:
         self.losses[:, step] = torch.where(self.alive, loss.detach(), float("nan"))
         self.previous.copy_(self.flat.detach())  # the state whose loss was just found finite
         self._adam(grad, step)
+        self.done = step + 1
 
     def loss(self, draws: dict[str, torch.Tensor], step: int) -> torch.Tensor:
         """Every fit's negative ELBO for one step's draws: shape (K,)."""

@@ -24,7 +24,7 @@ from bnn_zoo.bnn import BNN
 from bnn_zoo.errors import BnnZooError, check_field_types
 from bnn_zoo.inference import defaults
 from bnn_zoo.inference.budget import STEPS_FIX, TimeLimit, check_max_hours
-from bnn_zoo.inference.driver import Checkpoint, drive
+from bnn_zoo.inference.driver import Checkpoint, run_steps
 from bnn_zoo.inference.potential import LogPosterior
 from bnn_zoo.io import fingerprint
 from bnn_zoo.methods import Chains, register
@@ -204,54 +204,19 @@ class SGMCMC(Chains):
             return self._run(posteriors, model, x, y, start)
 
     def _run(self, posteriors, model, x, y, start) -> Posterior:
-        target = LogPosterior(model, x.shape[0])
         identity = fingerprint(self.settings(), model.describe(), x, y)
-        checkpoint = Checkpoint.at(self.checkpoint, identity, "SGMCMC", self.checkpoint_every, None)  # a chain's state
-        saved = checkpoint and _checked(checkpoint.load(), self.checkpoint)
-        if saved:
-            checkpoint.resumed(saved["step"], self.total_steps, self.progress)
-        chains = saved["chains"] if saved else []
-        left = (self.num_chains - len(chains)) * self.total_steps - (saved["step"] if saved else 0)
-        limit = TimeLimit("SG-MCMC", self.max_hours, left, fix=STEPS_FIX)
-        for c in range(len(chains), self.num_chains):
-            chains.append(
-                self._chain(
-                    posteriors,
-                    model,
-                    target,
-                    x,
-                    y,
-                    c,
-                    saved if saved and saved["chain"] == c else None,
-                    chains,
-                    checkpoint,
-                    limit,
-                )
-            )
-            saved = None
-        samples = {k: torch.stack([ch["draws"][k] for ch in chains]) for k in chains[0]["draws"]}
-        stats = {k: torch.stack([ch["stats"][k] for ch in chains]) for k in chains[0]["stats"]}
-        if checkpoint is not None:
-            checkpoint.discard()
+        checkpoint = Checkpoint.at(self.checkpoint, identity, "SGMCMC", self.checkpoint_every, None)
+        chains = _Chains(self, posteriors, model, x, y)
+        total = self.num_chains * self.total_steps
+        limit = lambda first: TimeLimit("SG-MCMC", self.max_hours, total - first, fix=STEPS_FIX)  # noqa: E731
+        name = f"{self.kind} x{self.num_chains} chains"
+        run_steps(chains, total, name, self.progress, limit, checkpoint)
+        done = chains.done
+        samples = {k: torch.stack([ch["draws"][k] for ch in done]) for k in done[0]["draws"]}
+        stats = {k: torch.stack([ch["stats"][k] for ch in done]) for k in done[0]["stats"]}
         return Posterior(
             model, x, y, samples, self.settings(), sample_stats=stats, runtime_s=time.perf_counter() - start
         )
-
-    def _start(self, posteriors, model, target, chain: int, saved: dict | None, draw, minibatch: bool) -> tuple:
-        """(frame, sampler state, draws, stats, first step) of a chain: fresh from the network's initialisation,
-        or where its checkpoint ``saved`` left it."""
-        if saved is not None:  # check_identity has made sure the checkpoint is this fit's
-            frame, state = _Frame.restore(saved["frame"]), _restore(posteriors, self.kind, saved)
-            torch.set_rng_state(saved["rng"])
-            return frame, state, saved["draws"], saved["stats"], saved["step"]
-        torch.manual_seed(self.seed + chain)
-        frame = _Frame(target.initial(model.network_init(self.seed + chain)), dense=self.adapted)
-        if self.adapted:
-            frame.set_step(target, "sgld", draw, minibatch)
-        else:
-            frame.eps = self.step_size
-        state = _init(posteriors, "sgld" if self.adapted and self.burn_in else self.kind, frame.start)
-        return frame, state, [], [], 0
 
     def _check_finite(self, state, step: int) -> None:
         if not torch.isfinite(state.log_posterior):
@@ -262,64 +227,101 @@ class SGMCMC(Chains):
             )
             raise BnnZooError(f"SG-MCMC diverged at step {step} (log posterior {float(state.log_posterior)}); {hint}")
 
-    def _chain(
-        self,
-        posteriors,
-        model,
-        target,
-        x,
-        y,
-        chain: int,
-        saved: dict | None,
-        done: list,
-        checkpoint: Checkpoint | None,
-        limit: TimeLimit,
-    ) -> dict:
-        n = x.shape[0]
-        batch = self.batch_size if self.batch_size and self.batch_size < n else None
-        draw = (lambda: (x, y)) if batch is None else (lambda: _batch(x, y, batch))  # noqa: E731
-        minibatch = batch is not None
-        frame, state, draws, stats, first = self._start(posteriors, model, target, chain, saved, draw, minibatch)
 
-        def step(i: int) -> None:
-            nonlocal state
-            data = draw()
-            fraction, temperature, keep = self._schedule(i)
-            adapting = self.adapted and i < self.burn_in
-            kind = "sgld" if adapting else self.kind  # Langevin dynamics learn the frame: they explore it at once
-            log_posterior = frame.log_posterior(target)
-            state, log_lik = _update(
-                posteriors, kind, state, data, log_posterior, frame.eps * fraction, temperature, frame, self.friction
-            )
-            self._check_finite(state, i)
-            weights = frame.weights(state.params)
-            if adapting:
-                frame.record(weights)
-            if self._adapts_after(i):
-                frame.adapt(weights)
-                frame.set_step(target, "sgld", draw, minibatch)
-                state = _init(posteriors, "sgld", frame.start)
-            if adapting and i + 1 == self.burn_in:  # the kind's own dynamics from here, in the learned frame
-                frame.set_step(target, self.kind, draw, minibatch)
-                state = _init(posteriors, self.kind, state.params)
-            if keep and len(draws) < self.num_samples:
-                draws.append(target.constrained(frame.unflat(weights)))
-                stats.append(
-                    {
-                        "step_size": frame.eps * fraction,
-                        "log_posterior": float(state.log_posterior),
-                        "minibatch_log_likelihood": float(log_lik),
-                    }
-                )
+class _Chains:
+    """SG-MCMC's chains one after another as the driver's steps (:class:`~bnn_zoo.inference.driver.Stepper`):
+    step i is step i mod T of chain i // T, T = ``total_steps``. Its state is the finished chains' draws
+    and the chain under way: its sampler state, frame, draws and statistics."""
 
-        if checkpoint is not None:
-            checkpoint.state = lambda steps: _saved(chain, steps, state, frame, draws, stats, done)
-        name = f"{self.kind} chain {chain}"
-        drive(step, first, self.total_steps, name, self.progress, limit, checkpoint, unit=f"chain {chain}, step")
+    def __init__(self, method: SGMCMC, posteriors, model: BNN, x, y):
+        self.method, self.posteriors, self.model = method, posteriors, model
+        self.target = LogPosterior(model, x.shape[0])
+        batch = method.batch_size if method.batch_size and method.batch_size < x.shape[0] else None
+        self.draw = (lambda: (x, y)) if batch is None else (lambda: _batch(x, y, batch))  # noqa: E731
+        self.minibatch = batch is not None
+        self.done: list[dict] = []  # the finished chains: {"draws": {site: (S, ...)}, "stats": {name: (S,)}}
+        self.frame = self.sampler = None  # the chain under way, from its first step to its last
+        self.draws, self.stats = [], []
+
+    def step(self, i: int) -> None:
+        method, frame = self.method, self.frame
+        chain, j = divmod(i, method.total_steps)
+        if j == 0:
+            frame = self._begin(chain)
+        fraction, temperature, keep = method._schedule(j)
+        adapting = method.adapted and j < method.burn_in
+        kind = "sgld" if adapting else method.kind  # Langevin dynamics learn the frame: they explore it at once
+        log_posterior = frame.log_posterior(self.target)
+        eps = frame.eps * fraction
+        args = (self.draw(), log_posterior, eps, temperature, frame, method.friction)
+        self.sampler, log_lik = _update(self.posteriors, kind, self.sampler, *args)
+        method._check_finite(self.sampler, j)
+        weights = frame.weights(self.sampler.params)
+        if adapting:
+            frame.record(weights)
+        if method._adapts_after(j):
+            frame.adapt(weights)
+            frame.set_step(self.target, "sgld", self.draw, self.minibatch)
+            self.sampler = _init(self.posteriors, "sgld", frame.start)
+        if adapting and j + 1 == method.burn_in:  # the kind's own dynamics from here, in the learned frame
+            frame.set_step(self.target, method.kind, self.draw, self.minibatch)
+            self.sampler = _init(self.posteriors, method.kind, self.sampler.params)
+        if keep and len(self.draws) < method.num_samples:
+            self.draws.append(self.target.constrained(frame.unflat(weights)))
+            stats = {"step_size": eps, "log_posterior": float(self.sampler.log_posterior)}
+            self.stats.append(stats | {"minibatch_log_likelihood": float(log_lik)})
+        if j + 1 == method.total_steps:
+            self._finish()
+
+    def _begin(self, chain: int) -> _Frame:
+        """Chain ``chain``'s frame and sampler, fresh from the network's initialisation."""
+        method = self.method
+        torch.manual_seed(method.seed + chain)
+        self.frame = frame = _Frame(self.target.initial(self.model.network_init(method.seed + chain)), method.adapted)
+        if method.adapted:
+            frame.set_step(self.target, "sgld", self.draw, self.minibatch)
+        else:
+            frame.eps = method.step_size
+        self.sampler = _init(self.posteriors, "sgld" if method.adapted and method.burn_in else method.kind, frame.start)
+        return frame
+
+    def _finish(self) -> None:
+        draws, stats = self.draws, self.stats
+        self.done.append(
+            {
+                "draws": {k: torch.stack([d[k] for d in draws]) for k in draws[0]},
+                "stats": {k: torch.tensor([s[k] for s in stats]) for k in stats[0]},
+            }
+        )
+        self.frame = self.sampler = None
+        self.draws, self.stats = [], []
+
+    def state(self) -> dict:
+        if self.frame is None:  # between chains
+            return {"chains": self.done}
+        sampler = self.sampler
         return {
-            "draws": {k: torch.stack([d[k] for d in draws]) for k in draws[0]},
-            "stats": {k: torch.tensor([s[k] for s in stats]) for k in stats[0]},
+            "chains": self.done,
+            "params": sampler.params,
+            "momenta": getattr(sampler, "momenta", None),
+            "log_posterior": sampler.log_posterior,
+            "sampler_step": sampler.step,
+            "frame": self.frame.state(),
+            "draws": self.draws,
+            "stats": self.stats,
         }
+
+    def load(self, state: dict) -> None:
+        keys = {"chains"} if "frame" not in state else {"chains", "params", "log_posterior", "sampler_step", "draws"}
+        if not keys <= set(state):
+            raise BnnZooError(
+                f"checkpoint {self.method.checkpoint} is not an SG-MCMC checkpoint; delete it or point "
+                "SGMCMC(checkpoint=...) elsewhere"
+            )
+        self.done = state["chains"]
+        if "frame" in state:
+            self.frame, self.sampler = _Frame.restore(state["frame"]), _restore(self.posteriors, state)
+            self.draws, self.stats = state["draws"], state["stats"]
 
 
 def _batch(x, y, size: int):
@@ -450,32 +452,9 @@ def _largest_curvature(log_posterior, u: torch.Tensor, batch, iterations: int = 
     return max(abs(lam), 1e-8)
 
 
-def _saved(chain, step, state, frame, draws, stats, done) -> dict:
-    """Chain ``chain`` after its first ``step`` steps, with the random state the next step starts from."""
-    return {
-        "chain": chain,
-        "step": step,
-        "params": state.params,
-        "momenta": getattr(state, "momenta", None),
-        "log_posterior": state.log_posterior,
-        "frame": frame.state(),
-        "draws": draws,
-        "stats": stats,
-        "rng": torch.get_rng_state(),
-        "chains": done,
-    }
-
-
-def _checked(saved: dict | None, path) -> dict | None:
-    if saved is not None and not {"chain", "step", "params", "frame", "draws", "stats", "rng", "chains"} <= set(saved):
-        raise BnnZooError(
-            f"checkpoint {path} is not an SG-MCMC checkpoint; delete it or point SGMCMC(checkpoint=...) elsewhere"
-        )
-    return saved
-
-
-def _restore(posteriors, kind, saved):
-    step = torch.tensor(saved["step"])
-    if kind == "sghmc":
+def _restore(posteriors, saved: dict):
+    """The sampler state a checkpoint holds: SGHMC's where it kept momenta (SGLD's during an adapted burn-in)."""
+    step = saved["sampler_step"]
+    if saved.get("momenta") is not None:
         return posteriors.sgmcmc.sghmc.SGHMCState(saved["params"], saved["momenta"], saved["log_posterior"], step)
     return posteriors.sgmcmc.sgld.SGLDState(saved["params"], saved["log_posterior"], step)

@@ -23,7 +23,7 @@ from bnn_zoo.errors import BnnZooError, check_field_types
 from bnn_zoo.guides.dropout import DropoutGuide
 from bnn_zoo.inference import defaults, elbo, health
 from bnn_zoo.inference.budget import STEPS_FIX, TimeLimit, check_max_hours
-from bnn_zoo.inference.driver import Checkpoint, drive
+from bnn_zoo.inference.driver import Checkpoint, run_steps
 from bnn_zoo.io import fingerprint
 from bnn_zoo.methods import Family, register
 from bnn_zoo.models import architecture
@@ -211,57 +211,18 @@ class SVI:
         pyro.set_rng_seed(self.seed)
         point, fitted, guide, params = self._guide_and_parameters(model, x, y)
         objective = self.objective_for(fitted, guide)
-        # one kernel per step, not a few per tensor: 3x cheaper on small nets
-        optim = torch.optim.Adam(params, lr=self.lr, fused=True)
-        sched = torch.optim.lr_scheduler.ExponentialLR(optim, gamma=self.lr_decay ** (1.0 / self.steps))
-        losses, first, stop, best = [], 0, {}, None
+        training = _Training(self, objective, fitted, guide, point, params, x, y, held_out, batch_size)
         identity = fingerprint({k: v for k, v in self.settings().items() if k != "num_draws"}, model.describe(), x, y)
-        to_save = lambda done: _saved(guide, point, optim, sched, losses, best) if _finite(params) else None  # noqa: E731
-        checkpoint = Checkpoint.at(self.checkpoint, identity, "SVI", self.checkpoint_every, to_save)
-        if (saved := checkpoint and checkpoint.load()) is not None:
-            first, losses, best = _resume(saved, checkpoint.path, guide, point, optim, sched)
-            checkpoint.resumed(first, self.steps, self.progress)
-        last_finite = [p.detach().clone() for p in params]  # the state whose loss was finite, copied in place each step
-
-        def step(i: int) -> bool:  # one Adam step; True ends training (a non-finite loss, early stopping)
-            nonlocal best
-            weight = self.kl_weight * min(1.0, (i + 1) / self.kl_warmup) if self.kl_warmup else self.kl_weight
-            for p in params:  # optim.zero_grad() does this behind a torch._disable_dynamo wrapper, ~15 us
-                p.grad = None
-            loss = _loss_and_grads(objective, weight, fitted, guide, x, y, batch_size)
-            if not math.isfinite(loss):
-                # a non-finite gradient is not checked for at every step (a fifth of a small net's step): it
-                # makes the parameters non-finite, so the next step's loss is, and this step is undone
-                stop["reason"] = (
-                    f"gradient became non-finite at step {i - 1}"
-                    if not _finite(params)
-                    else (f"loss became {loss} at step {i}")
-                )
-                return True
-            with torch.no_grad():
-                for good, p in zip(last_finite, params):
-                    good.copy_(p)
-            optim.step()
-            sched.step()
-            losses.append(loss)
-            if held_out is None or (i + 1) % self.eval_every:
-                return False
-            score = validation_log_lik(guide, fitted, *held_out)
-            if best is None or score > best["score"]:
-                best = {"score": score, "step": i + 1, "state": _state(guide, point)}
-            return i + 1 - best["step"] >= self.patience * self.eval_every
-
-        limit = TimeLimit("SVI", self.max_hours, self.steps - first, fix=STEPS_FIX)
+        checkpoint = Checkpoint.at(self.checkpoint, identity, "SVI", self.checkpoint_every, None)
+        limit = lambda first: TimeLimit("SVI", self.max_hours, self.steps - first, fix=STEPS_FIX)  # noqa: E731
         _set_training(guide, True)  # guides add per-example (local) noise in training mode only
         try:
-            name, postfix = f"SVI {self.guide_name}", lambda: {"loss": f"{losses[-1]:.4g}"}
-            drive(step, first, self.steps, name, self.progress, limit, checkpoint, postfix=postfix)
+            name, postfix = f"SVI {self.guide_name}", lambda: {"loss": f"{training.losses[-1]:.4g}"}
+            first = run_steps(training, self.steps, name, self.progress, limit, checkpoint, postfix=postfix)
         finally:
             _set_training(guide, False)
-        if checkpoint is not None:
-            checkpoint.discard()  # the posterior supersedes it
-        stop_reason = stop.get("reason")
-        stop_reason = _undo_non_finite(params, last_finite, stop_reason, len(losses))
+        losses, best = training.losses, training.best
+        stop_reason = _undo_non_finite(params, training.last_finite, training.stop_reason, len(losses))
         info = {"stop_reason": stop_reason or "", **({"resumed_at_step": first} if first else {})}
         if isinstance(guide, DropoutGuide) and guide.learned:
             info["dropout_p"] = guide.rates()
@@ -417,32 +378,74 @@ def _load_state(guide, point: dict, state: dict) -> None:
             v.copy_(state["point"][k])
 
 
-def _saved(guide, point, optim, sched, losses, best) -> dict:
-    """The fit after its ``len(losses)`` steps, with the random state the next step starts from."""
-    return {
-        "step": len(losses),
-        "state": _state(guide, point),
-        "optim": optim.state_dict(),
-        "sched": sched.state_dict(),
-        "losses": torch.tensor(losses),
-        "rng": torch.get_rng_state(),
-        "best": best,
-    }
+class _Training:
+    """SVI's steps as the driver runs them (:class:`~bnn_zoo.inference.driver.Stepper`): one Adam step on the
+    objective, with early stopping on the held-out score; its state is the guide's and the point
+    estimates', the optimiser's and the schedule's, the losses and the best guide so far."""
 
+    def __init__(self, method: SVI, objective, model, guide, point: dict, params: list, x, y, held_out, batch_size):
+        self.method, self.objective, self.model, self.guide, self.point = method, objective, model, guide, point
+        self.params, self.data, self.held_out, self.batch_size = params, (x, y), held_out, batch_size
+        # one kernel per step, not a few per tensor: 3x cheaper on small nets
+        self.optim = torch.optim.Adam(params, lr=method.lr, fused=True)
+        gamma = method.lr_decay ** (1.0 / method.steps)
+        self.sched = torch.optim.lr_scheduler.ExponentialLR(self.optim, gamma=gamma)
+        self.losses, self.best, self.stop_reason = [], None, None
+        self.last_finite = [p.detach().clone() for p in params]  # the state whose loss was finite, copied each step
 
-def _resume(saved: dict, path, guide, point, optim, sched) -> tuple[int, list, dict | None]:
-    """(step, losses, best validation so far) of a checkpoint, its state loaded into the guide and optimiser."""
-    try:
-        _load_state(guide, point, saved["state"])
-        optim.load_state_dict(saved["optim"])
-        sched.load_state_dict(saved["sched"])
-    except (KeyError, RuntimeError, ValueError) as exc:
-        raise BnnZooError(
-            f"checkpoint {path} does not match this model and guide ({str(exc).splitlines()[0]}); delete it or point "
-            "SVI(checkpoint=...) elsewhere"
-        ) from None
-    torch.set_rng_state(saved["rng"])
-    return int(saved["step"]), saved["losses"].tolist(), saved.get("best")
+    def step(self, i: int) -> bool:
+        """One Adam step; True ends training (a non-finite loss, early stopping)."""
+        method, params = self.method, self.params
+        weight = method.kl_weight * min(1.0, (i + 1) / method.kl_warmup) if method.kl_warmup else method.kl_weight
+        for p in params:  # optim.zero_grad() does this behind a torch._disable_dynamo wrapper, ~15 us
+            p.grad = None
+        loss = _loss_and_grads(self.objective, weight, self.model, self.guide, *self.data, self.batch_size)
+        if not math.isfinite(loss):
+            # a non-finite gradient is not checked for at every step (a fifth of a small net's step): it
+            # makes the parameters non-finite, so the next step's loss is, and this step is undone
+            self.stop_reason = f"loss became {loss} at step {i}"
+            if not _finite(params):
+                self.stop_reason = f"gradient became non-finite at step {i - 1}"
+            return True
+        with torch.no_grad():
+            for good, p in zip(self.last_finite, params):
+                good.copy_(p)
+        self.optim.step()
+        self.sched.step()
+        self.losses.append(loss)
+        if self.held_out is None or (i + 1) % method.eval_every:
+            return False
+        score = validation_log_lik(self.guide, self.model, *self.held_out)
+        if self.best is None or score > self.best["score"]:
+            self.best = {"score": score, "step": i + 1, "state": _state(self.guide, self.point)}
+        return i + 1 - self.best["step"] >= method.patience * method.eval_every
+
+    def state(self) -> dict | None:
+        """None once the parameters went non-finite: the last periodic checkpoint stands."""
+        if not _finite(self.params):
+            return None
+        return {
+            "fit": _state(self.guide, self.point),
+            "optim": self.optim.state_dict(),
+            "sched": self.sched.state_dict(),
+            "losses": torch.tensor(self.losses),
+            "best": self.best,
+        }
+
+    def load(self, state: dict) -> None:
+        try:
+            _load_state(self.guide, self.point, state["fit"])
+            self.optim.load_state_dict(state["optim"])
+            self.sched.load_state_dict(state["sched"])
+        except (KeyError, RuntimeError, ValueError) as exc:
+            raise BnnZooError(
+                f"checkpoint {self.method.checkpoint} does not match this model and guide "
+                f"({str(exc).splitlines()[0]}); delete it or point SVI(checkpoint=...) elsewhere"
+            ) from None
+        self.losses, self.best = state["losses"].tolist(), state.get("best")
+        with torch.no_grad():
+            for good, p in zip(self.last_finite, self.params):
+                good.copy_(p)
 
 
 def svi_start(model, x, y, seed: int, progress: bool) -> Posterior:
