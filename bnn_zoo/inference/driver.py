@@ -209,7 +209,7 @@ class FinishedChains:
     c is seeded by seed + c), so the resumed run ends as an uninterrupted one. The finished run removes
     the file; a stopped one says how many chains it kept."""
 
-    def __init__(self, path, identity: str, count: int, progress: bool, method: str = "NUTS"):
+    def __init__(self, path, identity: str, count: int, progress: bool, method: str):
         self.count, self.chains = count, {}
         self.checkpoint = Checkpoint.at(path, identity, method, 1, lambda done: {"chains": self.chains})
         saved = self.checkpoint and self.checkpoint.load()
