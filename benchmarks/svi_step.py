@@ -32,6 +32,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from results import write
 
 import bnn_zoo as bz
 
@@ -257,6 +258,7 @@ def main():
         "| vs nn.Module |"
     )
     print("|---|---|---|---|---|---|---|")
+    rows = []
     for case in CASES:
         dropout = CASES[case][2] == "dropout"
         sides = {
@@ -273,6 +275,19 @@ def main():
             f"| {case} | {h * 1e3:.3f} | {m * 1e3:.3f} | {z * 1e3:.3f} | {1 / z:.0f} | {h / z:.2f}x | {m / z:.2f}x |",
             flush=True,
         )
+        rows.append(
+            {
+                "fit": case,
+                "functional loop ms/step": round(h * 1e3, 3),
+                "nn.Module loop ms/step": round(m * 1e3, 3),
+                "bnn-zoo ms/step": round(z * 1e3, 3),
+                "bnn-zoo steps/s": round(1 / z),
+                "vs functional": f"**{h / z:.2f}x**",
+                "vs nn.Module": f"{m / z:.2f}x",
+            }
+        )
+    command = f"python benchmarks/svi_step.py --steps {args.steps} --repeats {args.repeats}"
+    write("svi-step", rows, command=command + (" --data bostonHousing" if args.data else " (synthetic rows)"))
 
 
 if __name__ == "__main__":

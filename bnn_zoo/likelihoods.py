@@ -86,6 +86,9 @@ def move_distribution(d: Distribution, device: torch.device | str) -> Distributi
     return other
 
 
+_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+
+
 class Gaussian(Likelihood):
     """y ~ N(f(x), sigma^2 I) with sigma fixed or learned. Gal's model precision is tau = 1 / sigma^2
     (thesis eq. 3.18 for the test log-likelihood).
@@ -171,10 +174,13 @@ class Gaussian(Likelihood):
         return dist.Normal(f, self._sigma(latent)).to_event(1)
 
     def log_prob(self, f, latent, y):
-        """sum over outputs of -(y - f)^2 / (2 sigma^2) - log(sigma sqrt(2 pi)), without building the Normal:
-        torch's Normal.log_prob, operation for operation, so a fit's numbers do not depend on which is used."""
-        sigma = torch.as_tensor(self._sigma(latent), dtype=f.dtype, device=f.device)
-        return (-((y - f) ** 2) / (2 * sigma**2) - sigma.log() - math.log(math.sqrt(2 * math.pi))).sum(-1)
+        """sum over outputs of -(y - f)^2 / (2 sigma^2) - log(sigma sqrt(2 pi)), without building the Normal
+        (torch's Normal.log_prob to rounding); with one fixed sigma its terms are numbers, worked out once."""
+        sigma = self._sigma(latent)
+        if isinstance(sigma, float):
+            return (y - f).pow(2).sum(-1) * (-0.5 / sigma**2) - y.shape[-1] * (math.log(sigma) + _LOG_SQRT_2PI)
+        sigma = torch.as_tensor(sigma, dtype=f.dtype, device=f.device)
+        return (-((y - f) ** 2) / (2 * sigma**2) - sigma.log() - _LOG_SQRT_2PI).sum(-1)
 
     def mean(self, f, latent):
         return f

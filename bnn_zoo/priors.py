@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fnmatch
 import math
+import weakref
 from collections.abc import Mapping
 from typing import Protocol, runtime_checkable
 
@@ -259,3 +260,42 @@ def default_prior(architecture: str, task: str, dropout_guide: bool | None = Non
     if architecture == "recurrent":
         return recurrent if recurrent is not None else ScaleMixture()
     return FanInNormal()
+
+
+_PRIOR_TERMS: dict[int, tuple | None] = {}  # by id of a prior's Normal while it lives
+
+
+def zero_mean_normal_terms(p, event_shape) -> tuple[float | torch.Tensor, float | torch.Tensor] | None:
+    """For a zero-mean Normal prior over ``event_shape``: (1 / (2 sigma^2), sum of log(sigma sqrt(2 pi))),
+    worked out once per prior object, as numbers where sigma is one number (the library's priors); None
+    for any other prior. The guides' closed-form KLs use them with :func:`half_square_sum` (every SVI
+    step meets the same prior objects)."""
+    base = getattr(p, "base_dist", None)
+    if not isinstance(base, dist.Normal) or p.event_shape != event_shape:
+        return None
+    if base.loc.requires_grad or base.scale.requires_grad:  # a learned prior moves
+        return _normal_terms(base, len(event_shape))
+    if id(base) not in _PRIOR_TERMS:
+        _PRIOR_TERMS[id(base)] = _normal_terms(base, len(event_shape))
+        weakref.finalize(base, _PRIOR_TERMS.pop, id(base), None)
+    return _PRIOR_TERMS[id(base)]
+
+
+def half_square_sum(v: torch.Tensor, half_precision: float | torch.Tensor, event_dim: int) -> torch.Tensor:
+    """sum v^2 / (2 sigma^2) over the last ``event_dim`` dims, with ``half_precision`` 1 / (2 sigma^2) from
+    :func:`zero_mean_normal_terms` (a number: summed first, one product less to differentiate)."""
+    dims = tuple(range(-event_dim, 0))
+    if isinstance(half_precision, float):
+        return v.pow(2).sum(dims) * half_precision
+    return (v.pow(2) * half_precision).sum(dims)
+
+
+def _normal_terms(base, event_dim: int) -> tuple[float | torch.Tensor, float | torch.Tensor] | None:
+    if (base.loc != 0).any():
+        return None
+    scale = base.scale
+    if not scale.requires_grad and scale.dim() == event_dim and bool((scale == scale.reshape(-1)[0]).all()):
+        sigma = float(scale.reshape(-1)[0])  # one sigma for the site, no batch: plain numbers
+        return 1 / (2 * sigma**2), scale.numel() * (math.log(sigma) + 0.5 * math.log(2 * math.pi))
+    dims = tuple(range(-event_dim, 0))
+    return 1 / (2 * scale.pow(2)), (scale.log() + 0.5 * math.log(2 * math.pi)).sum(dims)

@@ -9,6 +9,7 @@ any callable with the model's signature whose sample sites are the model's laten
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator
 
 import pyro
@@ -18,7 +19,7 @@ from pyro.distributions import constraints
 from pyro.infer import Predictive
 from pyro.infer.importance import vectorized_importance_weights
 from pyro.nn import PyroModule
-from torch.distributions import Distribution
+from torch.distributions import Distribution, Transform, transform_to
 
 from bnn_zoo.protocols import SiteDistributions
 
@@ -49,16 +50,23 @@ class LocalParamModule(PyroModule):
         # depends on the setting, and inside ours it is already set: the context (a few registry
         # lookups) is needed only inside another caller's, and every guide parameter is read each step.
         if not self._pyro_context.active:
-            # there a real-valued PyroParam is its unconstrained leaf, which PyroModule would pass
-            # through an identity transform and tag with a weakref to itself (~10 us per read)
+            # there a PyroParam is its unconstrained leaf through transform_to(constraint), as PyroModule
+            # gives it, without its registry lookup, its tag and its second __getattr__ (~10 us per read)
             constraint, _ = self.__dict__.get("_pyro_params", {}).get(name, (None, None))
             if constraint is constraints.real:
                 return self._parameters[name + "_unconstrained"]
+            if constraint is not None:
+                return _transform(constraint)(self._parameters[name + "_unconstrained"])
             return super().__getattr__(name)
         if pyro.settings.get("module_local_params"):
             return super().__getattr__(name)
         with pyro.settings.context(**LOCAL_PARAMS):
             return super().__getattr__(name)
+
+
+@functools.lru_cache(maxsize=64)  # constraints hash by identity: a guide's are the library's singletons
+def _transform(constraint) -> Transform:
+    return transform_to(constraint)
 
 
 def sample_sites(sites: dict[str, tuple[Distribution, dict]]) -> dict[str, torch.Tensor]:

@@ -20,7 +20,6 @@ no finite ELBO: ``Posterior.elbo`` and the Renyi objective refuse it.
 from __future__ import annotations
 
 import math
-import weakref
 from typing import Literal
 
 import pyro.distributions as dist
@@ -34,6 +33,7 @@ from bnn_zoo.errors import BnnZooError
 from bnn_zoo.guides.mean_field import MeanField
 from bnn_zoo.guides.registry import register
 from bnn_zoo.local_noise import InputDropout, relaxed_keep_mask
+from bnn_zoo.priors import half_square_sum, zero_mean_normal_terms
 from bnn_zoo.protocols import PlacesDropout
 from bnn_zoo.variational import LocalParamModule, sample_sites
 
@@ -96,11 +96,11 @@ def _kl_dropout_normal(q, p):
     """Gal's KL approximation to a zero-mean Normal prior: sum (1-p) M^2 / (2 sigma^2) - K H(p) + const,
     K the input units and H(p) the Bernoulli entropy (Gal, Hron & Kendall 2017, eq. 3). With p fixed
     -K H(p) is a constant and left out; a learned p needs it."""
-    terms = _zero_mean_normal(p, q.event_shape)
+    terms = zero_mean_normal_terms(p, q.event_shape)
     if terms is None:
         raise NotImplementedError
     half_precision, _ = terms
-    kl = (q.loc.pow(2) * half_precision).sum(_event_dims(q)) * (1 - q.p)
+    kl = half_square_sum(q.loc, half_precision, len(q.event_shape)) * (1 - q.p)
     if isinstance(q.p, torch.Tensor):
         entropy = -(q.p * q.p.log() + (1 - q.p) * torch.log1p(-q.p))
         kl = kl - q.event_shape[1:].numel() * entropy
@@ -111,41 +111,11 @@ def _kl_dropout_normal(q, p):
 def _kl_point_mass_normal(q, p):
     """KL of a point mass at v to a prior p: -log p(v) (Pyro's value for a Delta). For a zero-mean Normal it is
     written out, sum v^2 / (2 sigma^2) + log(sigma sqrt(2 pi)), so a bias costs SVI three graph nodes, not eight."""
-    terms = _zero_mean_normal(p, q.event_shape)
+    terms = zero_mean_normal_terms(p, q.event_shape)
     if terms is None:
         return -p.log_prob(q.v)
     half_precision, log_normaliser = terms
-    return (q.v.pow(2) * half_precision).sum(_event_dims(q)) + log_normaliser
-
-
-def _event_dims(q) -> tuple[int, ...]:
-    return tuple(range(-len(q.event_shape), 0))
-
-
-_PRIOR_TERMS: dict[
-    int, tuple | None
-] = {}  # by id of a prior's Normal while it lives: SVI meets the same ones each step
-
-
-def _zero_mean_normal(p, event_shape) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """For a zero-mean Normal prior over ``event_shape``: (1 / (2 sigma^2), sum of log(sigma sqrt(2 pi))),
-    worked out once per prior object; None for any other prior."""
-    base = getattr(p, "base_dist", None)
-    if not isinstance(base, dist.Normal) or p.event_shape != event_shape:
-        return None
-    if base.loc.requires_grad or base.scale.requires_grad:  # a learned prior moves
-        return _normal_terms(base, len(event_shape))
-    if id(base) not in _PRIOR_TERMS:
-        _PRIOR_TERMS[id(base)] = _normal_terms(base, len(event_shape))
-        weakref.finalize(base, _PRIOR_TERMS.pop, id(base), None)
-    return _PRIOR_TERMS[id(base)]
-
-
-def _normal_terms(base, event_dim: int) -> tuple[torch.Tensor, torch.Tensor] | None:
-    if (base.loc != 0).any():
-        return None
-    dims = tuple(range(-event_dim, 0))
-    return 1 / (2 * base.scale.pow(2)), (base.scale.log() + 0.5 * math.log(2 * math.pi)).sum(dims)
+    return half_square_sum(q.v, half_precision, len(q.event_shape)) + log_normaliser
 
 
 class DropoutGuide(LocalParamModule):

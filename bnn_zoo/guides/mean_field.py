@@ -15,17 +15,19 @@ drawn once per particle.
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import pyro.distributions as dist
 import torch
 from pyro.distributions import constraints
 from pyro.nn import PyroParam
-from torch.distributions import biject_to
+from torch.distributions import biject_to, kl_divergence, register_kl
 
 from bnn_zoo.errors import BnnZooError, positive
 from bnn_zoo.guides.registry import flag, register
 from bnn_zoo.local_noise import GaussianWeights
+from bnn_zoo.priors import zero_mean_normal_terms
 from bnn_zoo.variational import LocalParamModule, sample_sites
 
 
@@ -72,7 +74,7 @@ class MeanField(LocalParamModule):
         sites = {}
         for name in self.sites:
             loc, scale = self.loc_and_scale(name)
-            q = dist.Normal(loc, scale).to_event(loc.dim())
+            q = DiagonalNormal(dist.Normal(loc, scale), loc.dim()) if loc.dim() else dist.Normal(loc, scale)
             if name in self.transforms:
                 q = dist.TransformedDistribution(q, self.transforms[name])
             sites[name] = (
@@ -90,6 +92,28 @@ class MeanField(LocalParamModule):
             k: self.transforms[k](self.loc_and_scale(k)[0]) if k in self.transforms else self.loc_and_scale(k)[0]
             for k in self.sites
         }
+
+
+class DiagonalNormal(dist.Independent):
+    """The mean-field guide's q_s over a weight tensor: a Normal per weight, its event the tensor's shape.
+    Its own type so that its KL to a zero-mean Normal prior is :func:`_kl_diagonal_normal`."""
+
+
+_HALF_LOG_2PI_E = 0.5 * (math.log(2 * math.pi) + 1)
+
+
+@register_kl(DiagonalNormal, dist.Independent)
+def _kl_diagonal_normal(q, p):
+    """KL(N(m, s^2) || N(0, sigma^2)) summed over the site, sum (s^2 + m^2) / (2 sigma^2) - log s +
+    log sigma - 1/2: torch's Normal-Normal KL written with the prior's terms worked out once, so SVI's
+    every step differentiates fewer nodes; torch's own KL for any other prior."""
+    terms = zero_mean_normal_terms(p, q.event_shape)
+    if terms is None:
+        return kl_divergence(dist.Independent(q.base_dist, q.reinterpreted_batch_ndims), p)
+    half_precision, log_normaliser = terms  # the latter: sum of log(sigma sqrt(2 pi))
+    m, s = q.base_dist.loc, q.base_dist.scale
+    inner = (s.pow(2) + m.pow(2)) * half_precision - s.log()
+    return inner.sum(tuple(range(-len(q.event_shape), 0))) + log_normaliser - q.event_shape.numel() * _HALF_LOG_2PI_E
 
 
 @register(

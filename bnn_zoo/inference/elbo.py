@@ -17,6 +17,8 @@ and gradient against ``TraceMeanField_ELBO`` for the same draws on every guide a
 from __future__ import annotations
 
 import contextlib
+import functools
+import operator
 
 import torch
 from torch.distributions import Distribution, kl_divergence
@@ -80,26 +82,22 @@ class DirectELBO:
         # the NaN guard in SVI's loop catches what argument checks would (a NaN loss or gradient); only
         # torch's distributions are used here, so only their checks need turning off
         with _no_argument_checks(), scope(guide):
-            values, noise, kl = {}, {}, 0.0
+            values, noise, kls = {}, {}, []
             for name, (q, infer) in guide.site_distributions().items():
                 local, closed = infer.get("local_noise"), self._closed_form_kl(name, q)
-                if (
-                    local is not None and closed is not None
-                ):  # the layer runs at the centre with per-example noise: no draw needed
-                    noise[name], values[name] = (
-                        local,
-                        local.centre.expand(shape + local.centre.shape) if shape else local.centre,
-                    )
-                    kl = kl + closed
+                if local is not None and closed is not None:
+                    # the layer runs at the centre with per-example noise: no draw needed
+                    noise[name] = local
+                    values[name] = local.centre.expand(shape + local.centre.shape) if shape else local.centre
+                    kls.append(closed)
                     continue
                 values[name] = q.rsample(shape)
                 if local is not None:
                     noise[name] = local
-                kl = kl + (
-                    closed
-                    if closed is not None
-                    else self._mean((q.log_prob(values[name]) - self.priors[name].log_prob(values[name])).sum())
-                )
+                if closed is None:
+                    closed = self._mean((q.log_prob(values[name]) - self.priors[name].log_prob(values[name])).sum())
+                kls.append(closed)
+            kl = functools.reduce(operator.add, kls)  # not sum(): 0 + the first term is one more node
             n = x.shape[0]
             if batch_size is not None and batch_size < n:
                 idx = minibatch(n, batch_size, x.device)
