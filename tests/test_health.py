@@ -69,3 +69,18 @@ def test_an_ensemble_holds_out_rows_to_judge_its_band():
     assert len(posterior.x) == 270 and "over-confident" in posterior.info["band_warning"]
     every_row = bz.Ensemble(members=1, steps=10, validation=0.0, progress=False)
     assert len(bz.fit(bz.BNN(bz.models.MLP(10, [50])), x, y, every_row).x) == 300
+
+
+def test_ensembles_report_their_draws_as_independent_and_multiswag_its_members_disagreement():
+    """A deep ensemble's ESS is its member count; MultiSWAG's is members x draws, with the R-hat of f across
+    members beside it. Members started apart on a curve of 40 rows disagree off the data, so that R-hat is
+    above the chains' threshold, and it is no warning: an ensemble's members are meant to differ."""
+    x = torch.linspace(-2, 2, 40)[:, None]
+    y = torch.sin(2 * x[:, 0])
+    model = bz.BNN(bz.models.MLP(1, [8]), likelihood=bz.likelihoods.Gaussian(scale=0.1))
+    ensemble = bz.fit(model, x, y, bz.Ensemble(members=3, steps=50, validation=0.0, progress=False))
+    assert ensemble.info["min_ess_bulk_function"] == 3 and "max_rhat_function" not in ensemble.info
+    swag = bz.SWAG(members=2, steps=60, snapshots=4, rank=2, num_draws=8, validation=0.0, progress=False)
+    multiswag = bz.fit(model, x, y, swag)
+    assert multiswag.info["min_ess_bulk_function"] == 16 and multiswag.info["max_rhat_function"] > health.RHAT_MAX
+    assert "convergence_warning" not in multiswag.info

@@ -7,8 +7,8 @@ once; ``bnn-zoo fit`` writes the same keys to metrics.json and ``bz.compare`` sh
 - ``convergence_warning``: a Markov chain method (NUTS, HMC, ChEES, SG-MCMC) whose draws of each
   training point's log-likelihood ("f") have rank-normalised split R-hat above ``RHAT_MAX`` or bulk
   ESS under ``ESS_MIN_PER_CHAIN`` per chain (Vehtari et al. 2021), or that diverged in over
-  ``DIVERGENT_MAX`` of its transitions. An ensemble's members and SWAG's draws are independent: their
-  effective sample size is their count.
+  ``DIVERGENT_MAX`` of its transitions. An ensemble reports without warning (:func:`members`): its
+  draws are independent, and its members are meant to differ.
 - ``band_warning``: the 90% predictive band covers a share of held-out targets outside
   [``COVERAGE_MIN``, ``COVERAGE_MAX``] beyond a calibrated band's chance (regression, :func:`band_on`).
   Held-out rows are the method's own validation rows when it has them (``bz.SVI(validation=...)``,
@@ -82,7 +82,10 @@ def convergence(posterior) -> str:
     """R-hat (with 2 or more chains) and bulk ESS of each training point's log-likelihood across the
     draws of a Markov chain method, and its share of divergent transitions, kept in ``posterior.info``
     (``max_rhat_function``, ``min_ess_bulk_function``, ``divergences``); a sentence when one fails."""
-    if methods.traits_of(posterior).family is not Family.CHAINS or posterior.num_draws < 4:
+    family = methods.traits_of(posterior).family
+    if family is Family.ENSEMBLE:
+        members(posterior)
+    if family is not Family.CHAINS or posterior.num_draws < 4:
         return ""
     chains, draws = posterior.num_chains, posterior.num_draws
     with torch.no_grad():
@@ -101,6 +104,18 @@ def convergence(posterior) -> str:
     if not failed:
         return ""
     return ", ".join(failed) + f" across {chains} chains of {draws} draws; {_remedy(posterior)}"
+
+
+def members(posterior) -> None:
+    """An ensemble's R-hat and ESS in ``posterior.info``, as a chains method's: its draws are independent,
+    so ``min_ess_bulk_function`` is their count; with several members of 4 or more draws each (MultiSWAG),
+    ``max_rhat_function`` is the R-hat of f across members, which measures how far the members' modes
+    disagree (by design, so it is never a warning)."""
+    posterior.info["min_ess_bulk_function"] = float(posterior.num_chains * posterior.num_draws)
+    if posterior.num_chains > 1 and posterior.num_draws >= 4:
+        with torch.no_grad():
+            rhat, _ = diagnostics.rhat_and_ess_bulk(posterior.log_likelihood(), rhat=True)
+        posterior.info["max_rhat_function"] = diagnostics.nanmax(rhat)
 
 
 def _remedy(posterior) -> str:
