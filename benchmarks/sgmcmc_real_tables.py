@@ -23,6 +23,7 @@ import json
 import sys
 import time
 import warnings
+from pathlib import Path
 
 import torch
 from real_tables import model, split, tables
@@ -57,14 +58,10 @@ def blr(options: dict, seed: int) -> dict:
     """SGHMC under ``options`` on the defaults test's correlated regression, against its exact posterior."""
     import arviz as az
 
-    from bnn_zoo.evaluation.exact import linear_regression
+    sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
+    from test_sgmcmc import correlated_regression  # the problem the defaults test holds SG-MCMC to
 
-    g = torch.Generator().manual_seed(3)
-    z = torch.randn(40, 3, generator=g)
-    x = torch.stack([z[:, 0], 0.95 * z[:, 0] + 0.3 * z[:, 1], 0.9 * z[:, 0] + 0.4 * z[:, 2]], 1)
-    y = x @ torch.tensor([1.0, -0.5, 0.3]) + 0.2 + 0.5 * torch.randn(40, generator=g)
-    exact = linear_regression(x, y, weight_scale=1.0, bias_scale=1.0, noise_scale=0.5)
-    net = bz.BNN(bz.models.MLP(3, [], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.5))
+    x, y, net, exact = correlated_regression()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         post = bz.fit(net, x, y, bz.SGMCMC(seed=seed, progress=False, **options), standardize=False)

@@ -150,14 +150,10 @@ def test_minibatches_of_128_are_the_default_above_a_thousand_training_rows(infer
     assert batch(cfg.REGISTRY["data"]["toy-cubic"]()) is None  # 20 rows: full batch
 
 
-# cyclical runs SGLD's step under a cyclical schedule (its exact-posterior check is slow too): slow lane
-@pytest.mark.parametrize("kind", ["sgld", "sghmc", pytest.param("cyclical", marks=pytest.mark.slow)])
-def test_every_kind_at_its_defaults_finds_a_correlated_posterior(kind):
-    """No step size given, adapted over 2,000 burn-in steps (the default 5,000 only adds windows): 40
-    rows, three inputs with correlations 0.83-0.95 (posterior condition number
-    59). Means within 0.3 posterior sds and sds within 30% of the exact posterior; both tolerances are
-    at least 2.5 Monte Carlo standard errors of these draws (the default 500 draws hold 70-300
-    effective ones), so a pass is not luck and an unbiased chain fails with odds near 1% a value."""
+def correlated_regression():
+    """(x, y, model, exact posterior): 40 rows, three inputs with correlations 0.83-0.95 (posterior
+    condition number 59), a linear model with N(0, 1) weights and noise sd 0.5. The defaults test below
+    and ``benchmarks/sgmcmc_real_tables.py --only blr`` fit it."""
     from bnn_zoo.evaluation.exact import linear_regression
 
     g = torch.Generator().manual_seed(3)
@@ -166,6 +162,18 @@ def test_every_kind_at_its_defaults_finds_a_correlated_posterior(kind):
     y = x @ torch.tensor([1.0, -0.5, 0.3]) + 0.2 + 0.5 * torch.randn(40, generator=g)
     exact = linear_regression(x, y, weight_scale=1.0, bias_scale=1.0, noise_scale=0.5)
     model = bz.BNN(bz.models.MLP(3, [], 1), bz.priors.Normal(1.0), bz.likelihoods.Gaussian(0.5))
+    return x, y, model, exact
+
+
+# cyclical runs SGLD's step under a cyclical schedule (its exact-posterior check is slow too): slow lane
+@pytest.mark.parametrize("kind", ["sgld", "sghmc", pytest.param("cyclical", marks=pytest.mark.slow)])
+def test_every_kind_at_its_defaults_finds_a_correlated_posterior(kind):
+    """No step size given, adapted over 2,000 burn-in steps (the default 5,000 only adds windows): 40
+    rows, three inputs with correlations 0.83-0.95 (posterior condition number
+    59). Means within 0.3 posterior sds and sds within 30% of the exact posterior; both tolerances are
+    at least 2.5 Monte Carlo standard errors of these draws (the default 500 draws hold 70-300
+    effective ones), so a pass is not luck and an unbiased chain fails with odds near 1% a value."""
+    x, y, model, exact = correlated_regression()
     # 2,000 of the default 5,000
     post = bz.fit(model, x, y, bz.SGMCMC(kind=kind, burn_in=2000, num_chains=1, progress=False), standardize=False)
     draws, sd = _draws(post), exact.cov.diagonal().sqrt()
