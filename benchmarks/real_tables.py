@@ -7,9 +7,10 @@ reference. Each row gives the test metrics (regression: coverage of the 50/90/95
 log-likelihood; classification: accuracy, NLL and ECE), the distance to NUTS, the R-hat and ESS a
 Markov chain method reports, the time, every warning the fit gave (``bz.fit``'s own, before any test
 row is seen) and the band's judgment on the test rows (``bnn_zoo.inference.health.band_on``, as
-``bz.compare`` gives it). Tables, 133 to 1,500 training rows: diabetes (scikit-learn's, in its raw units), breast cancer, wine and digits
-(scikit-learn's), Friedman #1 made here in a price's units (300 training rows, noise sd 1,000), and
-Friedman #2 in its own units (inputs from 0-1 to 125-1,760; 1,500 training rows, noise sd 50).
+``bz.compare`` gives it). Tables, 133 to 1,500 training rows: diabetes (scikit-learn's, in its raw
+units), breast cancer, wine and digits (scikit-learn's), Friedman #1 made here in a price's units (300
+training rows, noise sd 1,000), and Friedman #2 in its own units (inputs from 0-1 to 125-1,760; 1,500
+training rows, noise sd 50).
 
 python benchmarks/real_tables.py [--only diabetes,friedman] [--methods svi,nuts] [--name real-tables]
 """
