@@ -125,7 +125,7 @@ def fit_all(task: str, train, methods: list[str]) -> tuple[dict, list[dict]]:
 
 def scores(posterior, reference, test) -> dict:
     """The test metrics and distance to NUTS that ``bz.compare`` gives ``posterior``, and a regression
-    band's judgment on the test rows (``bz.compare``'s own, which keeps a fit's validation judgment)."""
+    band's judgment on the test rows alone (``bz.compare`` shows a fit's own judgment where it has one)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         row = bz.compare([posterior], reference=reference, test=test, allow_unconverged=True).iloc[0]
