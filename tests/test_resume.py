@@ -211,3 +211,26 @@ def test_ais_stopped_by_ctrl_c_resumes_to_the_uninterrupted_estimate(tmp_path, m
     monkeypatch.setattr(evidence, "_hmc_move", move)
     assert evidence.ais(model, x, y, checkpoint=checkpoint, **options) == full
     assert not checkpoint.exists()
+
+
+def test_a_stop_inside_a_plates_entry_leaves_pyro_usable(monkeypatch):
+    """Ctrl-C between a plate's dimension allocation and its handler's push (its __exit__ never runs)
+    must not leave the plate allocated: the next fit in the process would fail with "duplicate plate"."""
+    import pyro
+    from pyro.poutine import indep_messenger, runtime
+
+    x, y = _data()
+    allocate = runtime._DIM_ALLOCATOR.allocate
+
+    def interrupted(name, dim):
+        allocate(name, dim)  # allocated, then the signal lands
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(indep_messenger._DIM_ALLOCATOR, "allocate", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        nuts = bz.NUTS(num_warmup=2, num_samples=2, num_chains=1, backend="torch", progress=False)
+        bz.fit(bz.BNN(bz.models.MLP(2, [4])), x, y, nuts)
+    monkeypatch.undo()
+    assert runtime._DIM_ALLOCATOR._stack == [] and runtime._PYRO_STACK == []
+    with pyro.plate("data", 3):  # the name is free again
+        pass

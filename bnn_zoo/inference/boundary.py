@@ -64,6 +64,21 @@ def held_to_step_end() -> Iterator[Held]:
         held._deliver(*held.pending)
 
 
+@contextlib.contextmanager
+def pyro_stacks_restored() -> Iterator[None]:
+    """Pyro's global handler and plate stacks as they were, after a stop inside: a Ctrl-C that lands in a
+    plate's ``__enter__`` leaves its name allocated (its ``__exit__`` never runs), and every later model in
+    the process then fails with "duplicate plate 'data'" (a resumed fit in a notebook, say)."""
+    from pyro.poutine import runtime
+
+    handlers, plates = list(runtime._PYRO_STACK), list(runtime._DIM_ALLOCATOR._stack)
+    try:
+        yield
+    except BaseException:
+        runtime._PYRO_STACK[:], runtime._DIM_ALLOCATOR._stack[:] = handlers, plates
+        raise
+
+
 def say_saved(stop: BaseException, saved: str) -> None:
     """Say where a stopped run's checkpoint (``saved``: "checkpoint at step N saved to PATH") is: printed on
     Ctrl-C or kill, added to a time limit's error (which the command line prints)."""

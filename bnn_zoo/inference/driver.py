@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 
 from bnn_zoo import resources
 from bnn_zoo.errors import BnnZooError
-from bnn_zoo.inference.boundary import held_to_step_end, say_saved
+from bnn_zoo.inference.boundary import held_to_step_end, pyro_stacks_restored, say_saved
 from bnn_zoo.inference.budget import TimeLimit, TimeLimitExceeded
 from bnn_zoo.io import atomic_torch_save, bar_disabled, check_identity, safe_torch_load, say_resumed
 
@@ -148,7 +148,7 @@ def drive(
     50 steps. Returns the steps done."""
     bar = tqdm(range(first, total), desc=name, disable=bar_disabled(progress), initial=first, total=total)
     done = first
-    with held_to_step_end() as held:
+    with held_to_step_end() as held, pyro_stacks_restored():
         try:
             for i in bar:
                 if step(i):
@@ -178,7 +178,8 @@ def run_chains(chain: Callable[[int], dict], n: int, parallel: bool, kept: Finis
     if at_once < 2:
         for c in range(n):
             if c not in kept.chains:
-                kept.add(c, chain(c))
+                with pyro_stacks_restored():
+                    kept.add(c, chain(c))
         return [kept.chains[c] for c in range(n)]
     context = multiprocessing.get_context("fork")
     threads = max(1, torch.get_num_threads() // at_once)
