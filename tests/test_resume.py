@@ -221,6 +221,7 @@ def test_a_stop_inside_a_plates_entry_leaves_pyro_usable(monkeypatch):
 
     x, y = _data()
     allocate = runtime._DIM_ALLOCATOR.allocate
+    before = list(runtime._DIM_ALLOCATOR._stack), list(runtime._PYRO_STACK)  # another test may have left some
 
     def interrupted(name, dim):
         allocate(name, dim)  # allocated, then the signal lands
@@ -231,6 +232,6 @@ def test_a_stop_inside_a_plates_entry_leaves_pyro_usable(monkeypatch):
         nuts = bz.NUTS(num_warmup=2, num_samples=2, num_chains=1, backend="torch", progress=False)
         bz.fit(bz.BNN(bz.models.MLP(2, [4])), x, y, nuts)
     monkeypatch.undo()
-    assert runtime._DIM_ALLOCATOR._stack == [] and runtime._PYRO_STACK == []
+    assert (runtime._DIM_ALLOCATOR._stack, runtime._PYRO_STACK) == before
     with pyro.plate("data", 3):  # the name is free again
         pass
