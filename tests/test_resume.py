@@ -216,8 +216,7 @@ def test_ais_stopped_by_ctrl_c_resumes_to_the_uninterrupted_estimate(tmp_path, m
 def test_a_stop_inside_a_plates_entry_leaves_pyro_usable(monkeypatch):
     """Ctrl-C between a plate's dimension allocation and its handler's push (its __exit__ never runs)
     must not leave the plate allocated: the next fit in the process would fail with "duplicate plate"."""
-    import pyro
-    from pyro.poutine import indep_messenger, runtime
+    from pyro.poutine import runtime
 
     x, y = _data()
     allocate = runtime._DIM_ALLOCATOR.allocate
@@ -227,11 +226,9 @@ def test_a_stop_inside_a_plates_entry_leaves_pyro_usable(monkeypatch):
         allocate(name, dim)  # allocated, then the signal lands
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(indep_messenger._DIM_ALLOCATOR, "allocate", interrupted)
+    monkeypatch.setattr(runtime._DIM_ALLOCATOR, "allocate", interrupted)
     with pytest.raises(KeyboardInterrupt):
         nuts = bz.NUTS(num_warmup=2, num_samples=2, num_chains=1, backend="torch", progress=False)
         bz.fit(bz.BNN(bz.models.MLP(2, [4])), x, y, nuts)
     monkeypatch.undo()
-    assert (runtime._DIM_ALLOCATOR._stack, runtime._PYRO_STACK) == before
-    with pyro.plate("data", 3):  # the name is free again
-        pass
+    assert (runtime._DIM_ALLOCATOR._stack, runtime._PYRO_STACK) == before  # "data" is free again
