@@ -1,6 +1,7 @@
 """Result files from finished sweeps (``bnn-zoo reproduce`` or ``bnn-zoo sweep`` folders).
 
 python benchmarks/sweep_tables.py deep-ensembles runs/de runs/de-no-at  # vs ../shared/reference/uci_deep_ensembles.csv
+python benchmarks/sweep_tables.py uci-zoo runs/uci-guides [--splits 12]  # the zoo's own UCI table
 python benchmarks/sweep_tables.py uci-zoo-baselines runs/uci-guides --methods ensemble swag multiswag --splits 10
 python benchmarks/sweep_tables.py uci-gap runs/uci-gap
 python benchmarks/sweep_tables.py digits-shift runs/digits-shift     # and digits-ood from the same folder
@@ -55,6 +56,14 @@ def summary(frame: pd.DataFrame, by: list[str]) -> list[dict]:
         row |= {"coverage 95%": f"{group.coverage_95.mean():.3f}", "fit time": f"{group.runtime_s.sum() / 60:.1f} min"}
         rows.append(row)
     return rows
+
+
+def uci_zoo(frame: pd.DataFrame) -> list[dict]:
+    """The table ``bnn-zoo table DIR --by dataset,inference`` prints, as rows."""
+    by = ["dataset", "inference"]
+    header, _, *lines = table.markdown(table.aggregate(frame, by), by).splitlines()
+    split = lambda line: [cell.strip() for cell in line.strip("|").split("|")]  # noqa: E731
+    return [dict(zip(split(header), split(line))) for line in lines]
 
 
 def convergence(group: pd.DataFrame) -> dict:
@@ -205,6 +214,7 @@ def main() -> int:
         "name",
         choices=[
             "deep-ensembles",
+            "uci-zoo",
             "uci-zoo-baselines",
             "uci-gap",
             "digits-shift",
@@ -258,6 +268,9 @@ def main() -> int:
             "bnn-zoo reproduce digits-shift --out A; "
             f"bnn-zoo sweep examples/sweeps/digits-reference.yaml --out B; {command}"
         )
+    elif args.name == "uci-zoo":
+        rows = uci_zoo(frame)
+        command = f"bnn-zoo sweep examples/sweeps/uci-guides.yaml --workers 2 --no-lockstep --out DIR; {command}"
     elif args.name == "dropout-learned":
         rows = dropout_learned(frame)
         command = f"bnn-zoo sweep examples/sweeps/uci-dropout-learned.yaml --out DIR; {command}"

@@ -6,7 +6,7 @@ squared-exponential (RBF) kernel, all trained on 1958-1990 and asked to extrapol
 
 Data: the weekly Mauna Loa series bundled with statsmodels, averaged by month. The networks are
 1-512-512-512-512-1 with dropout p = 0.1 on every layer's inputs but the first (Gal used 5 x 1024),
-a N(0, 1) prior and the noise fixed at 0.05 standardised units (Gal: a fixed model precision tau).
+a N(0, 1) prior and the noise fixed at 0.05 of the series' sd (Gal: a fixed model precision tau).
 Standard dropout is one pass at the guide's mean weights (weight scaling); MC dropout averages
 passes with sampled masks (Gal eq. 3.16). Writes <out>/mauna_loa_co2.png and prints the table.
 """
@@ -40,7 +40,8 @@ def mauna_loa(split_year: float = 1991.0) -> Dataset:
     return Dataset("mauna-loa-co2", year[train], ppm[train], year[~train], ppm[~train])
 
 
-def main(out: Path, quick: bool):
+def main(out: Path, quick: bool) -> list:
+    """Fit, print and plot the comparison; the Results of the two networks and the GP."""
     data = mauna_loa()
     steps = 300 if quick else 6000
     dropout = {"p": [0.0, 0.1, 0.1, 0.1, 0.1], "masks": "example"}
@@ -93,6 +94,7 @@ def main(out: Path, quick: bool):
     fig.tight_layout()
     fig.savefig(out / "mauna_loa_co2.png", dpi=120)
     print(f"figure: {out / 'mauna_loa_co2.png'}")
+    return [relu, tanh, gp]
 
 
 if __name__ == "__main__":

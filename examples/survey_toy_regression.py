@@ -48,8 +48,10 @@ def cubic(seed=0) -> Dataset:
     return Dataset("toy-cubic", *draw(20, -4.0, 4.0), *draw(200, -6.0, 6.0), info={"noise_scale": 3.0})
 
 
-def main(out: Path, quick: bool):
+def main(out: Path, quick: bool) -> dict:
+    """Fit, plot and print each toy set's comparison; the Results of each set's runs, by its name."""
     steps, draws = (500, 50) if quick else (5000, 300)
+    fits = {}
     for data in (blundell(), cubic()):
         noise = data.info["noise_scale"]  # the generating noise, in the data's units
         model = bz.BNN(
@@ -68,6 +70,8 @@ def main(out: Path, quick: bool):
         results = [run(name, data, m, method, out / data.name / name) for name, m, method in methods]
         plots.predictive_bands([r.predictions for r in results], out / f"{data.name}.png")
         print_table(results, title=f"{data.name}: 1-20-20-1 ReLU BNNs and a GP; figure {out / data.name}.png")
+        fits[data.name] = results
+    return fits
 
 
 if __name__ == "__main__":

@@ -462,3 +462,10 @@ def test_the_heartbeat_counts_the_cells_a_resumed_sweep_skips(tmp_path, monkeypa
     assert lines[-1] == "running sweep cells: 2 of 2 done"
     run_sweep(Sweep.from_dict(spec), tmp_path, workers=1, show_progress=False)
     assert lines[-1] == "running sweep cells: 2 of 2 done"
+
+
+def test_the_standard_error_over_cells_is_not_overwritten_by_a_fits_own_monte_carlo_error():
+    cells = pd.DataFrame({"inference": ["svi"] * 3, "elbo": [-10.0, -20.0, -30.0], "elbo_se": [0.5, 0.5, 0.5]})
+    row = table.aggregate(cells, ["inference"]).iloc[0]
+    # the ELBO's spread over the three cells: sd 10, so se 10 / sqrt(3); not the fits' 0.5
+    assert row["elbo"] == -20.0 and row["elbo_se"] == pytest.approx(10 / 3**0.5)

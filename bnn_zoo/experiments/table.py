@@ -56,7 +56,9 @@ def collect(sweep_dir, stage: str = "final") -> pd.DataFrame:
 
 def aggregate(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     """Per group of ``by``: the number of cells n, and for every metric its mean and standard error
-    (sample standard deviation / sqrt(n), the "+-" of the UCI tables)."""
+    (sample standard deviation / sqrt(n), the "+-" of the UCI tables). A fit's own Monte Carlo error of
+    a metric (``elbo_se`` beside ``elbo`` in metrics.json) is left out: its name is the column of the
+    standard error over cells, which includes that error."""
     missing = [b for b in by if b not in frame]
     if missing:
         labels = [c for c in frame.columns if frame[c].dtype == object and c not in ("key", "folder")]
@@ -67,6 +69,7 @@ def aggregate(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:
         )
         raise BnnZooError(f"cannot group by {', '.join(missing)}; {known}")
     metrics = [c for c in frame.columns if c not in by and pd.api.types.is_numeric_dtype(frame[c]) and not _is_label(c)]
+    metrics = [m for m in metrics if not (m.endswith("_se") and m.removesuffix("_se") in metrics)]
     grouped = frame.groupby(by, sort=True)[metrics]
     mean, se, n = grouped.mean(), grouped.std(ddof=1) / grouped.count() ** 0.5, frame.groupby(by, sort=True).size()
     columns = {"n": n} | {name: values[m] for m in metrics for name, values in ((m, mean), (f"{m}_se", se))}
