@@ -92,8 +92,8 @@ def evidence_table():
         evidence = ["iw", "ais"] if name == "toy" else ["iw"]
         mf = run("mean-field", data, model, svi, evidence=evidence, ais_steps=500)
         options = dict(subset=subset, hessian=hessian, batch_size=batch, lr=0.005 if batch else 0.01, progress=False)
-        fixed = run("laplace", data, model, bz.Laplace(optimize_prior=False, **options))
-        lap = run("laplace", data, model, bz.Laplace(**options))
+        fixed = run("laplace", data, model, bz.Laplace(**options))
+        lap = run("laplace", data, model, bz.Laplace(optimize_prior=True, **options))
         m, lm = mf.metrics, lap.metrics
         test = "accuracy" if data.task == "classification" else "rmse"
         ais = f"{m['evidence_ais']:.1f} ({m['evidence_ais_se']:.1f})" if "evidence_ais" in m else "-"

@@ -236,6 +236,8 @@ def main() -> int:
     if args.splits is not None:
         frame = frame[frame["data.split"] < args.splits]
     command = f"python benchmarks/sweep_tables.py {args.name} {' '.join(map(str, args.folders))}"
+    command += f" --methods {' '.join(args.methods)}" if args.methods else ""
+    command += f" --splits {args.splits}" if args.splits is not None else ""
     if args.name == "deep-ensembles":
         rows = deep_ensembles(frame)
         command = f"bnn-zoo reproduce deep-ensembles --data ../shared/data/uci [--adversarial 0]; {command}"
