@@ -103,7 +103,7 @@ def evidence_table():
             f"{m['evidence_iw']:.1f} ({m['evidence_iw_se']:.1f})",
             ais,
             f"{fixed.metrics['evidence_laplace']:.1f}",
-            f"{lm['evidence_laplace']:.1f}",
+            f"{lm['evidence_laplace_type_ii']:.1f}",
             f"{lap.posterior.info['prior_precision_scale']:.3g}",
             f"{subset}, {hessian}",
             f"{m[test]:.3f} / {lm[test]:.3f}",
