@@ -109,3 +109,12 @@ class HoldsOut(Protocol):
     an ensemble's band check); ``bnn_zoo.fit`` judges the fitted band on them."""
 
     def split(self, x: torch.Tensor, y: torch.Tensor) -> tuple[tuple, tuple | None]: ...
+
+
+@runtime_checkable
+class BoundsNoise(Protocol):
+    """Optional, on a regression posterior whose Gaussian noise was fitted inside a constraint (the GP's
+    type II): ``noise_and_bound()`` gives (its noise variance, the constraint's lower bound), on the targets
+    as they were fitted (standardised by default). The collapse check says when the noise sits on the bound."""
+
+    def noise_and_bound(self) -> tuple[float, float]: ...

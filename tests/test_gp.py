@@ -2,6 +2,7 @@
 and classification through the BNN interface."""
 
 import math
+import warnings
 
 import gpytorch
 import numpy as np
@@ -94,6 +95,22 @@ def test_regression_gp_has_the_posterior_interface(tmp_path):
     idata = post.to_inference_data()
     assert idata.log_likelihood["y"].shape == (1, 1000, 60) and "hyperparameters" in idata.posterior.attrs
     assert np.isfinite(arviz_compat.loo(idata).elpd)
+
+
+@pytest.mark.parametrize("noise, collapses", [(0.0, True), (0.1, False)])
+def test_a_noise_variance_on_its_lower_bound_is_said_to_collapse(noise, collapses):
+    """Noise-free targets drive type II's noise onto GPyTorch's bound (1e-4): the fit interpolates and says so.
+    The same function with noise of sd 0.1 (variance 100 times the bound) keeps an interior noise and no warning."""
+    g = torch.Generator().manual_seed(0)
+    x = 2 * torch.rand(30, 1, generator=g) - 1
+    y = torch.sin(3 * x[:, 0]) + noise * torch.randn(30, generator=g)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        post = bz.fit(bz.GP("rbf"), x, y, bz.TypeII(steps=300, progress=False), standardize=False)
+    variance, bound = post.noise_and_bound()
+    said = [str(w.message) for w in caught if "noise variance fell onto its lower bound" in str(w.message)]
+    assert (variance < 1.5 * bound) == collapses and bool(said) == collapses, (variance, said)
+    assert ("collapse_warning" in post.info) == collapses
 
 
 @pytest.mark.parametrize("likelihood", ["bernoulli", "categorical"])

@@ -366,6 +366,13 @@ class GPPosterior(InDataUnits):
             return {"log_marginal_likelihood": self.log_marginal_likelihood()}
         return dict(zip(("elbo", "elbo_se"), self.elbo(num_samples=num_samples)))
 
+    def noise_and_bound(self) -> tuple[float, float]:
+        """(the fitted noise variance, its constraint's lower bound: GPyTorch's ``GreaterThan(1e-4)``), on the
+        targets as the GP was fitted (standardised by default); regression only
+        (:class:`~bnn_zoo.protocols.BoundsNoise`)."""
+        constraint = self.gp_likelihood.noise_covar.raw_noise_constraint
+        return float(self.gp_likelihood.noise.detach().max()), float(constraint.lower_bound)
+
     def log_marginal_likelihood(self) -> float:
         """Exact log p(y | X, hyperparameters) of the training targets (regression only), in nats, in the
         data's units."""
