@@ -14,6 +14,7 @@ from bnn_zoo import arviz_compat
 from bnn_zoo.baselines import NNGPKernel
 from bnn_zoo.evaluation import classification_metrics, regression_metrics
 from bnn_zoo.evaluation.exact import gp_regression
+from bnn_zoo.inference.collapse import ON_BOUND
 
 
 def _data(n=40, d=2, seed=0):
@@ -109,7 +110,7 @@ def test_a_noise_variance_on_its_lower_bound_is_said_to_collapse(noise, collapse
         post = bz.fit(bz.GP("rbf"), x, y, bz.TypeII(steps=300, progress=False), standardize=False)
     variance, bound = post.noise_and_bound()
     said = [str(w.message) for w in caught if "noise variance fell onto its lower bound" in str(w.message)]
-    assert (variance < 1.5 * bound) == collapses and bool(said) == collapses, (variance, said)
+    assert (variance < ON_BOUND * bound) == collapses and bool(said) == collapses, (variance, said)
     assert ("collapse_warning" in post.info) == collapses
 
 
