@@ -5,9 +5,10 @@ A BNN whose prior or KL term overwhelms the data predicts the same thing for eve
 mean with everything else called noise (regression), the class frequencies (classification), or the
 uniform next token (language models); a loss that never moved is the same failure seen from the
 optimiser. The opposite collapse calls nothing noise: a GP whose type-II noise variance fell onto its
-constraint's lower bound interpolates its training targets: its evidence rises as its predictions for
-new inputs fail. Test metrics show either only to a reader who knows what to look for, so ``diagnose``
-names it, and :mod:`bnn_zoo.inference.health` warns of it after every fit (``collapse_warning``).
+constraint's lower bound interpolates its training targets: unless they have no noise, its evidence
+rises as its predictions for new inputs fail. Test metrics show either only to a reader who knows
+what to look for, so ``diagnose`` names it, and :mod:`bnn_zoo.inference.health` warns of it after
+every fit (``collapse_warning``).
 """
 
 from __future__ import annotations
@@ -68,8 +69,8 @@ def _noise_on_bound(posterior) -> str:
         return ""
     return (
         f"its noise variance fell onto its lower bound ({noise:.3g}, bound {bound:.3g}): it "
-        "interpolates the training targets, so its evidence and its predictions for new inputs cannot be trusted "
-        "(with ARD length-scales, try ard=False: one length-scale for every input)"
+        "interpolates the training targets, which is right only if they have no noise; where they do, its evidence and "
+        "its predictions for new inputs cannot be trusted (with ARD length-scales, try ard=False)"
     )
 
 
